@@ -1,0 +1,298 @@
+"""Search spaces: which knobs a device kind has, their allowed values, and mode caps.
+
+Spaces live in search_spaces/<kind>.yaml (installed with the package) and are
+validated by :class:`SearchSpace`. A space can be narrowed (``--knobs``,
+``--batch-sizes``) and pinned (a knob the device may not change in this run).
+``effective()`` maps a configuration to what the hardware will really run, so
+two configurations the hardware treats alike are measured once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tuner.errors import UserError
+
+SPACE_VERSION = 1
+KnobValue = int | float | str
+
+
+class Knob(BaseModel):
+    """One tunable setting.
+
+    ``group`` says who owns it: ``device`` knobs change hardware state (clocks,
+    modes, limits); ``runner`` knobs only change how the model is run
+    (precision, CUDA graphs), so they are safe in observe-only mode.
+    ``ordered`` knobs are suggested by index so samplers see their order.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    values: list[KnobValue] = Field(min_length=1)
+    default: KnobValue
+    group: Literal["device", "runner"] = "device"
+    unit: str = ""
+    ordered: bool = True
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _default_is_allowed(self) -> Knob:
+        if self.default not in self.values:
+            raise ValueError(f"default {self.default!r} is not one of the values {self.values}")
+        return self
+
+
+class Mode(BaseModel):
+    """A power mode (nvpmodel): caps on other knobs plus fixed properties such as active TPCs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: int
+    caps: dict[str, float] = Field(default_factory=dict)
+    properties: dict[str, float] = Field(default_factory=dict)
+
+
+class SearchSpace(BaseModel):
+    """A device kind's knobs, batch sizes and (optionally) power modes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = SPACE_VERSION
+    kind: str
+    description: str = ""
+    source: str = ""
+    knobs: dict[str, Knob]
+    batch_sizes: list[int] = Field(min_length=1)
+    mode_knob: str | None = None
+    modes: dict[str, Mode] = Field(default_factory=dict)
+    tuned: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _modes_consistent(self) -> SearchSpace:
+        if self.mode_knob is None:
+            return self
+        if self.mode_knob not in self.knobs:
+            raise ValueError(f"mode_knob {self.mode_knob!r} is not a knob")
+        missing = [v for v in self.knobs[self.mode_knob].values if str(v) not in self.modes]
+        if missing:
+            raise ValueError(f"modes missing for {missing}")
+        for name, mode in self.modes.items():
+            unknown = set(mode.caps) - set(self.knobs)
+            if unknown:
+                raise ValueError(f"mode {name} caps unknown knobs {sorted(unknown)}")
+        return self
+
+    @property
+    def tuned_knobs(self) -> list[str]:
+        """Knobs the study varies: all with more than one value unless narrowed."""
+        names = self.tuned if self.tuned is not None else list(self.knobs)
+        return [n for n in names if len(self.knobs[n].values) > 1]
+
+    def narrow(self, knobs: list[str] | None = None, batch_sizes: list[int] | None = None) -> SearchSpace:
+        """Keep only the named knobs tuned (others at their default) and the given batch sizes."""
+        space = self.model_copy(deep=True)
+        if knobs is not None:
+            unknown = [k for k in knobs if k not in self.knobs]
+            if unknown:
+                raise UserError(
+                    f"unknown knob(s) {', '.join(unknown)} for {self.kind}: choose from {', '.join(self.knobs)}"
+                )
+            space.tuned = list(knobs)
+        if batch_sizes is not None:
+            space.batch_sizes = sorted(set(batch_sizes))
+        if not space.tuned_knobs and len(space.batch_sizes) <= 1 and knobs is not None and not knobs:
+            raise UserError("the narrowed space is empty: name at least one knob with --knobs or two batch sizes")
+        return space
+
+    def pin(self, knob: str, value: KnobValue) -> SearchSpace:
+        """Fix a knob to one value (the device's current one in observe-only mode)."""
+        space = self.model_copy(deep=True)
+        old = space.knobs[knob]
+        space.knobs[knob] = old.model_copy(update={"values": [value], "default": value})
+        return space
+
+    def default_config(self, batch_size: int | None = None) -> Config:
+        """Every knob at its default: the baseline a user gets without tuning."""
+        return Config(
+            knobs={n: k.default for n, k in self.knobs.items()},
+            batch_size=batch_size if batch_size is not None else self.batch_sizes[-1],
+        )
+
+    def validate_config(self, config: Config) -> None:
+        """Refuse knobs or values the space does not allow, before anything is applied."""
+        for name, value in config.knobs.items():
+            if name not in self.knobs:
+                raise UserError(f"unknown knob {name!r} for {self.kind}: choose from {', '.join(self.knobs)}")
+            allowed = self.knobs[name].values
+            if not any(_same(value, a) for a in allowed):
+                shown = ", ".join(str(a) for a in allowed)
+                raise UserError(f"{name}={value} is not supported by {self.kind}: choose one of {shown}")
+        missing = set(self.knobs) - set(config.knobs)
+        if missing:
+            raise UserError(f"configuration lacks knob(s) {', '.join(sorted(missing))} for {self.kind}")
+        if config.batch_size <= 0:
+            raise UserError("batch size must be a positive integer")
+
+    def mode_of(self, config: Config) -> Mode | None:
+        if self.mode_knob is None:
+            return None
+        return self.modes[str(config.knobs[self.mode_knob])]
+
+    def effective(self, config: Config) -> Config:
+        """What the hardware runs: values above the mode's caps are clamped to the cap."""
+        mode = self.mode_of(config)
+        if mode is None:
+            return config
+        knobs = dict(config.knobs)
+        for name, cap in mode.caps.items():
+            value = knobs[name]
+            if isinstance(value, (int, float)) and value > cap:
+                knobs[name] = type(value)(cap) if isinstance(value, int) else cap
+        return Config(knobs=knobs, batch_size=config.batch_size)
+
+    def suggest(self, trial: Any) -> Config:
+        """Draw a configuration from an Optuna trial.
+
+        Ordered knobs are suggested as integer indexes named ``<knob>_index`` so
+        TPE and GP samplers use their order; the real values travel in the
+        trial's user attributes.
+        """
+        knobs: dict[str, KnobValue] = {}
+        for name, knob in self.knobs.items():
+            if name not in self.tuned_knobs:
+                knobs[name] = knob.default
+            elif knob.ordered:
+                knobs[name] = knob.values[trial.suggest_int(f"{name}_index", 0, len(knob.values) - 1)]
+            else:
+                knobs[name] = trial.suggest_categorical(name, knob.values)
+        if len(self.batch_sizes) > 1:
+            batch = self.batch_sizes[trial.suggest_int("batch_size_index", 0, len(self.batch_sizes) - 1)]
+        else:
+            batch = self.batch_sizes[0]
+        return Config(knobs=knobs, batch_size=batch)
+
+    def params_for(self, config: Config) -> dict[str, Any]:
+        """The Optuna parameters that make :meth:`suggest` return ``config`` (for enqueue_trial)."""
+        params: dict[str, Any] = {}
+        for name in self.tuned_knobs:
+            knob = self.knobs[name]
+            if knob.ordered:
+                params[f"{name}_index"] = _index_of(knob.values, config.knobs[name])
+            else:
+                params[name] = config.knobs[name]
+        if len(self.batch_sizes) > 1:
+            params["batch_size_index"] = self.batch_sizes.index(config.batch_size)
+        return params
+
+    def grid(self) -> list[Config]:
+        """Every distinct effective configuration of the (narrowed) space, in a stable order."""
+        names = list(self.knobs)
+        axes = [self.knobs[n].values if n in self.tuned_knobs else [self.knobs[n].default] for n in names]
+        seen: set[tuple] = set()
+        configs: list[Config] = []
+        for batch in self.batch_sizes:
+            for combo in itertools.product(*axes):
+                eff = self.effective(Config(knobs=dict(zip(names, combo, strict=True)), batch_size=batch))
+                if eff.key() not in seen:
+                    seen.add(eff.key())
+                    configs.append(eff)
+        return configs
+
+    def size(self) -> int:
+        return len(self.grid())
+
+
+class Config(BaseModel):
+    """One point of a space: a value for every knob plus the batch size."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    knobs: dict[str, KnobValue]
+    batch_size: int
+
+    def key(self) -> tuple:
+        return (self.batch_size, *sorted((k, str(v)) for k, v in self.knobs.items()))
+
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.knobs.items()]
+        return " ".join([*parts, f"bs={self.batch_size}"])
+
+
+def _same(a: KnobValue, b: KnobValue) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return str(a) == str(b)
+    return abs(float(a) - float(b)) < 1e-6
+
+
+def _index_of(values: list[KnobValue], value: KnobValue) -> int:
+    for i, candidate in enumerate(values):
+        if _same(candidate, value):
+            return i
+    raise UserError(f"value {value!r} is not one of {values}")
+
+
+def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobValue]:
+    """Parse ``--set knob=value`` items, typed after the knob's allowed values."""
+    result: dict[str, KnobValue] = {}
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"cannot read --set {item!r}: write knob=value, e.g. gpu_mhz=930.75")
+        name, raw = (s.strip() for s in item.split("=", 1))
+        if name not in space.knobs:
+            raise UserError(f"unknown knob {name!r} for {space.kind}: choose from {', '.join(space.knobs)}")
+        allowed = space.knobs[name].values
+        matches = [a for a in allowed if str(a) == raw or (_is_number(raw) and not isinstance(a, str) and _same(a, float(raw)))]
+        if not matches:
+            shown = ", ".join(str(a) for a in allowed)
+            raise UserError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
+        result[name] = matches[0]
+    return result
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_space_file(path: Path) -> SearchSpace:
+    """Load and validate a space file; a corrupt file is a one-line user error."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read search space {path}: {exc.strerror}; check the path") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"search space {path} is not valid YAML{where}: fix the file or restore it from the package") from None
+    if not isinstance(data, dict):
+        raise UserError(f"search space {path} must be a YAML mapping with version, kind, knobs and batch_sizes")
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise UserError(f"search space {path} is invalid at {loc}: {first['msg']}; fix that field") from None
+
+
+def available_kinds() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("search_spaces").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_space(kind: str) -> SearchSpace:
+    """Load the packaged space for a device kind, or a user's YAML file when given a path."""
+    if kind.endswith((".yaml", ".yml")) or "/" in kind:
+        return load_space_file(Path(kind))
+    resource = resources.files("search_spaces") / f"{kind}.yaml"
+    if not resource.is_file():
+        raise UserError(f"no search space for device kind {kind!r}: known kinds are {', '.join(available_kinds())}")
+    with resources.as_file(resource) as path:
+        return load_space_file(path)
