@@ -145,7 +145,14 @@ class SearchSpace(BaseModel):
         return self.modes[str(config.knobs[self.mode_knob])]
 
     def effective(self, config: Config) -> Config:
-        """What the hardware runs: values above the mode's caps are clamped to the cap."""
+        """What the hardware runs under the chosen mode.
+
+        A value above the mode's cap is lowered to the highest allowed value
+        at or under the cap (the lowest value if none is), so the effective
+        configuration is itself a point of the space: what is applied is
+        exactly what is measured, and every request the mode folds together
+        maps to one key.
+        """
         mode = self.mode_of(config)
         if mode is None:
             return config
@@ -153,7 +160,9 @@ class SearchSpace(BaseModel):
         for name, cap in mode.caps.items():
             value = knobs[name]
             if isinstance(value, (int, float)) and value > cap:
-                knobs[name] = type(value)(cap) if isinstance(value, int) else cap
+                allowed = [v for v in self.knobs[name].values if not isinstance(v, str)]
+                under = [v for v in allowed if v <= cap]
+                knobs[name] = max(under) if under else min(allowed)
         return Config(knobs=knobs, batch_size=config.batch_size)
 
     def suggest(self, trial: Any) -> Config:

@@ -1,0 +1,47 @@
+"""The ``tune`` command line: a thin Typer layer over the library.
+
+Every command calls a library function; user mistakes surface as one line on
+stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from tuner.cli import results, tuning
+from tuner.errors import UserError
+
+app = typer.Typer(
+    name="tune",
+    help="Find the power mode and batch size that minimise energy per query under a latency bound.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+tuning.register(app)
+results.register(app)
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: hardware state restored", err=True)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as exc:
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2 if isinstance(exc, click.exceptions.UsageError) else exc.exit_code)
+        raise

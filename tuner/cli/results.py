@@ -1,0 +1,120 @@
+"""tune pareto, tune export, tune devices, tune dashboard: reading studies back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import typer
+
+from tuner.cli import common
+from tuner.deploy import export_config, write_export
+from tuner.devices.registry import known_devices
+from tuner.errors import UserError
+from tuner.pareto import build_pareto, results_dir, write_results
+from tuner.study import default_storage, open_study, redact
+from tuner.units import format_ms
+
+
+def find_study(storage: str, model: str, device: str, bound_ms: float | None) -> optuna.Study:
+    """The study of a model on a device, picked by bound when several exist.
+
+    ``device`` may be what was typed at ``tune run`` (sim:orin, cuda:0), the
+    results folder name (sim-orin, h200) or the device kind, so reading
+    results never needs the hardware present.
+    """
+    try:
+        summaries = optuna.get_all_study_summaries(storage=storage, include_best_trial=False)
+    except Exception as exc:
+        raise UserError(f"cannot read study storage {redact(storage)}: {str(exc).splitlines()[0]}") from None
+    matches = [
+        s
+        for s in summaries
+        if s.user_attrs.get("model") == model and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
+    ]
+    if not matches:
+        raise UserError(f"no study of {model} on {device} in {redact(storage)}: run tune run first, or pass --storage/--out")
+    if bound_ms is not None:
+        exact = [s for s in matches if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
+        chosen = exact[0] if exact else max(matches, key=lambda s: s.n_trials)
+    elif len(matches) == 1:
+        chosen = matches[0]
+    else:
+        bounds = ", ".join(format_ms(float(s.user_attrs.get("max_latency_ms", 0))) for s in matches)
+        raise UserError(f"{len(matches)} studies of {model} on {device} (bounds {bounds}): pick one with --max-latency")
+    return open_study(chosen.study_name, storage)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def pareto(
+        model: str = common.ModelOpt,
+        device: str = common.DeviceOpt,
+        max_latency: str | None = typer.Option(None, "--max-latency", "-l", help="which study, when several bounds were tuned"),
+        storage: str | None = common.StorageOpt,
+        out: Path = common.OutOpt,
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Print the Pareto fronts (energy vs latency) of a study and rewrite its result files."""
+        url = storage or default_storage(out)
+        study = find_study(url, model, device, common.latency(max_latency) if max_latency else None)
+        folder = results_dir(out, study.user_attrs["device_slug"], model)
+        result = write_results(study, folder) if not as_json else build_pareto(study)
+        if as_json:
+            common.emit_json(result.model_dump(mode="json"))
+            return
+        twin = " [digital twin]" if result.twin else ""
+        rows = []
+        for name, points in result.fronts.items():
+            for p in points:
+                rows.append([name, p.trial, p.batch_size, p.config, p.j_per_query, p.latency_ms, "yes" if p.feasible else "no"])
+        common.out_console.print(common.table(f"Pareto fronts: {model} on {result.device}, bound {result.max_latency_ms:g} ms{twin}", ["front", "trial", "batch", "config", "J/query", f"{result.percentile} ms", "feasible"], rows))
+        common.out_console.print(f"written: {folder}/pareto.json, pareto.csv, pareto.png, trials.csv")
+
+    @app.command()
+    def export(
+        model: str = common.ModelOpt,
+        device: str = common.DeviceOpt,
+        max_latency: str = typer.Option(..., "--max-latency", "-l", help="the bound the exported mode must meet"),
+        output: Path = typer.Option(Path("best.yaml"), "--output", "-o", help="YAML file to write"),
+        storage: str | None = common.StorageOpt,
+        out: Path = common.OutOpt,
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Write the best measured configuration under a bound as versioned YAML, for tune apply."""
+        url = storage or default_storage(out)
+        bound = common.latency(max_latency)
+        study = find_study(url, model, device, bound)
+        exported = export_config(study, url, bound)
+        write_export(exported, output)
+        if as_json:
+            common.emit_json({"written": str(output), **exported.model_dump(mode="json")})
+            return
+        twin = " [digital twin]" if exported.twin else ""
+        m = exported.metrics
+        common.out_console.print(f"{output}: {model} on {exported.device_kind}, batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, {exported.percentile} {m[exported.percentile + '_ms']:.4g} ms{twin}")
+
+    @app.command()
+    def devices(as_json: bool = common.JsonOpt) -> None:
+        """List the devices this installation can tune: twins and any hardware found."""
+        found = known_devices()
+        if as_json:
+            common.emit_json({"devices": found})
+            return
+        common.out_console.print(common.table("devices", ["name", "kind", "twin", "title"], [[d["name"], d["kind"], d.get("twin", False), d.get("title", "")] for d in found]))
+
+    @app.command()
+    def dashboard(
+        storage: str | None = common.StorageOpt,
+        out: Path = common.OutOpt,
+        host: str = typer.Option("127.0.0.1", "--host"),
+        port: int = typer.Option(8080, "--port"),
+    ) -> None:
+        """Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."""
+        try:
+            import optuna_dashboard
+        except ImportError:
+            raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
+        url = storage or default_storage(out)
+        common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
+        optuna_dashboard.run_server(url, host=host, port=port)

@@ -1,0 +1,116 @@
+"""Exported best-mode configurations: written by ``tune export``, read by ``tune apply``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tuner import __version__
+from tuner.errors import UserError
+from tuner.study import is_feasible, redact, trial_record
+from tuner.units import format_ms
+
+EXPORT_VERSION = 1
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    storage: str
+    trial: int
+    exported_at: str
+    tool_version: str = __version__
+
+
+class ExportedConfig(BaseModel):
+    """A deployable power mode: the knobs and batch size, and what they measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = EXPORT_VERSION
+    device_kind: str
+    device: str
+    twin: bool
+    model: str
+    batch_size: int
+    knobs: dict[str, Any]
+    max_latency_ms: float
+    percentile: str
+    metrics: dict[str, Any]
+    provenance: Provenance
+
+
+def best_for_bound(study: optuna.Study, max_latency_ms: float, percentile: str) -> optuna.trial.FrozenTrial:
+    """The lowest-energy completed trial whose latency meets ``max_latency_ms``.
+
+    The bound may be tighter or looser than the study's own: the measured
+    latencies are re-checked against it.
+    """
+    key = f"{percentile}_ms"
+    candidates = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.user_attrs.get(key) is not None and t.user_attrs[key] <= max_latency_ms and t.value is not None
+    ]
+    if not candidates:
+        raise UserError(
+            f"no measured configuration meets {format_ms(max_latency_ms)} at {percentile}: relax --max-latency or run more trials"
+        )
+    return min(candidates, key=lambda t: (t.value, t.number))
+
+
+def export_config(study: optuna.Study, storage: str, max_latency_ms: float) -> ExportedConfig:
+    attrs = study.user_attrs
+    percentile = attrs.get("percentile", "p99")
+    trial = best_for_bound(study, max_latency_ms, percentile)
+    record = trial_record(trial)
+    metrics = {k: record[k] for k in ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")}
+    metrics["meter"] = record["meter"]
+    metrics["feasible_in_study"] = is_feasible(trial)
+    return ExportedConfig(
+        device_kind=attrs["device_kind"],
+        device=attrs["device"],
+        twin=bool(attrs.get("twin", False)),
+        model=attrs["model"],
+        batch_size=int(record["batch_size"]),
+        knobs=dict(record["config"]),
+        max_latency_ms=max_latency_ms,
+        percentile=percentile,
+        metrics=metrics,
+        provenance=Provenance(
+            study=study.study_name,
+            storage=redact(storage),
+            trial=trial.number,
+            exported_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        ),
+    )
+
+
+def write_export(config: ExportedConfig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "# powertune best-mode configuration"
+    if config.twin:
+        header += " (measured on a digital twin, not hardware)"
+    path.write_text(header + "\n" + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def load_export(path: Path) -> ExportedConfig:
+    """Read an exported configuration; a corrupt or foreign file is a one-line user error."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}; check the path") from None
+    except yaml.YAMLError:
+        raise UserError(f"{path} is not valid YAML: re-create it with tune export") from None
+    try:
+        return ExportedConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise UserError(f"{path} is not a powertune export ({loc}: {first['msg']}): re-create it with tune export") from None

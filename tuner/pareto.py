@@ -1,0 +1,186 @@
+"""Pareto fronts (energy per query vs tail latency) and the files a study leaves on disk.
+
+Per <out>/<device>/<model>/: pareto.json and pareto.csv (per batch size the
+non-dominated trials, and the global front), pareto.png, trials.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner import __version__
+from tuner.study import best_feasible, trial_record
+
+PARETO_VERSION = 1
+
+
+class FrontPoint(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    trial: int
+    batch_size: int
+    config: dict[str, Any]
+    j_per_query: float
+    latency_ms: float
+    feasible: bool
+
+
+class ParetoFile(BaseModel):
+    """pareto.json: what a user (or `tune export`) reads back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = PARETO_VERSION
+    tool_version: str = __version__
+    generated_at: str
+    study: str
+    device: str
+    device_kind: str
+    twin: bool
+    model: str
+    max_latency_ms: float
+    percentile: str
+    trials_completed: int
+    best: dict[str, Any] | None
+    fronts: dict[str, list[FrontPoint]] = Field(default_factory=dict)
+
+
+def completed_records(study: optuna.Study) -> list[dict[str, Any]]:
+    """One record per completed trial with metrics, first occurrence of each effective configuration."""
+    seen: set[str] = set()
+    records = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if "j_per_query" not in t.user_attrs:
+            continue
+        key = t.user_attrs.get("effective_key", str(t.number))
+        if key in seen:
+            continue
+        seen.add(key)
+        records.append(trial_record(t))
+    return records
+
+
+def front(points: list[dict[str, Any]], latency_key: str) -> list[dict[str, Any]]:
+    """Non-dominated points, minimizing both energy per query and latency, sorted by latency."""
+    ordered = sorted(points, key=lambda p: (p[latency_key], p["j_per_query"]))
+    result: list[dict[str, Any]] = []
+    best_energy = float("inf")
+    for p in ordered:
+        if p["j_per_query"] < best_energy:
+            result.append(p)
+            best_energy = p["j_per_query"]
+    return result
+
+
+def build_pareto(study: optuna.Study) -> ParetoFile:
+    attrs = study.user_attrs
+    percentile = attrs.get("percentile", "p99")
+    latency_key = f"{percentile}_ms"
+    records = completed_records(study)
+    fronts: dict[str, list[FrontPoint]] = {}
+
+    def points(subset: list[dict[str, Any]]) -> list[FrontPoint]:
+        return [
+            FrontPoint(
+                trial=r["trial"],
+                batch_size=r["batch_size"],
+                config=r["config"],
+                j_per_query=r["j_per_query"],
+                latency_ms=r[latency_key],
+                feasible=r["feasible"],
+                qps=r["qps"],
+                avg_w=r["avg_w"],
+            )
+            for r in front(subset, latency_key)
+        ]
+
+    fronts["global"] = points(records)
+    for batch in sorted({r["batch_size"] for r in records}):
+        fronts[f"bs={batch}"] = points([r for r in records if r["batch_size"] == batch])
+    best = best_feasible(study)
+    return ParetoFile(
+        generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        study=study.study_name,
+        device=attrs.get("device", ""),
+        device_kind=attrs.get("device_kind", ""),
+        twin=bool(attrs.get("twin", False)),
+        model=attrs.get("model", ""),
+        max_latency_ms=float(attrs.get("max_latency_ms", 0.0)),
+        percentile=percentile,
+        trials_completed=len(records),
+        best=trial_record(best) if best else None,
+        fronts=fronts,
+    )
+
+
+def results_dir(out: Path, device_slug: str, model: str) -> Path:
+    safe_model = Path(model).stem if model.endswith(".onnx") else model
+    return out / device_slug / safe_model
+
+
+def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
+    """Write pareto.json, pareto.csv, trials.csv and pareto.png into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pareto = build_pareto(study)
+    (folder / "pareto.json").write_text(pareto.model_dump_json(indent=2) + "\n")
+    knob_names = sorted({k for pts in pareto.fronts.values() for p in pts for k in p.config})
+    with open(folder / "pareto.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["front", "trial", "batch_size", *knob_names, "j_per_query", "latency_ms", "qps", "avg_w", "feasible", "twin"])
+        for name, pts in pareto.fronts.items():
+            for p in pts:
+                extra = p.model_extra or {}
+                writer.writerow([name, p.trial, p.batch_size, *[p.config.get(k, "") for k in knob_names], f"{p.j_per_query:.6g}", f"{p.latency_ms:.4g}", f"{extra.get('qps', 0):.6g}", f"{extra.get('avg_w', 0):.4g}", p.feasible, pareto.twin])
+    write_trials_csv(study, folder / "trials.csv")
+    plot_front(pareto, completed_records(study), folder / "pareto.png")
+    return pareto
+
+
+def write_trials_csv(study: optuna.Study, path: Path) -> None:
+    trials = study.get_trials(deepcopy=False)
+    knob_names = sorted({k for t in trials for k in t.user_attrs.get("effective", {})})
+    metrics = ["j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s"]
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["trial", "state", "batch_size", *knob_names, *metrics, "feasible", "reused_from", "meter", "twin", "device", "host", "fail_reason"])
+        for t in trials:
+            a = t.user_attrs
+            eff = a.get("effective", {})
+            feasible = bool(t.constraints) and all(v <= 0 for v in t.constraints.values())
+            writer.writerow([t.number, t.state.name, a.get("batch_size", ""), *[eff.get(k, "") for k in knob_names], *[a.get(m, "") for m in metrics], feasible, a.get("reused_from", ""), a.get("meter", ""), a.get("twin", ""), a.get("device", ""), a.get("host", ""), a.get("fail_reason", "")])
+
+
+def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:
+    """Energy per query against tail latency: every trial, each batch size's front, the bound, the best."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    latency_key = f"{pareto.percentile}_ms"
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    ax.scatter([r[latency_key] for r in records], [r["j_per_query"] for r in records], s=10, c="0.75", label="trials")
+    cmap = plt.get_cmap("viridis")
+    batch_fronts = [(k, v) for k, v in pareto.fronts.items() if k != "global"]
+    for i, (name, pts) in enumerate(batch_fronts):
+        color = cmap(i / max(len(batch_fronts) - 1, 1))
+        ax.plot([p.latency_ms for p in pts], [p.j_per_query for p in pts], "-o", ms=3, color=color, label=name)
+    ax.axvline(pareto.max_latency_ms, color="crimson", ls="--", lw=1, label=f"bound {pareto.max_latency_ms:g} ms")
+    if pareto.best:
+        ax.scatter([pareto.best[latency_key]], [pareto.best["j_per_query"]], marker="*", s=160, c="gold", edgecolors="k", zorder=5, label="best feasible")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")
+    ax.set_ylabel("energy per query (J)")
+    twin = " [digital twin]" if pareto.twin else ""
+    ax.set_title(f"{pareto.model} on {pareto.device}{twin}")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

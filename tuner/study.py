@@ -1,0 +1,286 @@
+"""One tuning study end to end: open or resume it, run trials, record every metric.
+
+A study is keyed by model, device, scenario and latency bound, so running the
+same command again resumes it and adds trials. A trial suggests a
+configuration, reduces it to what the hardware will really run, reuses an
+earlier measurement of that effective configuration if there is one, and
+otherwise applies it and measures a window. Energy per query is the objective;
+the latency bound is an Optuna constraint (<= 0 is feasible).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.devices.base import Device, WindowSettings
+from tuner.devices.journal import hardware_session
+from tuner.errors import UserError
+from tuner.measurement import Measurement
+from tuner.sampling import DEFAULT_SAMPLER, make_sampler
+from tuner.space import Config, SearchSpace
+from tuner.units import format_ms
+
+METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
+
+
+class MeasurementRejected(Exception):
+    """A trial whose number must not be trusted (invalid window, throttling, failed apply)."""
+
+
+class RunOptions(BaseModel):
+    """Everything ``tune run`` needs; the CLI only fills this in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_latency_ms: float
+    trials: int = 40
+    timeout_s: float | None = None
+    seed: int | None = None
+    batch_sizes: list[int] | None = None
+    knobs: list[str] | None = None
+    sampler: str = DEFAULT_SAMPLER
+    storage: str | None = None
+    out: Path = Path("studies")
+    window: WindowSettings = Field(default_factory=WindowSettings)
+
+
+def default_storage(out: Path) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(out / 'tune.db').as_posix()}"
+
+
+def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> str:
+    return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
+
+
+def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[int] | None) -> SearchSpace:
+    space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
+    if not space.tuned_knobs and len(space.batch_sizes) < 2:
+        raise UserError("the narrowed space has a single configuration: use tune measure, or widen --knobs/--batch-sizes")
+    return space
+
+
+def open_study(name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    """Create or resume a study; a bad storage URL is a user error, not a traceback."""
+    optuna.logging.set_verbosity(logging.ERROR)
+    try:
+        return optuna.create_study(
+            study_name=name, storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
+        )
+    except (ImportError, ModuleNotFoundError) as exc:
+        raise UserError(f"storage {redact(storage)} needs a driver that is not installed ({exc.name}): install the extra, e.g. pip install 'powertune[postgres]'") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("sqlalchemy") or isinstance(exc, ValueError):
+            raise UserError(f"cannot open study storage {redact(storage)}: {str(exc).splitlines()[0]}; check the URL") from None
+        raise
+
+
+def redact(url: str) -> str:
+    """A storage URL without its password, for logs and outputs."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+
+
+def trial_seed(seed: int | None, number: int) -> int | None:
+    """Per-trial measurement seed: reproducible runs, but a fresh noise draw per trial."""
+    if seed is None:
+        return None
+    return zlib.crc32(f"{seed}:{number}".encode())
+
+
+def record_measurement(trial: optuna.Trial, m: Measurement) -> None:
+    for key in METRIC_KEYS:
+        trial.set_user_attr(key, getattr(m, key))
+    trial.set_user_attr("meter", m.meter)
+    trial.set_user_attr("rails", m.rails)
+    trial.set_user_attr("twin", m.twin)
+    trial.set_user_attr("throttled", m.throttled)
+    if m.temps_c:
+        trial.set_user_attr("temps_c", m.temps_c)
+    if m.extra:
+        trial.set_user_attr("extra", m.extra)
+
+
+class Objective:
+    """The function Optuna calls per trial; also counts how many trials really measured."""
+
+    def __init__(self, device: Device, space: SearchSpace, options: RunOptions, study: optuna.Study) -> None:
+        self.device = device
+        self.space = space
+        self.options = options
+        self.measured = 0
+        self.cache: dict[str, int] = {}
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            key = t.user_attrs.get("effective_key")
+            if key is not None and "j_per_query" in t.user_attrs:
+                self.cache.setdefault(key, t.number)
+        self.study = study
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        config = self.space.suggest(trial)
+        effective = self.space.effective(config)
+        key = json.dumps(effective.key())
+        trial.set_user_attr("config", config.knobs)
+        trial.set_user_attr("batch_size", config.batch_size)
+        trial.set_user_attr("effective", effective.knobs)
+        trial.set_user_attr("effective_key", key)
+        trial.set_user_attr("device", self.device.name)
+        trial.set_user_attr("device_kind", self.device.kind)
+        trial.set_user_attr("host", socket.gethostname())
+        if key in self.cache:
+            return self._reuse(trial, self.cache[key])
+        measurement = self.measure(trial, effective)
+        record_measurement(trial, measurement)
+        self.measured += 1
+        self.cache[key] = trial.number
+        bound = self.options.max_latency_ms
+        trial.set_constraint("latency", measurement.latency_ms(self.options.window.percentile) - bound)
+        return measurement.j_per_query
+
+    def measure(self, trial: optuna.Trial, effective: Config) -> Measurement:
+        settings = self.options.window.model_copy(update={"seed": trial_seed(self.options.seed, trial.number)})
+        try:
+            self.device.apply(effective)
+            measurement = self.device.measure(self.options.model, effective, settings)
+        except MeasurementRejected as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            raise
+        if not measurement.valid:
+            trial.set_user_attr("fail_reason", measurement.reason or "measurement not trustworthy")
+            record_measurement(trial, measurement)
+            raise MeasurementRejected(measurement.reason)
+        return measurement
+
+    def _reuse(self, trial: optuna.Trial, source: int) -> float:
+        """Copy an earlier trial's measurement of the same effective configuration."""
+        earlier = self.study.get_trials(deepcopy=False)[source]
+        for key, value in earlier.user_attrs.items():
+            if key in METRIC_KEYS or key in ("meter", "rails", "twin", "throttled", "temps_c", "extra"):
+                trial.set_user_attr(key, value)
+        trial.set_user_attr("reused_from", source)
+        for key, value in earlier.constraints.items():
+            trial.set_constraint(key, value)
+        return float(earlier.value)
+
+
+class RunSummary(BaseModel):
+    """What a run reports back: the study, how many trials ran, and the best feasible trial."""
+
+    study: str
+    storage: str
+    measured: int
+    total_trials: int
+    best_trial: int | None
+    best: dict | None
+
+
+def run_study(
+    device: Device,
+    options: RunOptions,
+    on_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None] | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
+) -> tuple[optuna.Study, RunSummary]:
+    """Run ``options.trials`` measured trials (reused ones are free), holding the device safely.
+
+    The loop ends when the requested number of configurations has been
+    measured, the timeout passes, the sampler keeps proposing measured points
+    (the space is exhausted), or too many trials failed to measure.
+    """
+    space = narrowed_space(device, options.knobs, options.batch_sizes)
+    storage = options.storage or default_storage(options.out)
+    name = study_name(options.model, device, options.window.scenario, options.max_latency_ms)
+    study = open_study(name, storage, sampler or make_sampler(options.sampler, options.seed))
+    _stamp(study, device, options, space)
+    objective = Objective(device, space, options, study)
+    distinct = space.size()
+    target = min(options.trials, max(distinct - len(objective.cache), 0))
+    state = {"reused_in_row": 0, "failed": 0}
+
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
+        state["failed"] += trial.state == optuna.trial.TrialState.FAIL
+        if on_trial is not None:
+            on_trial(study, trial, objective.measured)
+        exhausted = state["reused_in_row"] >= max(50, 5 * target)
+        if objective.measured >= target or exhausted or state["failed"] >= max(10, target):
+            study.stop()
+
+    if target > 0:
+        with hardware_session(device):
+            study.optimize(
+                objective,
+                n_trials=None,
+                timeout=options.timeout_s,
+                callbacks=[callback],
+                catch=(MeasurementRejected,),
+                gc_after_trial=False,
+            )
+    best = best_feasible(study)
+    summary = RunSummary(
+        study=name,
+        storage=redact(storage),
+        measured=objective.measured,
+        total_trials=len(study.trials),
+        best_trial=best.number if best else None,
+        best=trial_record(best) if best else None,
+    )
+    return study, summary
+
+
+def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
+    """Study-level attributes so results and exports can say what was tuned, and how."""
+    study.set_user_attr("model", options.model)
+    study.set_user_attr("device", device.name)
+    study.set_user_attr("device_kind", device.kind)
+    study.set_user_attr("device_slug", device.slug)
+    study.set_user_attr("twin", device.simulated)
+    study.set_user_attr("max_latency_ms", options.max_latency_ms)
+    study.set_user_attr("percentile", options.window.percentile)
+    study.set_user_attr("scenario", options.window.scenario)
+    study.set_user_attr("tuned_knobs", space.tuned_knobs)
+
+
+def is_feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    return bool(trial.constraints) and all(v <= 0 for v in trial.constraints.values())
+
+
+def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The completed feasible trial with the lowest energy per query (ties: earliest)."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.value is not None and math.isfinite(t.value) and is_feasible(t)
+    ]
+    return min(done, key=lambda t: (t.value, t.number)) if done else None
+
+
+def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
+    """A flat, JSON-ready view of a trial: configuration, metrics and feasibility."""
+    attrs = trial.user_attrs
+    record = {
+        "trial": trial.number,
+        "batch_size": attrs.get("batch_size"),
+        "config": attrs.get("effective", attrs.get("config", {})),
+        "feasible": is_feasible(trial),
+        "twin": attrs.get("twin", False),
+        "meter": attrs.get("meter"),
+        "device": attrs.get("device"),
+        "host": attrs.get("host"),
+    }
+    for key in METRIC_KEYS:
+        record[key] = attrs.get(key)
+    return record

@@ -1,0 +1,128 @@
+"""Exhaustive evaluation of a (narrowed) space: the ground truth a study is judged against."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from tuner.devices.base import Device, WindowSettings
+from tuner.devices.journal import hardware_session
+from tuner.measurement import Measurement
+from tuner.space import Config, SearchSpace
+
+
+class SweepRow(BaseModel):
+    config: Config
+    measurement: Measurement | None
+    error: str = ""
+
+
+def run_sweep(
+    device: Device,
+    space: SearchSpace,
+    model: str,
+    settings: WindowSettings,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[SweepRow]:
+    """Measure every effective configuration once.
+
+    Twins score the whole grid in one vectorized call (noise-free unless a
+    seed is given); real devices apply and measure one point at a time under
+    a hardware session, and a point that fails is kept with its error.
+    """
+    configs = space.grid()
+    measure_many = getattr(device, "measure_many", None)
+    if measure_many is not None:
+        rows = [SweepRow(config=c, measurement=m) for c, m in zip(configs, measure_many(model, configs, settings), strict=True)]
+        if progress:
+            progress(len(rows), len(rows))
+        return rows
+    rows = []
+    with hardware_session(device):
+        for i, config in enumerate(configs):
+            try:
+                device.apply(config)
+                measurement = device.measure(model, config, settings)
+                rows.append(SweepRow(config=config, measurement=measurement, error="" if measurement.valid else measurement.reason))
+            except Exception as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                rows.append(SweepRow(config=config, measurement=None, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            if progress:
+                progress(i + 1, len(configs))
+    return rows
+
+
+def optimum(rows: list[SweepRow], max_latency_ms: float | None, percentile: str = "p99") -> SweepRow | None:
+    """The lowest energy per query among valid rows within the bound (any latency if no bound)."""
+    valid = [r for r in rows if r.measurement is not None and r.measurement.valid]
+    if max_latency_ms is not None:
+        valid = [r for r in valid if r.measurement.latency_ms(percentile) <= max_latency_ms]
+    return min(valid, key=lambda r: r.measurement.j_per_query) if valid else None
+
+
+def write_sweep_csv(rows: list[SweepRow], path: Path, max_latency_ms: float | None, percentile: str = "p99") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    knob_names = list(rows[0].config.knobs) if rows else []
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["batch_size", *knob_names, "j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "queries_per_joule", "feasible", "meter", "twin", "throttled", "error"])
+        for r in rows:
+            m = r.measurement
+            if m is None:
+                writer.writerow([r.config.batch_size, *[r.config.knobs[k] for k in knob_names], *[""] * 7, False, "", "", "", r.error])
+                continue
+            feasible = m.valid and (max_latency_ms is None or m.latency_ms(percentile) <= max_latency_ms)
+            writer.writerow([r.config.batch_size, *[r.config.knobs[k] for k in knob_names], f"{m.j_per_query:.6g}", f"{m.p50_ms:.4g}", f"{m.p90_ms:.4g}", f"{m.p99_ms:.4g}", f"{m.qps:.6g}", f"{m.avg_w:.4g}", f"{1 / m.j_per_query:.6g}", feasible, m.meter, m.twin, m.throttled, r.error])
+
+
+def plot_sweep(rows: list[SweepRow], path: Path, title: str, max_latency_ms: float | None, percentile: str = "p99") -> None:
+    """Throughput, average power, queries per joule and tail latency against batch size.
+
+    One line per combination of the other knobs when there are few (a
+    characterization); otherwise the per-batch-size best (lowest energy,
+    within the bound) so a large grid stays readable.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    valid = [r for r in rows if r.measurement is not None and r.measurement.valid]
+    groups: dict[str, list[SweepRow]] = {}
+    for r in valid:
+        groups.setdefault(" ".join(f"{k}={v}" for k, v in r.config.knobs.items()), []).append(r)
+    if len(groups) > 8:
+        best: dict[int, SweepRow] = {}
+        for r in valid:
+            if max_latency_ms is not None and r.measurement.latency_ms(percentile) > max_latency_ms:
+                continue
+            if r.config.batch_size not in best or r.measurement.j_per_query < best[r.config.batch_size].measurement.j_per_query:
+                best[r.config.batch_size] = r
+        groups = {"best per batch size": list(best.values())}
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6.5), dpi=110, sharex=True)
+    panels = [
+        ("queries/s", lambda m: m.qps),
+        ("average power (W)", lambda m: m.avg_w),
+        ("queries per joule", lambda m: 1 / m.j_per_query),
+        (f"{percentile} latency (ms)", lambda m: m.latency_ms(percentile)),
+    ]
+    for ax, (label, value) in zip(axes.flat, panels, strict=True):
+        for name, members in groups.items():
+            members = sorted(members, key=lambda r: r.config.batch_size)
+            ax.plot([r.config.batch_size for r in members], [value(r.measurement) for r in members], "-o", ms=3, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    if max_latency_ms is not None:
+        axes[1][1].axhline(max_latency_ms, color="crimson", ls="--", lw=1)
+    for ax in axes[1]:
+        ax.set_xlabel("batch size")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
