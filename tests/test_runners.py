@@ -160,27 +160,40 @@ def test_importing_runners_does_not_import_torch():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-def _export_tiny_cnn(path, dynamic_batch=True):
-    model = zoo.build_model("tiny-cnn")
-    kwargs = {"dynamic_axes": {"images": {0: "batch"}}} if dynamic_batch else {}
-    torch.onnx.export(
-        model,
-        (zoo.input_for("tiny-cnn", 2),),
-        str(path),
-        input_names=["images"],
-        dynamo=False,
-        **kwargs,
+def _onnx_file(path, inputs, nodes, outputs, initializers=()):
+    """Write a small graph with onnx.helper, independent of torch's exporters."""
+    onnx = pytest.importorskip("onnx")
+    helper = onnx.helper
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info(name, kind, shape) for name, kind, shape in inputs],
+        [helper.make_tensor_value_info(name, kind, shape) for name, kind, shape in outputs],
+        initializer=list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def _image_model(path, batch="batch", elem=None):
+    onnx = pytest.importorskip("onnx")
+    elem = onnx.TensorProto.FLOAT if elem is None else elem
+    return _onnx_file(
+        path,
+        [("images", elem, [batch, 3, 32, 32])],
+        [onnx.helper.make_node("GlobalAveragePool", ["images"], ["pooled"])],
+        [("pooled", elem, [batch, 3, 1, 1])],
     )
 
 
-def test_onnx_runner_runs_an_exported_tiny_cnn(tmp_path):
+def test_onnx_runner_feeds_images_with_the_batch_axis_set(tmp_path):
     pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    path = tmp_path / "tiny.onnx"
-    _export_tiny_cnn(path)
-    runner = make_runner(str(path), "cpu")
+    path = _image_model(tmp_path / "pool.onnx")
+    runner = make_runner(path, "cpu")
     assert isinstance(runner, Runner)
-    assert runner.name == "tiny"
+    assert (runner.name, runner.device) == ("pool", "cpu")
     runner.prepare(5, "fp32", {})
     assert runner._feeds["images"].shape == (5, 3, 32, 32)
     runner.infer()
@@ -189,22 +202,55 @@ def test_onnx_runner_runs_an_exported_tiny_cnn(tmp_path):
     with pytest.raises(UserError, match="does not support channels_last"):
         runner.prepare(5, "fp32", {"channels_last": True})
     with pytest.raises(UserError, match="carries its own weights"):
-        make_runner(str(path), "cpu", weights="w.pt")
+        make_runner(path, "cpu", weights="w.pt")
     runner.close()
 
 
-def test_onnx_runner_refuses_a_fixed_batch_and_bad_files(tmp_path):
+def test_onnx_runner_feeds_token_ids(tmp_path):
     pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    path = tmp_path / "fixed.onnx"
-    _export_tiny_cnn(path, dynamic_batch=False)
-    runner = make_runner(str(path))
+    onnx = pytest.importorskip("onnx")
+    table = onnx.helper.make_tensor("table", onnx.TensorProto.FLOAT, [10, 4], [0.5] * 40)
+    path = _onnx_file(
+        tmp_path / "embed.onnx",
+        [("ids", onnx.TensorProto.INT64, ["batch", 16])],
+        [onnx.helper.make_node("Gather", ["table", "ids"], ["vectors"])],
+        [("vectors", onnx.TensorProto.FLOAT, ["batch", 16, 4])],
+        [table],
+    )
+    runner = make_runner(path)
+    runner.prepare(3, "fp32", {})
+    assert runner._feeds["ids"].shape == (3, 16)
+    assert str(runner._feeds["ids"].dtype) == "int64"
+    runner.infer()
+
+
+def test_onnx_runner_refuses_shapes_it_cannot_fill(tmp_path):
+    pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    runner = make_runner(_image_model(tmp_path / "fixed.onnx", batch=2))
     runner.prepare(2, "fp32", {})
     with pytest.raises(UserError, match="fixed batch size of 2"):
         runner.prepare(4, "fp32", {})
+    symbolic = _onnx_file(
+        tmp_path / "seq.onnx",
+        [("x", onnx.TensorProto.FLOAT, ["batch", "seq"])],
+        [onnx.helper.make_node("Relu", ["x"], ["y"])],
+        [("y", onnx.TensorProto.FLOAT, ["batch", "seq"])],
+    )
+    with pytest.raises(UserError, match="symbolic dimension 'seq'"):
+        make_runner(symbolic).prepare(1, "fp32", {})
+    half = make_runner(_image_model(tmp_path / "half.onnx", elem=onnx.TensorProto.FLOAT16))
+    with pytest.raises(UserError, match="computes in fp16"):
+        half.prepare(1, "fp32", {})
+
+
+def test_onnx_runner_refuses_bad_files(tmp_path):
+    pytest.importorskip("onnxruntime")
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"garbage")
     with pytest.raises(UserError, match="cannot load ONNX file"):
         make_runner(str(broken))
     with pytest.raises(UserError, match="does not exist"):
         make_runner(str(tmp_path / "absent.onnx"))
+    with pytest.raises(UserError, match="cpu, cuda or cuda:N"):
+        make_runner(str(broken), "gpu")
