@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from runners.base import Runner
-from runners.profile import profile_names
 from tuner.errors import UserError
 
 
@@ -24,6 +23,8 @@ def make_runner(model: str, device: str = "cpu", weights: str | Path | None = No
     try:
         from runners.torch_runner import TorchRunner
     except ImportError:
+        from runners.profile import profile_names
+
         if model not in profile_names():
             raise UserError(
                 f"unknown model {model!r}: known models are {', '.join(profile_names())}"
