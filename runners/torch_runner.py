@@ -113,16 +113,8 @@ class TorchRunner:
         if opts["channels_last"] and not self._spec.cnn:
             raise UserError(f"channels_last applies to CNNs only; {self.name} is not one")
         self._release()
-        dtype = DTYPES[precision]
-        model = copy.deepcopy(self._base).to(device=self._device, dtype=dtype)
-        batch = zoo.input_for(self.name, batch_size, self._device, dtype)
-        if opts["channels_last"]:
-            model = model.to(memory_format=torch.channels_last)
-            batch = batch.contiguous(memory_format=torch.channels_last)
-        if opts["compile"]:
-            model = torch.compile(model)
-        self._model, self._input = model, batch
         try:
+            self._build(batch_size, DTYPES[precision], opts)
             self._warm_up(opts["cuda_graphs"])
         except torch.cuda.OutOfMemoryError:
             self._release()
@@ -131,15 +123,26 @@ class TorchRunner:
                 f"{self.device} memory; use a smaller batch size"
             ) from None
         except Exception as exc:
-            if not (opts["compile"] or opts["cuda_graphs"]):
+            culprits = [f"precision {precision}"] if precision != "fp32" else []
+            culprits += [key for key in ("compile", "cuda_graphs") if opts[key]]
+            if not culprits:
                 raise
             self._release()
-            flags = [key for key in ("compile", "cuda_graphs") if opts[key]]
+            detail = str(exc).splitlines()[0] if str(exc) else ""
             raise UserError(
-                f"{self.name} failed to run with {' and '.join(flags)} on {self.device} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''});"
-                " turn the option off"
+                f"{self.name} failed to run with {' and '.join(culprits)} on {self.device} "
+                f"({type(exc).__name__}: {detail}); use fp32 and turn compile/cuda_graphs off"
             ) from None
+
+    def _build(self, batch_size: int, dtype: torch.dtype, opts: dict[str, bool]) -> None:
+        model = copy.deepcopy(self._base).to(device=self._device, dtype=dtype)
+        batch = zoo.input_for(self.name, batch_size, self._device, dtype)
+        if opts["channels_last"]:
+            model = model.to(memory_format=torch.channels_last)
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        if opts["compile"]:
+            model = torch.compile(model)
+        self._model, self._input = model, batch
 
     def _warm_up(self, cuda_graphs: bool) -> None:
         """Run a few batches (lazy init, autotuning, compilation), then capture a graph."""

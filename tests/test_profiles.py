@@ -98,3 +98,25 @@ def test_make_profiles_script_writes_a_valid_json(tmp_path, monkeypatch):
     module.main(["tiny-cnn"])
     written = ModelProfile.model_validate(json.loads((tmp_path / "tiny-cnn.json").read_text()))
     assert written.layers == load_profile("tiny-cnn").layers
+
+
+@pytest.mark.parametrize(
+    "name", ["tiny-cnn", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base"]
+)
+def test_profile_matches_its_model(name):
+    torch = pytest.importorskip("torch")
+    from runners import zoo
+
+    model = zoo.build_model(name)
+    profile = load_profile(name)
+    assert profile.input_shape == list(zoo.spec(name).input_shape)
+    dense = [
+        p
+        for module in model.modules()
+        if not isinstance(module, torch.nn.Embedding)
+        for p in module.parameters(recurse=False)
+    ]
+    assert profile.weight_bytes == 4 * sum(p.numel() for p in dense)
+    kinds = (torch.nn.Conv2d, torch.nn.Linear, zoo.MatMul)
+    matmuls = {n for n, module in model.named_modules() if isinstance(module, kinds)}
+    assert {layer.name for layer in profile.layers if layer.matmul} == matmuls

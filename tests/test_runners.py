@@ -60,6 +60,20 @@ def test_cpu_refuses_what_it_cannot_run(precision, options, message):
         runner.prepare(1, precision, options)
 
 
+def test_a_failing_precision_or_option_becomes_a_user_error(monkeypatch):
+    runner = TorchRunner("tiny-cnn")
+
+    def broken(cuda_graphs):
+        raise RuntimeError("no kernel for this dtype")
+
+    monkeypatch.setattr(runner, "_warm_up", broken)
+    with pytest.raises(UserError, match="precision bf16 on cpu"):
+        runner.prepare(1, "bf16", {})
+    assert runner._model is None
+    with pytest.raises(RuntimeError, match="no kernel"):
+        runner.prepare(1, "fp32", {})
+
+
 def test_bad_batch_size_and_device():
     with pytest.raises(UserError, match="batch size"):
         TorchRunner("tiny-cnn").prepare(0, "fp32", {})
