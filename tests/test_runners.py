@@ -1,0 +1,270 @@
+"""Runners: zoo models on the CPU, weights files, ONNX files, and their errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runners import Runner, make_runner
+from tuner.errors import UserError
+
+torch = pytest.importorskip("torch")
+
+from runners import zoo  # noqa: E402
+from runners.torch_runner import TorchRunner  # noqa: E402
+
+
+@pytest.mark.parametrize("model", ["tiny-cnn", "resnet50"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_zoo_model_infers_on_cpu(model, precision):
+    runner = make_runner(model, "cpu")
+    assert isinstance(runner, Runner)
+    assert (runner.name, runner.device) == (model, "cpu")
+    runner.prepare(1, precision, {"channels_last": model == "resnet50"})
+    runner.infer()
+    runner.infer()
+    runner.close()
+
+
+def test_prepare_again_switches_batch_and_precision():
+    runner = TorchRunner("tiny-cnn")
+    runner.prepare(2, "bf16", {})
+    assert runner._input.shape == (2, 3, 32, 32) and runner._input.dtype == torch.bfloat16
+    runner.prepare(8, "fp32", {"channels_last": True})
+    assert runner._input.shape == (8, 3, 32, 32) and runner._input.dtype == torch.float32
+    assert runner._input.is_contiguous(memory_format=torch.channels_last)
+    # The pristine fp32 model is untouched by the casts.
+    assert next(runner._base.parameters()).dtype == torch.float32
+    runner.infer()
+
+
+def test_infer_before_prepare_is_a_bug():
+    with pytest.raises(RuntimeError, match="prepare"):
+        TorchRunner("tiny-cnn").infer()
+
+
+@pytest.mark.parametrize(
+    ("precision", "options", "message"),
+    [
+        ("fp16", {}, "bf16 or fp32"),
+        ("fp32", {"cuda_graphs": True}, "CUDA device"),
+        ("int8", {}, "fp32, fp16, bf16"),
+        ("fp32", {"tensorrt": True}, "known options are"),
+    ],
+)
+def test_cpu_refuses_what_it_cannot_run(precision, options, message):
+    runner = TorchRunner("tiny-cnn")
+    with pytest.raises(UserError, match=message):
+        runner.prepare(1, precision, options)
+
+
+def test_a_failing_precision_or_option_becomes_a_user_error(monkeypatch):
+    runner = TorchRunner("tiny-cnn")
+
+    def broken(cuda_graphs):
+        raise RuntimeError("no kernel for this dtype")
+
+    monkeypatch.setattr(runner, "_warm_up", broken)
+    with pytest.raises(UserError, match="precision bf16 on cpu"):
+        runner.prepare(1, "bf16", {})
+    assert runner._model is None
+    with pytest.raises(RuntimeError, match="no kernel"):
+        runner.prepare(1, "fp32", {})
+
+
+def test_bad_batch_size_and_device():
+    with pytest.raises(UserError, match="batch size"):
+        TorchRunner("tiny-cnn").prepare(0, "fp32", {})
+    with pytest.raises(UserError, match="cpu, cuda or cuda:N"):
+        make_runner("tiny-cnn", "tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="no CUDA GPU"):
+            make_runner("tiny-cnn", "cuda:0")
+
+
+def test_unknown_model_lists_known_names():
+    with pytest.raises(UserError) as info:
+        make_runner("resnet51")
+    for name in zoo.model_names():
+        assert name in str(info.value)
+    assert ".onnx" in str(info.value)
+
+
+def test_zoo_inputs_and_outputs_have_the_standard_shapes():
+    assert zoo.model_names() == [
+        "bert-base", "bert-large", "efficientnet_b0", "mobilenet_v2", "resnet50", "tiny-cnn"
+    ]  # fmt: skip
+    ids = zoo.input_for("bert-base", 2, "cpu", torch.float16)
+    assert ids.shape == (2, 128) and ids.dtype == torch.int64
+    assert int(ids.max()) < zoo.BERT_VOCAB
+    with torch.inference_mode():
+        for name, out in [("mobilenet_v2", 1000), ("efficientnet_b0", 1000), ("tiny-cnn", 10)]:
+            batch = zoo.input_for(name, 1)
+            assert zoo.build_model(name)(batch).shape == (1, out)
+        assert zoo.build_model("bert-base")(ids).shape == (2, 768)
+
+
+def test_builds_are_reproducible_and_leave_the_global_rng_alone():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a, b = zoo.build_model("tiny-cnn"), zoo.build_model("tiny-cnn")
+    assert torch.rand(1) == before
+    for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+
+
+def test_weights_file_round_trip(tmp_path):
+    trained = zoo.build_model("tiny-cnn", seed=7)
+    path = tmp_path / "tiny.pt"
+    torch.save(trained.state_dict(), path)
+    runner = TorchRunner("tiny-cnn", weights=path)
+    for key, value in trained.state_dict().items():
+        assert torch.equal(runner._base.state_dict()[key], value)
+    assert not torch.equal(
+        runner._base.state_dict()["fc.weight"],
+        zoo.build_model("tiny-cnn").state_dict()["fc.weight"],
+    )
+    wrapped = tmp_path / "wrapped.pt"
+    torch.save({"state_dict": trained.state_dict(), "epoch": 3}, wrapped)
+    runner = make_runner("tiny-cnn", "cpu", str(wrapped))
+    assert torch.equal(runner._base.fc.bias, trained.fc.bias)
+    runner.prepare(1, "fp32", {})
+    runner.infer()
+
+
+def test_weights_file_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        TorchRunner("tiny-cnn", weights=tmp_path / "missing.pt")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="cannot read weights file"):
+        TorchRunner("tiny-cnn", weights=garbage)
+    tensor = tmp_path / "tensor.pt"
+    torch.save(torch.zeros(3), tensor)
+    with pytest.raises(UserError, match="not a state_dict"):
+        TorchRunner("tiny-cnn", weights=tensor)
+    other = tmp_path / "other.pt"
+    torch.save({"conv.weight": torch.zeros(1)}, other)
+    with pytest.raises(UserError, match="does not fit model 'tiny-cnn'"):
+        TorchRunner("tiny-cnn", weights=other)
+    reshaped = zoo.build_model("tiny-cnn").state_dict()
+    reshaped["fc.weight"] = torch.zeros(3, 3)
+    torch.save(reshaped, other)
+    with pytest.raises(UserError, match="does not fit model 'tiny-cnn'"):
+        TorchRunner("tiny-cnn", weights=other)
+
+
+def test_channels_last_is_for_cnns_only():
+    runner = TorchRunner("bert-base")
+    with pytest.raises(UserError, match="CNNs only"):
+        runner.prepare(1, "fp32", {"channels_last": True})
+
+
+def test_missing_onnxruntime_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(UserError, match=r"pip install 'powertune\[onnx\]'"):
+        make_runner(str(tmp_path / "model.onnx"))
+
+
+def test_importing_runners_does_not_import_torch():
+    code = "import runners, runners.profile, sys; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def _onnx_file(path, inputs, nodes, outputs, initializers=()):
+    """Write a small graph with onnx.helper, independent of torch's exporters."""
+    onnx = pytest.importorskip("onnx")
+    helper = onnx.helper
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info(name, kind, shape) for name, kind, shape in inputs],
+        [helper.make_tensor_value_info(name, kind, shape) for name, kind, shape in outputs],
+        initializer=list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def _image_model(path, batch="batch", elem=None):
+    onnx = pytest.importorskip("onnx")
+    elem = onnx.TensorProto.FLOAT if elem is None else elem
+    return _onnx_file(
+        path,
+        [("images", elem, [batch, 3, 32, 32])],
+        [onnx.helper.make_node("GlobalAveragePool", ["images"], ["pooled"])],
+        [("pooled", elem, [batch, 3, 1, 1])],
+    )
+
+
+def test_onnx_runner_feeds_images_with_the_batch_axis_set(tmp_path):
+    pytest.importorskip("onnxruntime")
+    path = _image_model(tmp_path / "pool.onnx")
+    runner = make_runner(path, "cpu")
+    assert isinstance(runner, Runner)
+    assert (runner.name, runner.device) == ("pool", "cpu")
+    runner.prepare(5, "fp32", {})
+    assert runner._feeds["images"].shape == (5, 3, 32, 32)
+    runner.infer()
+    with pytest.raises(UserError, match="fixes the precision"):
+        runner.prepare(5, "bf16", {})
+    with pytest.raises(UserError, match="does not support channels_last"):
+        runner.prepare(5, "fp32", {"channels_last": True})
+    with pytest.raises(UserError, match="carries its own weights"):
+        make_runner(path, "cpu", weights="w.pt")
+    runner.close()
+
+
+def test_onnx_runner_feeds_token_ids(tmp_path):
+    pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    table = onnx.helper.make_tensor("table", onnx.TensorProto.FLOAT, [10, 4], [0.5] * 40)
+    path = _onnx_file(
+        tmp_path / "embed.onnx",
+        [("ids", onnx.TensorProto.INT64, ["batch", 16])],
+        [onnx.helper.make_node("Gather", ["table", "ids"], ["vectors"])],
+        [("vectors", onnx.TensorProto.FLOAT, ["batch", 16, 4])],
+        [table],
+    )
+    runner = make_runner(path)
+    runner.prepare(3, "fp32", {})
+    assert runner._feeds["ids"].shape == (3, 16)
+    assert str(runner._feeds["ids"].dtype) == "int64"
+    runner.infer()
+
+
+def test_onnx_runner_refuses_shapes_it_cannot_fill(tmp_path):
+    pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    runner = make_runner(_image_model(tmp_path / "fixed.onnx", batch=2))
+    runner.prepare(2, "fp32", {})
+    with pytest.raises(UserError, match="fixed batch size of 2"):
+        runner.prepare(4, "fp32", {})
+    symbolic = _onnx_file(
+        tmp_path / "seq.onnx",
+        [("x", onnx.TensorProto.FLOAT, ["batch", "seq"])],
+        [onnx.helper.make_node("Relu", ["x"], ["y"])],
+        [("y", onnx.TensorProto.FLOAT, ["batch", "seq"])],
+    )
+    with pytest.raises(UserError, match="symbolic dimension 'seq'"):
+        make_runner(symbolic).prepare(1, "fp32", {})
+    half = make_runner(_image_model(tmp_path / "half.onnx", elem=onnx.TensorProto.FLOAT16))
+    with pytest.raises(UserError, match="computes in fp16"):
+        half.prepare(1, "fp32", {})
+
+
+def test_onnx_runner_refuses_bad_files(tmp_path):
+    pytest.importorskip("onnxruntime")
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"garbage")
+    with pytest.raises(UserError, match="cannot load ONNX file"):
+        make_runner(str(broken))
+    with pytest.raises(UserError, match="does not exist"):
+        make_runner(str(tmp_path / "absent.onnx"))
+    with pytest.raises(UserError, match="cpu, cuda or cuda:N"):
+        make_runner(str(broken), "gpu")
