@@ -73,6 +73,22 @@ def test_offline_window_batches_samples_and_keeps_logs(tmp_path):
     assert result.energy is not None and result.energy.meter == "recording"
 
 
+class SpeedsUpRunner(SleepyRunner):
+    """Slow while warming up, five times faster afterwards (as after autotuning)."""
+
+    def infer(self) -> None:
+        self.calls.append(time.monotonic())
+        time.sleep(0.01 if len(self.calls) <= 4 else 0.002)
+
+
+def test_offline_window_is_rerun_when_the_warmup_undersized_it(tmp_path):
+    settings = WindowSettings(window_s=0.5, warmup_s=0.0)
+    result = run_window(SpeedsUpRunner(), 2, settings, tmp_path)
+    assert result.attempts == 2
+    assert result.summary.valid, result.summary.invalid_reasons
+    assert result.duration_s >= 0.5
+
+
 def test_singlestream_window_runs(tmp_path):
     settings = WindowSettings(window_s=0.5, warmup_s=0.05, scenario="singlestream")
     result = run_window(SleepyRunner(), 1, settings, tmp_path)

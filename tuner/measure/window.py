@@ -15,6 +15,7 @@ throughput that sizes the LoadGen run so it fills the window.
 
 from __future__ import annotations
 
+import json
 import math
 import queue
 import re
@@ -336,8 +337,6 @@ def parse_logs(log_dir: str | Path) -> LoadGenSummary:
     The detail log is authoritative where both say the same thing; the summary
     supplies the latency percentiles and the reasons it gives for INVALID.
     """
-    import json
-
     log_path = Path(log_dir)
     summary = LoadGenSummary()
     summary_file = log_path / "mlperf_log_summary.txt"
