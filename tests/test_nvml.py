@@ -266,3 +266,10 @@ def test_meter_choice_falls_back_to_sampled_power():
     assert isinstance(NvmlDevice(0, nvml=FakeNVML()).make_meter(None), NvmlEnergyMeter)
     with pytest.raises(UserError, match="unknown meter"):
         device.make_meter("wall-plug")
+
+
+def test_the_fake_only_offers_functions_real_pynvml_has():
+    import pynvml
+
+    faked = [n for n in vars(FakeNVML) if n.startswith("nvml")]
+    assert faked and all(hasattr(pynvml, n) for n in faked)
