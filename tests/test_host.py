@@ -1,0 +1,83 @@
+"""The cpu device end to end: real LoadGen, a fake runner, RAPL from a fake powercap tree."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import ClassVar
+
+import pytest
+
+import runners
+from tuner.devices.base import WindowSettings
+from tuner.devices.host import HostDevice
+from tuner.errors import UserError
+from tuner.space import Config
+
+
+class TinyRunner:
+    made: ClassVar[list[TinyRunner]] = []
+
+    def __init__(self, model: str, device: str) -> None:
+        self.model, self.device = model, device
+        self.prepared = None
+        TinyRunner.made.append(self)
+
+    def prepare(self, batch_size, precision, options) -> None:
+        self.prepared = (batch_size, precision, options)
+
+    def infer(self) -> None:
+        time.sleep(0.001)
+
+    def close(self) -> None: ...
+
+
+@pytest.fixture
+def rapl_at_15w(tmp_path, monkeypatch):
+    """A package zone whose counter a thread advances as a 15 W CPU would."""
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    energy = zone / "energy_uj"
+    energy.write_text("0\n")
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def tick() -> None:
+        while not stop.wait(0.01):
+            tmp = energy.with_suffix(".tmp")  # atomic, as a sysfs read never sees half a value
+            tmp.write_text(f"{int((time.monotonic() - start) * 15e6)}\n")
+            os.replace(tmp, energy)
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    monkeypatch.setenv("TUNE_POWERCAP_ROOT", str(tmp_path))
+    yield
+    stop.set()
+    thread.join()
+
+
+def test_cpu_device_measures_through_loadgen_with_rapl(rapl_at_15w, monkeypatch, tmp_path):
+    TinyRunner.made = []
+    monkeypatch.setattr(runners, "make_runner", TinyRunner, raising=False)
+    device = HostDevice()
+    space = device.space()
+    assert space.tuned_knobs == ["precision"]
+    config = Config(knobs={"precision": "bf16"}, batch_size=4)
+    device.apply(config)
+    settings = WindowSettings(window_s=0.5, warmup_s=0.05, log_dir=str(tmp_path / "logs"))
+    m = device.measure("tiny-cnn", config, settings)
+    assert m.meter == "rapl" and m.rails == ["package-0"]
+    assert m.avg_w == pytest.approx(15.0, rel=0.1)
+    assert m.queries > 0 and m.j_per_query == pytest.approx(m.energy_j / m.queries)
+    assert m.valid, m.reason
+    assert TinyRunner.made[0].device == "cpu" and TinyRunner.made[0].prepared == (4, "bf16", {})
+    device.measure("tiny-cnn", config, settings)
+    assert len(TinyRunner.made) == 1
+
+
+def test_cpu_device_refuses_gpu_meters():
+    with pytest.raises(UserError, match="rapl"):
+        HostDevice().make_meter("nvml-energy")

@@ -1,0 +1,96 @@
+"""The host CPU as a device (``--device cpu``): observe-only, measured with RAPL.
+
+Nothing on the machine is changed: the space has only runner knobs
+(precision) and batch sizes, so apply() checks the configuration and writes
+nothing. Its main use is CI, which drives the real LoadGen path end to end
+with a tiny model and a fake powercap tree (``TUNE_POWERCAP_ROOT``).
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+from tuner.devices.base import WindowSettings
+from tuner.errors import UserError
+from tuner.measure.meters import Meter, RaplMeter
+from tuner.measure.session import measure_with
+from tuner.measurement import Measurement
+from tuner.space import Config, SearchSpace, load_space
+
+
+class HostDevice:
+    """The CPU this process runs on."""
+
+    name = "cpu"
+    kind = "cpu"
+    slug = "cpu"
+    simulated = False
+
+    def __init__(self) -> None:
+        self._space: SearchSpace | None = None
+        self._runner: Any = None
+        self._runner_key: tuple | None = None
+
+    def space(self) -> SearchSpace:
+        if self._space is None:
+            self._space = load_space(self.kind)
+        return self._space
+
+    def read_state(self) -> dict[str, Any]:
+        """Nothing is ever written, so there is nothing to remember."""
+        return {}
+
+    def apply(self, config: Config) -> None:
+        """Check the configuration only: every knob of this device is a runner knob."""
+        self.space().validate_config(config)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Nothing was changed."""
+
+    def make_meter(self, choice: str | None) -> Meter:
+        if choice not in (None, "rapl"):
+            raise UserError(
+                f"meter {choice!r} is not available on the cpu device: use --meter rapl"
+            )
+        return RaplMeter()
+
+    def _runner_for(self, model: str, config: Config) -> Any:
+        knobs = dict(config.knobs)
+        precision = str(knobs.pop("precision", "fp32"))
+        key = (
+            model,
+            config.batch_size,
+            precision,
+            tuple(sorted((k, str(v)) for k, v in knobs.items())),
+        )
+        if self._runner is not None and self._runner_key == key:
+            return self._runner
+        self.close()
+        from runners import make_runner
+
+        runner = make_runner(model, "cpu")
+        runner.prepare(config.batch_size, precision, knobs)
+        self._runner, self._runner_key = runner, key
+        return runner
+
+    def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
+        """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
+        meter = self.make_meter(settings.meter)
+        runner = self._runner_for(model, config)
+        return measure_with(runner, meter, config.batch_size, settings)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "cpu": platform.processor() or platform.machine(),
+            "observe_only": True,
+            "simulated": False,
+        }
+
+    def close(self) -> None:
+        """Free the cached runner."""
+        if self._runner is not None:
+            self._runner.close()
+        self._runner, self._runner_key = None, None

@@ -1,0 +1,106 @@
+"""A measured window turned into the project's :class:`Measurement`."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner.devices.base import WindowSettings
+from tuner.errors import UserError
+from tuner.measure.meters import Meter
+from tuner.measure.window import Monitor, Runner, WindowResult, run_window
+from tuner.measurement import Measurement
+
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def measure_with(
+    runner: Runner,
+    meter: Meter,
+    batch_size: int,
+    settings: WindowSettings,
+    percentile: str | None = None,
+    monitors: list[Monitor] | tuple[Monitor, ...] = (),
+    log_dir: str | Path | None = None,
+) -> Measurement:
+    """Run one LoadGen window metered by ``meter`` and build its Measurement.
+
+    Energy per query is the meter's energy over exactly the LoadGen test
+    divided by the queries completed in it. The measurement is marked
+    invalid, with the reason, when LoadGen calls the run INVALID, when the
+    window is shorter than the meter can resolve, when the runner failed, or
+    when nothing completed; a device adds throttling on top from the
+    ``monitors`` it passed in, which hold what they sampled after the window.
+    """
+    percentile = percentile or settings.percentile
+    if percentile not in PERCENTILES:
+        raise UserError(
+            f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}"
+        )
+    folder = log_dir or settings.log_dir or tempfile.mkdtemp(prefix="powertune-loadgen-")
+    window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
+    return build_measurement(window, meter, percentile)
+
+
+def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99") -> Measurement:
+    """Combine a window's latencies, queries and energy; say why if it is not to be trusted."""
+    reading = window.energy
+    if reading is None:
+        raise ValueError("the window was run without a meter")
+    reasons: list[str] = []
+    if window.error:
+        reasons.append(f"runner error: {window.error}")
+    if window.queries <= 0:
+        reasons.append("no query completed in the window")
+    if not window.summary.valid:
+        why = "; ".join(window.summary.invalid_reasons) or "no reason given"
+        reasons.append(f"LoadGen result INVALID ({why})")
+    if reading.duration_s < meter.min_window_s:
+        reasons.append(
+            f"window {reading.duration_s:.2f} s is shorter than meter {meter.name} needs "
+            f"({meter.min_window_s:.2f} s): lengthen --window"
+        )
+    lat = np.asarray(window.batch_latencies_ms or [float("nan")], dtype=float)
+    p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99))
+    queries = max(window.queries, 0)
+    extra: dict[str, float | str] = {
+        "batches": float(window.batches),
+        "warmup_qps": window.warmup_qps,
+        "window_start_unix": window.start_wall,
+        "window_end_unix": window.end_wall,
+        "loadgen_log_dir": str(window.log_dir),
+        "loadgen_scenario": window.summary.scenario,
+        "loadgen_attempts": float(window.attempts),
+        "meter_samples": float(reading.samples),
+        "percentile": percentile,
+    }
+    if window.summary.samples_per_second is not None:
+        extra["loadgen_samples_per_s"] = window.summary.samples_per_second
+    if reading.warning:
+        extra["meter_warning"] = reading.warning
+    extra.update({f"meter_{k}": v for k, v in reading.extra.items()})
+    return Measurement(
+        j_per_query=reading.energy_j / queries if queries else float("inf"),
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+        qps=window.qps,
+        avg_w=reading.avg_w,
+        energy_j=reading.energy_j,
+        queries=queries,
+        duration_s=window.duration_s,
+        meter=reading.meter,
+        rails=list(reading.rails),
+        valid=not reasons,
+        reason="; ".join(reasons),
+        extra=extra,
+    )
+
+
+def mark_invalid(measurement: Measurement, reason: str, **update: Any) -> Measurement:
+    """A copy marked untrustworthy, with ``reason`` appended to any earlier one."""
+    joined = "; ".join(r for r in (measurement.reason, reason) if r)
+    return measurement.model_copy(update={"valid": False, "reason": joined, **update})
