@@ -49,7 +49,5 @@ def check_settings(batch_size: int, precision: str, options: dict[str, Any]) -> 
         raise UserError(f"unknown precision {precision!r}: use one of {', '.join(PRECISIONS)}")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise UserError(
-            f"unknown runner option(s) {', '.join(unknown)}: known options are {', '.join(OPTIONS)}"
-        )
+        raise UserError(f"unknown runner option(s) {', '.join(unknown)}: known options are {', '.join(OPTIONS)}")
     return {key: bool(options.get(key, False)) for key in OPTIONS}

@@ -44,10 +44,7 @@ def _providers(ort: Any, device: str) -> list[Any]:
         if not index.isdigit():
             raise UserError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise UserError(
-                f"device {device!r}: this onnxruntime has no CUDA provider; "
-                "pip install onnxruntime-gpu"
-            )
+            raise UserError(f"device {device!r}: this onnxruntime has no CUDA provider; pip install onnxruntime-gpu")
         return [("CUDAExecutionProvider", {"device_id": int(index)})]
     raise UserError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
 
@@ -102,9 +99,7 @@ class OnnxRunner:
 
     def _synthetic(self, node: Any, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         if node.type not in _NUMPY_TYPES:
-            raise UserError(
-                f"input {node.name!r} of {self.name}.onnx has unsupported type {node.type}"
-            )
+            raise UserError(f"input {node.name!r} of {self.name}.onnx has unsupported type {node.type}")
         shape = list(node.shape)
         if not shape:
             raise UserError(f"input {node.name!r} of {self.name}.onnx is a scalar; no batch axis")

@@ -7,7 +7,7 @@ and committed as runners/profiles/<model>.json, so the twin needs no torch.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,7 +73,7 @@ def profile_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_profile(model: str) -> ModelProfile:
     """Load a committed profile; an unknown model lists the known ones."""
     resource = resources.files("runners") / "profiles" / f"{model}.json"

@@ -80,9 +80,7 @@ def _layer(
         )
     if isinstance(module, zoo.MatMul):
         macs = out_elems * tensors[0].shape[-1]
-        return LayerProfile(
-            name=name, op="matmul", flops=2 * macs, weight_bytes=0.0, act_bytes=act, matmul=True
-        )
+        return LayerProfile(name=name, op="matmul", flops=2 * macs, weight_bytes=0.0, act_bytes=act, matmul=True)
     if isinstance(module, nn.Embedding):
         # A lookup reads only the gathered rows, which scale with the batch: they
         # are activation traffic, not a weight read once per batch.
@@ -90,9 +88,7 @@ def _layer(
     if isinstance(module, nn.MaxPool2d):
         window = module.kernel_size
         size = window * window if isinstance(window, int) else math.prod(window)
-        return LayerProfile(
-            name=name, op="maxpool", flops=out_elems * size, weight_bytes=0.0, act_bytes=act
-        )
+        return LayerProfile(name=name, op="maxpool", flops=out_elems * size, weight_bytes=0.0, act_bytes=act)
     if isinstance(module, nn.AdaptiveAvgPool2d):
         return LayerProfile(
             name=name,
@@ -103,9 +99,7 @@ def _layer(
         )
     for cls, op in _ELEMENTWISE.items():
         if isinstance(module, cls):
-            return LayerProfile(
-                name=name, op=op, flops=out_elems, weight_bytes=_param_bytes(module), act_bytes=act
-            )
+            return LayerProfile(name=name, op=op, flops=out_elems, weight_bytes=_param_bytes(module), act_bytes=act)
     if isinstance(module, _SKIP):
         return None
     raise TypeError(f"no FLOP rule for {type(module).__name__} at {name}")

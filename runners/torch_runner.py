@@ -34,9 +34,7 @@ def _parse_device(device: str) -> torch.device:
             raise UserError(f"device {device!r}: this torch build sees no CUDA GPU; use cpu")
         index = 0 if parsed.index is None else parsed.index
         if index >= torch.cuda.device_count():
-            raise UserError(
-                f"device {device!r}: only {torch.cuda.device_count()} CUDA GPU(s) visible"
-            )
+            raise UserError(f"device {device!r}: only {torch.cuda.device_count()} CUDA GPU(s) visible")
         parsed = torch.device("cuda", index)
     return parsed
 
@@ -64,8 +62,7 @@ def load_weights(model: nn.Module, path: str | Path, model_name: str) -> None:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # a key whose tensor has the wrong shape
         raise UserError(
-            f"weights file {str(path)!r} does not fit model {model_name!r}: "
-            f"{str(exc).splitlines()[-1].strip()}"
+            f"weights file {str(path)!r} does not fit model {model_name!r}: {str(exc).splitlines()[-1].strip()}"
         ) from None
     problems = [*result.missing_keys[:3], *result.unexpected_keys[:3]]
     if problems:

@@ -103,9 +103,7 @@ class Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(cout)
         self.downsample: nn.Module | None = None
         if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
         self.add = Add()
         self.relu3 = nn.ReLU(inplace=True)
 
@@ -235,8 +233,7 @@ class EfficientNetB0(nn.Module):
         layers: list[nn.Module] = [_conv_bn(3, 32, 3, 2, act=nn.SiLU, eps=1e-3)]
         for expand, kernel, stride, cin, cout, repeats in self.STAGES:
             stage = [
-                MBConv(cin if i == 0 else cout, cout, kernel, stride if i == 0 else 1, expand)
-                for i in range(repeats)
+                MBConv(cin if i == 0 else cout, cout, kernel, stride if i == 0 else 1, expand) for i in range(repeats)
             ]
             layers.append(nn.Sequential(*stage))
         layers.append(_conv_bn(320, 1280, 1, act=nn.SiLU, eps=1e-3))
@@ -402,8 +399,7 @@ def spec(name: str) -> ModelSpec:
         return _SPECS[name]
     except KeyError:
         raise UserError(
-            f"unknown model {name!r}: known models are {', '.join(model_names())}"
-            " (or pass a path to an .onnx file)"
+            f"unknown model {name!r}: known models are {', '.join(model_names())} (or pass a path to an .onnx file)"
         ) from None
 
 

@@ -25,8 +25,24 @@ ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "tuner" / "devices" / "twin_params"
 
 FREE = {
-    "sim:orin": ["compute_efficiency.fp32", "memory_efficiency", "launch_cycles", "host_cycles_per_sample", "gpu_dyn_w_per_v2_ghz", "base_w"],
-    "sim:h200": ["compute_efficiency.fp16", "compute_efficiency.fp32", "launch_cycles", "matmul_min_us.fp32", "matmul_min_us.fp16", "gpu_dyn_w_per_v2_ghz", "mem_pj_per_byte", "base_w"],
+    "sim:orin": [
+        "compute_efficiency.fp32",
+        "memory_efficiency",
+        "launch_cycles",
+        "host_cycles_per_sample",
+        "gpu_dyn_w_per_v2_ghz",
+        "base_w",
+    ],
+    "sim:h200": [
+        "compute_efficiency.fp16",
+        "compute_efficiency.fp32",
+        "launch_cycles",
+        "matmul_min_us.fp32",
+        "matmul_min_us.fp16",
+        "gpu_dyn_w_per_v2_ghz",
+        "mem_pj_per_byte",
+        "base_w",
+    ],
 }
 TIED = {"compute_efficiency.fp16": ["compute_efficiency.bf16"], "matmul_min_us.fp16": ["matmul_min_us.bf16"]}
 
@@ -65,7 +81,9 @@ def fit(twin: str, rows: list) -> dict:
         res_array = np.array(res)
         return res_array * np.sqrt(np.abs(res_array))
 
-    upper = np.array([np.log(0.95) if "efficiency" in n and "compute" not in n else x + 3 for n, x in zip(names, x0, strict=True)])
+    upper = np.array(
+        [np.log(0.95) if "efficiency" in n and "compute" not in n else x + 3 for n, x in zip(names, x0, strict=True)]
+    )
     lower = np.minimum(x0 - 3, upper - 1e-6)
     solution = least_squares(residuals, np.minimum(x0, upper - 1e-6), bounds=(lower, upper))
     fitted = json.loads(json.dumps(base))
@@ -111,7 +129,10 @@ def write_doc(rows: list) -> None:
     for e in twin_errors(rows):
         power = "excluded (source glitch)" if e["power_w"] is None else f"{e['power_w']:.1f}"
         perr = "" if e["power_err"] is None else f"{100 * e['power_err']:+.1f}%"
-        lines.append(f"| {e['row']} | {e['source']} | {e['time_ms']:.2f} | {e['twin_time_ms']:.2f} | {100 * e['time_err']:+.1f}% | {power} | {e['twin_power_w']:.1f} | {perr} |")
+        lines.append(
+            f"| {e['row']} | {e['source']} | {e['time_ms']:.2f} | {e['twin_time_ms']:.2f} "
+            f"| {100 * e['time_err']:+.1f}% | {power} | {e['twin_power_w']:.1f} | {perr} |"
+        )
     (ROOT / "docs" / "twin.md").write_text("\n".join(lines) + "\n")
 
 

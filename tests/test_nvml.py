@@ -29,9 +29,7 @@ class FakeNVML:
 
     NVMLError = FakeNVMLError
 
-    def __init__(
-        self, name: str = "NVIDIA H200", deny: tuple[str, ...] = (), energy_counter: bool = True
-    ) -> None:
+    def __init__(self, name: str = "NVIDIA H200", deny: tuple[str, ...] = (), energy_counter: bool = True) -> None:
         self.name = name
         self.deny = deny
         self.energy_counter = energy_counter

@@ -100,9 +100,7 @@ def test_make_profiles_script_writes_a_valid_json(tmp_path, monkeypatch):
     assert written.layers == load_profile("tiny-cnn").layers
 
 
-@pytest.mark.parametrize(
-    "name", ["tiny-cnn", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base"]
-)
+@pytest.mark.parametrize("name", ["tiny-cnn", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base"])
 def test_profile_matches_its_model(name):
     torch = pytest.importorskip("torch")
     from runners import zoo

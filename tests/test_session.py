@@ -23,9 +23,7 @@ class Meter:
 
 
 def _window(duration=2.0, energy=100.0, queries=1000, valid=True, error="") -> WindowResult:
-    reading = EnergyReading(
-        energy, duration, energy / duration, "test-meter", ["rail-a", "rail-b"], 20
-    )
+    reading = EnergyReading(energy, duration, energy / duration, "test-meter", ["rail-a", "rail-b"], 20)
     summary = LoadGenSummary(
         scenario="Offline",
         samples_per_second=queries / duration,

@@ -37,7 +37,17 @@ def orin_rows(data: dict) -> list[Row]:
     for r in block["rows"]:
         knobs = {"nvpmodel": "MAXN", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6}
         power = None if "glitch" in r.get("note", "") else r["power_W"]
-        rows.append(Row("orin_agx_maxn_pytorch_resnet50", "sim:orin", "resnet50", Config(knobs=knobs, batch_size=r["bs"]), r["time_ms"], power, f"MAXN bs{r['bs']}"))
+        rows.append(
+            Row(
+                "orin_agx_maxn_pytorch_resnet50",
+                "sim:orin",
+                "resnet50",
+                Config(knobs=knobs, batch_size=r["bs"]),
+                r["time_ms"],
+                power,
+                f"MAXN bs{r['bs']}",
+            )
+        )
     return rows
 
 
@@ -48,7 +58,17 @@ def h200_rows(data: dict, key: str = "h200_default_clocks_pytorch_resnet50") -> 
         precision = DTYPES[r["dtype"]]
         knobs = {"sm_mhz": 1980, "mem_mhz": 3201, "power_limit_w": 700, "precision": precision}
         model = r.get("model", "resnet50")
-        rows.append(Row(key, "sim:h200", model, Config(knobs=knobs, batch_size=r["bs"]), 1000 * r["bs"] / r["qps"], r["avg_W"], f"{model} {precision} bs{r['bs']}"))
+        rows.append(
+            Row(
+                key,
+                "sim:h200",
+                model,
+                Config(knobs=knobs, batch_size=r["bs"]),
+                1000 * r["bs"] / r["qps"],
+                r["avg_W"],
+                f"{model} {precision} bs{r['bs']}",
+            )
+        )
     return rows
 
 

@@ -60,7 +60,8 @@ def best_for_bound(study: optuna.Study, max_latency_ms: float, percentile: str) 
     ]
     if not candidates:
         raise UserError(
-            f"no measured configuration meets {format_ms(max_latency_ms)} at {percentile}: relax --max-latency or run more trials"
+            f"no measured configuration meets {format_ms(max_latency_ms)} at {percentile}: "
+            "relax --max-latency or run more trials"
         )
     return min(candidates, key=lambda t: (t.value, t.number))
 
@@ -113,4 +114,6 @@ def load_export(path: Path) -> ExportedConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise UserError(f"{path} is not a powertune export ({loc}: {first['msg']}): re-create it with tune export") from None
+        raise UserError(
+            f"{path} is not a powertune export ({loc}: {first['msg']}): re-create it with tune export"
+        ) from None

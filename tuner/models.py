@@ -15,4 +15,6 @@ def check_model(model: str) -> None:
             raise UserError(f"ONNX file {model} not found: check the path")
         return
     if model not in profile_names():
-        raise UserError(f"unknown model {model!r}: known models are {', '.join(profile_names())}, or a path to a .onnx file")
+        raise UserError(
+            f"unknown model {model!r}: known models are {', '.join(profile_names())}, or a path to a .onnx file"
+        )

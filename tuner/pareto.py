@@ -132,11 +132,37 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
     knob_names = sorted({k for pts in pareto.fronts.values() for p in pts for k in p.config})
     with open(folder / "pareto.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["front", "trial", "batch_size", *knob_names, "j_per_query", "latency_ms", "qps", "avg_w", "feasible", "twin"])
+        writer.writerow(
+            [
+                "front",
+                "trial",
+                "batch_size",
+                *knob_names,
+                "j_per_query",
+                "latency_ms",
+                "qps",
+                "avg_w",
+                "feasible",
+                "twin",
+            ]
+        )
         for name, pts in pareto.fronts.items():
             for p in pts:
                 extra = p.model_extra or {}
-                writer.writerow([name, p.trial, p.batch_size, *[p.config.get(k, "") for k in knob_names], f"{p.j_per_query:.6g}", f"{p.latency_ms:.4g}", f"{extra.get('qps', 0):.6g}", f"{extra.get('avg_w', 0):.4g}", p.feasible, pareto.twin])
+                writer.writerow(
+                    [
+                        name,
+                        p.trial,
+                        p.batch_size,
+                        *[p.config.get(k, "") for k in knob_names],
+                        f"{p.j_per_query:.6g}",
+                        f"{p.latency_ms:.4g}",
+                        f"{extra.get('qps', 0):.6g}",
+                        f"{extra.get('avg_w', 0):.4g}",
+                        p.feasible,
+                        pareto.twin,
+                    ]
+                )
     write_trials_csv(study, folder / "trials.csv")
     plot_front(pareto, completed_records(study), folder / "pareto.png")
     return pareto
@@ -148,12 +174,42 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
     metrics = ["j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s"]
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["trial", "state", "batch_size", *knob_names, *metrics, "feasible", "reused_from", "meter", "twin", "device", "host", "fail_reason"])
+        writer.writerow(
+            [
+                "trial",
+                "state",
+                "batch_size",
+                *knob_names,
+                *metrics,
+                "feasible",
+                "reused_from",
+                "meter",
+                "twin",
+                "device",
+                "host",
+                "fail_reason",
+            ]
+        )
         for t in trials:
             a = t.user_attrs
             eff = a.get("effective", {})
             feasible = bool(t.constraints) and all(v <= 0 for v in t.constraints.values())
-            writer.writerow([t.number, t.state.name, a.get("batch_size", ""), *[eff.get(k, "") for k in knob_names], *[a.get(m, "") for m in metrics], feasible, a.get("reused_from", ""), a.get("meter", ""), a.get("twin", ""), a.get("device", ""), a.get("host", ""), a.get("fail_reason", "")])
+            writer.writerow(
+                [
+                    t.number,
+                    t.state.name,
+                    a.get("batch_size", ""),
+                    *[eff.get(k, "") for k in knob_names],
+                    *[a.get(m, "") for m in metrics],
+                    feasible,
+                    a.get("reused_from", ""),
+                    a.get("meter", ""),
+                    a.get("twin", ""),
+                    a.get("device", ""),
+                    a.get("host", ""),
+                    a.get("fail_reason", ""),
+                ]
+            )
 
 
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:
@@ -173,7 +229,16 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
         ax.plot([p.latency_ms for p in pts], [p.j_per_query for p in pts], "-o", ms=3, color=color, label=name)
     ax.axvline(pareto.max_latency_ms, color="crimson", ls="--", lw=1, label=f"bound {pareto.max_latency_ms:g} ms")
     if pareto.best:
-        ax.scatter([pareto.best[latency_key]], [pareto.best["j_per_query"]], marker="*", s=160, c="gold", edgecolors="k", zorder=5, label="best feasible")
+        ax.scatter(
+            [pareto.best[latency_key]],
+            [pareto.best["j_per_query"]],
+            marker="*",
+            s=160,
+            c="gold",
+            edgecolors="k",
+            zorder=5,
+            label="best feasible",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")

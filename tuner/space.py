@@ -106,8 +106,6 @@ class SearchSpace(BaseModel):
             space.tuned = list(knobs)
         if batch_sizes is not None:
             space.batch_sizes = sorted(set(batch_sizes))
-        if not space.tuned_knobs and len(space.batch_sizes) <= 1 and knobs is not None and not knobs:
-            raise UserError("the narrowed space is empty: name at least one knob with --knobs or two batch sizes")
         return space
 
     def pin(self, knob: str, value: KnobValue) -> SearchSpace:
@@ -256,7 +254,9 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobVal
         if name not in space.knobs:
             raise UserError(f"unknown knob {name!r} for {space.kind}: choose from {', '.join(space.knobs)}")
         allowed = space.knobs[name].values
-        matches = [a for a in allowed if str(a) == raw or (_is_number(raw) and not isinstance(a, str) and _same(a, float(raw)))]
+        matches = [
+            a for a in allowed if str(a) == raw or (_is_number(raw) and not isinstance(a, str) and _same(a, float(raw)))
+        ]
         if not matches:
             shown = ", ".join(str(a) for a in allowed)
             raise UserError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
@@ -281,7 +281,9 @@ def load_space_file(path: Path) -> SearchSpace:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"search space {path} is not valid YAML{where}: fix the file or restore it from the package") from None
+        raise UserError(
+            f"search space {path} is not valid YAML{where}: fix the file or restore it from the package"
+        ) from None
     if not isinstance(data, dict):
         raise UserError(f"search space {path} must be a YAML mapping with version, kind, knobs and batch_sizes")
     try:

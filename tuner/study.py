@@ -66,7 +66,9 @@ def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> st
 def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[int] | None) -> SearchSpace:
     space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
     if not space.tuned_knobs and len(space.batch_sizes) < 2:
-        raise UserError("the narrowed space has a single configuration: use tune measure, or widen --knobs/--batch-sizes")
+        raise UserError(
+            "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
+        )
     return space
 
 
@@ -78,10 +80,15 @@ def open_study(name: str, storage: str, sampler: optuna.samplers.BaseSampler | N
             study_name=name, storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
         )
     except (ImportError, ModuleNotFoundError) as exc:
-        raise UserError(f"storage {redact(storage)} needs a driver that is not installed ({exc.name}): install the extra, e.g. pip install 'powertune[postgres]'") from None
+        raise UserError(
+            f"storage {redact(storage)} needs a driver that is not installed ({exc.name}): "
+            "install the extra, e.g. pip install 'powertune[postgres]'"
+        ) from None
     except Exception as exc:
         if type(exc).__module__.startswith("sqlalchemy") or isinstance(exc, ValueError):
-            raise UserError(f"cannot open study storage {redact(storage)}: {str(exc).splitlines()[0]}; check the URL") from None
+            raise UserError(
+                f"cannot open study storage {redact(storage)}: {str(exc).splitlines()[0]}; check the URL"
+            ) from None
         raise
 
 
@@ -152,7 +159,18 @@ class Objective:
         return measurement.j_per_query
 
     def measure(self, trial: optuna.Trial, effective: Config) -> Measurement:
-        settings = self.options.window.model_copy(update={"seed": trial_seed(self.options.seed, trial.number)})
+        update: dict = {"seed": trial_seed(self.options.seed, trial.number)}
+        if not self.device.simulated:
+            folder = (
+                self.options.out
+                / self.device.slug
+                / Path(self.options.model).stem
+                / "loadgen"
+                / f"trial-{trial.number:04d}"
+            )
+            update["log_dir"] = str(folder)
+            trial.set_user_attr("loadgen_logs", str(folder))
+        settings = self.options.window.model_copy(update=update)
         try:
             self.device.apply(effective)
             measurement = self.device.measure(self.options.model, effective, settings)

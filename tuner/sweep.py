@@ -36,7 +36,10 @@ def run_sweep(
     configs = space.grid()
     measure_many = getattr(device, "measure_many", None)
     if measure_many is not None:
-        rows = [SweepRow(config=c, measurement=m) for c, m in zip(configs, measure_many(model, configs, settings), strict=True)]
+        rows = [
+            SweepRow(config=c, measurement=m)
+            for c, m in zip(configs, measure_many(model, configs, settings), strict=True)
+        ]
         if progress:
             progress(len(rows), len(rows))
         return rows
@@ -46,11 +49,21 @@ def run_sweep(
             try:
                 device.apply(config)
                 measurement = device.measure(model, config, settings)
-                rows.append(SweepRow(config=config, measurement=measurement, error="" if measurement.valid else measurement.reason))
+                rows.append(
+                    SweepRow(
+                        config=config, measurement=measurement, error="" if measurement.valid else measurement.reason
+                    )
+                )
             except Exception as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                rows.append(SweepRow(config=config, measurement=None, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+                rows.append(
+                    SweepRow(
+                        config=config,
+                        measurement=None,
+                        error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    )
+                )
             if progress:
                 progress(i + 1, len(configs))
     return rows
@@ -69,17 +82,64 @@ def write_sweep_csv(rows: list[SweepRow], path: Path, max_latency_ms: float | No
     knob_names = list(rows[0].config.knobs) if rows else []
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["batch_size", *knob_names, "j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "queries_per_joule", "feasible", "meter", "twin", "throttled", "error"])
+        writer.writerow(
+            [
+                "batch_size",
+                *knob_names,
+                "j_per_query",
+                "p50_ms",
+                "p90_ms",
+                "p99_ms",
+                "qps",
+                "avg_w",
+                "queries_per_joule",
+                "feasible",
+                "meter",
+                "twin",
+                "throttled",
+                "error",
+            ]
+        )
         for r in rows:
             m = r.measurement
             if m is None:
-                writer.writerow([r.config.batch_size, *[r.config.knobs[k] for k in knob_names], *[""] * 7, False, "", "", "", r.error])
+                writer.writerow(
+                    [
+                        r.config.batch_size,
+                        *[r.config.knobs[k] for k in knob_names],
+                        *[""] * 7,
+                        False,
+                        "",
+                        "",
+                        "",
+                        r.error,
+                    ]
+                )
                 continue
             feasible = m.valid and (max_latency_ms is None or m.latency_ms(percentile) <= max_latency_ms)
-            writer.writerow([r.config.batch_size, *[r.config.knobs[k] for k in knob_names], f"{m.j_per_query:.6g}", f"{m.p50_ms:.4g}", f"{m.p90_ms:.4g}", f"{m.p99_ms:.4g}", f"{m.qps:.6g}", f"{m.avg_w:.4g}", f"{1 / m.j_per_query:.6g}", feasible, m.meter, m.twin, m.throttled, r.error])
+            writer.writerow(
+                [
+                    r.config.batch_size,
+                    *[r.config.knobs[k] for k in knob_names],
+                    f"{m.j_per_query:.6g}",
+                    f"{m.p50_ms:.4g}",
+                    f"{m.p90_ms:.4g}",
+                    f"{m.p99_ms:.4g}",
+                    f"{m.qps:.6g}",
+                    f"{m.avg_w:.4g}",
+                    f"{1 / m.j_per_query:.6g}",
+                    feasible,
+                    m.meter,
+                    m.twin,
+                    m.throttled,
+                    r.error,
+                ]
+            )
 
 
-def plot_sweep(rows: list[SweepRow], path: Path, title: str, max_latency_ms: float | None, percentile: str = "p99") -> None:
+def plot_sweep(
+    rows: list[SweepRow], path: Path, title: str, max_latency_ms: float | None, percentile: str = "p99"
+) -> None:
     """Throughput, average power, queries per joule and tail latency against batch size.
 
     One line per combination of the other knobs when there are few (a
@@ -100,7 +160,10 @@ def plot_sweep(rows: list[SweepRow], path: Path, title: str, max_latency_ms: flo
         for r in valid:
             if max_latency_ms is not None and r.measurement.latency_ms(percentile) > max_latency_ms:
                 continue
-            if r.config.batch_size not in best or r.measurement.j_per_query < best[r.config.batch_size].measurement.j_per_query:
+            if (
+                r.config.batch_size not in best
+                or r.measurement.j_per_query < best[r.config.batch_size].measurement.j_per_query
+            ):
                 best[r.config.batch_size] = r
         groups = {"best per batch size": list(best.values())}
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.5), dpi=110, sharex=True)
@@ -113,7 +176,9 @@ def plot_sweep(rows: list[SweepRow], path: Path, title: str, max_latency_ms: flo
     for ax, (label, value) in zip(axes.flat, panels, strict=True):
         for name, members in groups.items():
             members = sorted(members, key=lambda r: r.config.batch_size)
-            ax.plot([r.config.batch_size for r in members], [value(r.measurement) for r in members], "-o", ms=3, label=name)
+            ax.plot(
+                [r.config.batch_size for r in members], [value(r.measurement) for r in members], "-o", ms=3, label=name
+            )
         ax.set_xscale("log", base=2)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)

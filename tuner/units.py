@@ -18,9 +18,7 @@ def parse_latency_ms(text: str) -> float:
     """
     match = _LATENCY_RE.match(str(text).lower())
     if not match or match.group(2) not in _LATENCY_UNITS_MS:
-        raise UserError(
-            f"cannot read latency {text!r}: give a number with a unit, e.g. 50ms, 50 ms, 0.05s or 50000us"
-        )
+        raise UserError(f"cannot read latency {text!r}: give a number with a unit, e.g. 50ms, 50 ms, 0.05s or 50000us")
     value = float(match.group(1)) * _LATENCY_UNITS_MS[match.group(2)]
     if value <= 0:
         raise UserError(f"latency {text!r} must be positive, e.g. 50ms")

@@ -17,13 +17,23 @@ from tuner.units import parse_int_list, parse_latency_ms
 out_console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
 
-ModelOpt = typer.Option(..., "--model", "-m", help="model name (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn) or path.onnx")
-DeviceOpt = typer.Option(..., "--device", "-d", help="device: sim:orin, sim:h200 (twins), cuda:N, cpu, orin, orin-nano, xavier, tx2")
+ModelOpt = typer.Option(
+    ...,
+    "--model",
+    "-m",
+    help="model name (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn) or path.onnx",
+)
+DeviceOpt = typer.Option(
+    ..., "--device", "-d", help="device: sim:orin, sim:h200 (twins), cuda:N, cpu, orin, orin-nano, xavier, tx2"
+)
 OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
 StorageOpt = typer.Option(None, "--storage", help="Optuna storage URL (default sqlite:///<out>/tune.db)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
 BatchOpt = typer.Option(None, "--batch-sizes", help="narrow batch sizes, e.g. 1,8,32")
-KnobsOpt = typer.Option(None, "--knobs", help="tune only these knobs (others stay at their default), e.g. gpu_mhz,emc_mhz")
+SpaceOpt = typer.Option(None, "--space", help="a search-space YAML to use instead of the packaged one")
+KnobsOpt = typer.Option(
+    None, "--knobs", help="tune only these knobs (others stay at their default), e.g. gpu_mhz,emc_mhz"
+)
 
 
 def latency(text: str) -> float:

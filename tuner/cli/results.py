@@ -30,10 +30,13 @@ def find_study(storage: str, model: str, device: str, bound_ms: float | None) ->
     matches = [
         s
         for s in summaries
-        if s.user_attrs.get("model") == model and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
+        if s.user_attrs.get("model") == model
+        and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
     ]
     if not matches:
-        raise UserError(f"no study of {model} on {device} in {redact(storage)}: run tune run first, or pass --storage/--out")
+        raise UserError(
+            f"no study of {model} on {device} in {redact(storage)}: run tune run first, or pass --storage/--out"
+        )
     if bound_ms is not None:
         exact = [s for s in matches if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
         chosen = exact[0] if exact else max(matches, key=lambda s: s.n_trials)
@@ -50,7 +53,9 @@ def register(app: typer.Typer) -> None:
     def pareto(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
-        max_latency: str | None = typer.Option(None, "--max-latency", "-l", help="which study, when several bounds were tuned"),
+        max_latency: str | None = typer.Option(
+            None, "--max-latency", "-l", help="which study, when several bounds were tuned"
+        ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
         as_json: bool = common.JsonOpt,
@@ -67,8 +72,16 @@ def register(app: typer.Typer) -> None:
         rows = []
         for name, points in result.fronts.items():
             for p in points:
-                rows.append([name, p.trial, p.batch_size, p.config, p.j_per_query, p.latency_ms, "yes" if p.feasible else "no"])
-        common.out_console.print(common.table(f"Pareto fronts: {model} on {result.device}, bound {result.max_latency_ms:g} ms{twin}", ["front", "trial", "batch", "config", "J/query", f"{result.percentile} ms", "feasible"], rows))
+                rows.append(
+                    [name, p.trial, p.batch_size, p.config, p.j_per_query, p.latency_ms, "yes" if p.feasible else "no"]
+                )
+        common.out_console.print(
+            common.table(
+                f"Pareto fronts: {model} on {result.device}, bound {result.max_latency_ms:g} ms{twin}",
+                ["front", "trial", "batch", "config", "J/query", f"{result.percentile} ms", "feasible"],
+                rows,
+            )
+        )
         common.out_console.print(f"written: {folder}/pareto.json, pareto.csv, pareto.png, trials.csv")
 
     @app.command()
@@ -92,7 +105,11 @@ def register(app: typer.Typer) -> None:
             return
         twin = " [digital twin]" if exported.twin else ""
         m = exported.metrics
-        common.out_console.print(f"{output}: {model} on {exported.device_kind}, batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, {exported.percentile} {m[exported.percentile + '_ms']:.4g} ms{twin}")
+        common.out_console.print(
+            f"{output}: {model} on {exported.device_kind}, batch {exported.batch_size}, "
+            f"{common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
+            f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms{twin}"
+        )
 
     @app.command()
     def devices(as_json: bool = common.JsonOpt) -> None:
@@ -101,7 +118,13 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json({"devices": found})
             return
-        common.out_console.print(common.table("devices", ["name", "kind", "twin", "title"], [[d["name"], d["kind"], d.get("twin", False), d.get("title", "")] for d in found]))
+        common.out_console.print(
+            common.table(
+                "devices",
+                ["name", "kind", "twin", "title"],
+                [[d["name"], d["kind"], d.get("twin", False), d.get("title", "")] for d in found],
+            )
+        )
 
     @app.command()
     def dashboard(

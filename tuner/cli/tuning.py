@@ -15,7 +15,7 @@ from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
-from tuner.sampling import DEFAULT_SAMPLER
+from tuner.sampling import DEFAULT_SAMPLER, make_sampler
 from tuner.space import Config, parse_assignments
 from tuner.study import RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
@@ -31,8 +31,10 @@ def window_settings(window: float, percentile: str, meter: str | None, seed: int
     return WindowSettings(window_s=window, percentile=percentile, meter=meter, seed=seed, noise=noise)
 
 
-def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None) -> Device:
+def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> Device:
     options: dict[str, Any] = {}
+    if space is not None:
+        options["space_file"] = str(space)
     if allow_clock_changes:
         options["allow_clock_changes"] = True
     if sysfs_root is not None:
@@ -45,8 +47,12 @@ def register(app: typer.Typer) -> None:
     def run(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
-        max_latency: str = typer.Option(..., "--max-latency", "-l", help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us"),
-        trials: int = typer.Option(40, "--trials", "-n", help="configurations to measure (repeats of a measured one are free)"),
+        max_latency: str = typer.Option(
+            ..., "--max-latency", "-l", help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us"
+        ),
+        trials: int = typer.Option(
+            40, "--trials", "-n", help="configurations to measure (repeats of a measured one are free)"
+        ),
         timeout: float | None = typer.Option(None, "--timeout", help="stop after this many seconds"),
         seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
         batch_sizes: str | None = common.BatchOpt,
@@ -57,14 +63,19 @@ def register(app: typer.Typer) -> None:
         window: float = typer.Option(10.0, "--window", help="measured window per trial, seconds (hardware)"),
         percentile: str = typer.Option("p99", "--percentile", help="latency percentile the bound applies to"),
         meter: str | None = typer.Option(None, "--meter", help="energy meter (device default if omitted)"),
-        allow_clock_changes: bool = typer.Option(False, "--allow-clock-changes", help="datacenter GPUs: let the tuner lock clocks and set the power limit"),
-        sysfs_root: Path | None = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root (containers, tests)"),
+        allow_clock_changes: bool = typer.Option(
+            False, "--allow-clock-changes", help="datacenter GPUs: let the tuner lock clocks and set the power limit"
+        ),
+        sysfs_root: Path | None = typer.Option(
+            None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root (containers, tests)"
+        ),
+        space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Run (or resume) a study: minimum energy per query subject to the latency bound."""
         if trials <= 0:
             raise UserError("--trials must be a positive integer, e.g. 40")
-        dev = open_for(device, allow_clock_changes, sysfs_root)
+        dev = open_for(device, allow_clock_changes, sysfs_root, space)
         options = RunOptions(
             model=model,
             max_latency_ms=common.latency(max_latency),
@@ -79,6 +90,8 @@ def register(app: typer.Typer) -> None:
             window=window_settings(window, percentile, meter, seed, True),
         )
         check_model(model)
+        narrowed_space(dev, options.knobs, options.batch_sizes)
+        make_sampler(sampler, seed)
         started = time.monotonic()
         with trial_progress(trials, as_json) as on_trial:
             study, summary = run_study(dev, options, on_trial=on_trial)
@@ -98,9 +111,13 @@ def register(app: typer.Typer) -> None:
             common.emit_json(payload)
             return
         note = common.twin_note(dev)
-        common.out_console.print(f"study {summary.study}: {summary.measured} measured, {summary.total_trials} trials in storage{note}")
+        common.out_console.print(
+            f"study {summary.study}: {summary.measured} measured, {summary.total_trials} trials in storage{note}"
+        )
         if summary.best is None:
-            common.out_console.print(f"no configuration met {options.max_latency_ms:g} ms: relax --max-latency or widen the space")
+            common.out_console.print(
+                f"no configuration met {options.max_latency_ms:g} ms: relax --max-latency or widen the space"
+            )
         else:
             b = summary.best
             common.out_console.print(
@@ -119,29 +136,46 @@ def register(app: typer.Typer) -> None:
         max_latency: str | None = typer.Option(None, "--max-latency", "-l", help="report the optimum under this bound"),
         batch_sizes: str | None = common.BatchOpt,
         knobs: str | None = common.KnobsOpt,
-        seed: int | None = typer.Option(None, "--seed", help="twins: add seeded measurement noise (default noise-free)"),
+        seed: int | None = typer.Option(
+            None, "--seed", help="twins: add seeded measurement noise (default noise-free)"
+        ),
         out: Path = common.OutOpt,
         window: float = typer.Option(10.0, "--window", help="measured window per point, seconds (hardware)"),
         percentile: str = typer.Option("p99", "--percentile"),
         meter: str | None = typer.Option(None, "--meter"),
         allow_clock_changes: bool = typer.Option(False, "--allow-clock-changes"),
         sysfs_root: Path | None = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT"),
+        space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
-        dev = open_for(device, allow_clock_changes, sysfs_root)
+        dev = open_for(device, allow_clock_changes, sysfs_root, space)
         bound = common.latency(max_latency) if max_latency is not None else None
         check_model(model)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         settings = window_settings(window, percentile, meter, seed, seed is not None)
         total = space.size()
-        with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), console=common.err_console, disable=as_json, transient=True) as bar:
+        with Progress(
+            TextColumn("sweep"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeRemainingColumn(),
+            console=common.err_console,
+            disable=as_json,
+            transient=True,
+        ) as bar:
             task = bar.add_task("sweep", total=total)
             rows = run_sweep(dev, space, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
         folder = results_dir(out, dev.slug, model)
         folder.mkdir(parents=True, exist_ok=True)
         write_sweep_csv(rows, folder / "sweep.csv", bound, percentile)
-        plot_sweep(rows, folder / "sweep.png", f"{model} on {dev.name}{' [digital twin]' if dev.simulated else ''}", bound, percentile)
+        plot_sweep(
+            rows,
+            folder / "sweep.png",
+            f"{model} on {dev.name}{' [digital twin]' if dev.simulated else ''}",
+            bound,
+            percentile,
+        )
         best = optimum(rows, bound, percentile)
         payload = {
             "device": dev.name,
@@ -150,7 +184,13 @@ def register(app: typer.Typer) -> None:
             "configurations": len(rows),
             "failed": sum(1 for r in rows if r.error),
             "max_latency_ms": bound,
-            "optimum": None if best is None else {"config": best.config.knobs, "batch_size": best.config.batch_size, **best.measurement.model_dump(include={"j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w"})},
+            "optimum": None
+            if best is None
+            else {
+                "config": best.config.knobs,
+                "batch_size": best.config.batch_size,
+                **best.measurement.model_dump(include={"j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w"}),
+            },
             "results": str(folder),
         }
         if as_json:
@@ -158,12 +198,21 @@ def register(app: typer.Typer) -> None:
             return
         note = common.twin_note(dev)
         by_batch = characterization(rows, bound, percentile)
-        common.out_console.print(common.table(f"{model} on {dev.name}: best per batch size{note}", ["batch", "config", "queries/s", "avg W", "queries/J", f"{percentile} ms"], by_batch))
+        common.out_console.print(
+            common.table(
+                f"{model} on {dev.name}: best per batch size{note}",
+                ["batch", "config", "queries/s", "avg W", "queries/J", f"{percentile} ms"],
+                by_batch,
+            )
+        )
         if best is None:
             common.out_console.print("no configuration meets the bound")
         else:
             m = best.measurement
-            common.out_console.print(f"optimum{'' if bound is None else f' within {bound:g} ms'}: {best.config.label()}  {m.j_per_query:.4g} J/query, {percentile} {m.latency_ms(percentile):.4g} ms{note}")
+            common.out_console.print(
+                f"optimum{'' if bound is None else f' within {bound:g} ms'}: {best.config.label()}  "
+                f"{m.j_per_query:.4g} J/query, {percentile} {m.latency_ms(percentile):.4g} ms{note}"
+            )
         common.out_console.print(f"{len(rows)} configurations -> {folder}/sweep.csv, sweep.png")
 
     @app.command()
@@ -179,25 +228,44 @@ def register(app: typer.Typer) -> None:
         meter: str | None = typer.Option(None, "--meter"),
         allow_clock_changes: bool = typer.Option(False, "--allow-clock-changes"),
         sysfs_root: Path | None = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT"),
+        space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Measure one configuration (repeatably, with --repeat)."""
         if repeat <= 0 or batch_size <= 0:
             raise UserError("--repeat and --batch-size must be positive integers")
-        dev = open_for(device, allow_clock_changes, sysfs_root)
+        dev = open_for(device, allow_clock_changes, sysfs_root, space)
         check_model(model)
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)
         space.validate_config(config)
         effective = space.effective(config)
-        results = measure_repeats(dev, model, effective, window_settings(window, percentile, meter, seed, seed is not None), repeat)
-        payload = {"device": dev.name, "twin": dev.simulated, "model": model, "config": effective.knobs, "batch_size": batch_size, "measurements": [m.model_dump() for m in results]}
+        results = measure_repeats(
+            dev, model, effective, window_settings(window, percentile, meter, seed, seed is not None), repeat
+        )
+        payload = {
+            "device": dev.name,
+            "twin": dev.simulated,
+            "model": model,
+            "config": effective.knobs,
+            "batch_size": batch_size,
+            "measurements": [m.model_dump() for m in results],
+        }
         if as_json:
             common.emit_json(payload)
             return
-        rows = [[i + 1, m.j_per_query, m.p50_ms, m.p99_ms, m.qps, m.avg_w, m.meter, "yes" if m.valid else m.reason] for i, m in enumerate(results)]
-        common.out_console.print(common.table(f"{model} on {dev.name}: {effective.label()}{common.twin_note(dev)}", ["#", "J/query", "p50 ms", "p99 ms", "queries/s", "avg W", "meter", "valid"], rows))
+        rows = [
+            [i + 1, m.j_per_query, m.p50_ms, m.p99_ms, m.qps, m.avg_w, m.meter, "yes" if m.valid else m.reason]
+            for i, m in enumerate(results)
+        ]
+        common.out_console.print(
+            common.table(
+                f"{model} on {dev.name}: {effective.label()}{common.twin_note(dev)}",
+                ["#", "J/query", "p50 ms", "p99 ms", "queries/s", "avg W", "meter", "valid"],
+                rows,
+            )
+        )
 
 
 def measure_repeats(dev: Device, model: str, config: Config, settings: WindowSettings, repeat: int) -> list:
@@ -223,7 +291,14 @@ def characterization(rows: list, bound: float | None, percentile: str) -> list[l
         if r.config.batch_size not in best or m.j_per_query < best[r.config.batch_size].measurement.j_per_query:
             best[r.config.batch_size] = r
     return [
-        [b, r.config.knobs, r.measurement.qps, r.measurement.avg_w, 1 / r.measurement.j_per_query, r.measurement.latency_ms(percentile)]
+        [
+            b,
+            r.config.knobs,
+            r.measurement.qps,
+            r.measurement.avg_w,
+            1 / r.measurement.j_per_query,
+            r.measurement.latency_ms(percentile),
+        ]
         for b, r in sorted(best.items())
     ]
 

@@ -50,9 +50,7 @@ class HostDevice:
 
     def make_meter(self, choice: str | None) -> Meter:
         if choice not in (None, "rapl"):
-            raise UserError(
-                f"meter {choice!r} is not available on the cpu device: use --meter rapl"
-            )
+            raise UserError(f"meter {choice!r} is not available on the cpu device: use --meter rapl")
         return RaplMeter()
 
     def _runner_for(self, model: str, config: Config) -> Any:

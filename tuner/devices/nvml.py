@@ -104,9 +104,7 @@ class NvmlTelemetry:
 
     def sample(self) -> None:
         try:
-            self.temps_c.append(
-                float(self.nvml.nvmlDeviceGetTemperature(self.handle, TEMPERATURE_GPU))
-            )
+            self.temps_c.append(float(self.nvml.nvmlDeviceGetTemperature(self.handle, TEMPERATURE_GPU)))
         except Exception as exc:
             if not _is_nvml_error(self.nvml, exc):
                 raise
@@ -128,9 +126,7 @@ class NvmlTelemetry:
         self.temps_c, self.reasons, self.power_capped_samples, self.samples = [], 0, 0, 0
         self._stop.clear()
         self.sample()
-        self._thread = threading.Thread(
-            target=self._loop, name="powertune-nvml-telemetry", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name="powertune-nvml-telemetry", daemon=True)
         self._thread.start()
 
     def stop(self) -> NvmlTelemetry:
@@ -247,9 +243,7 @@ class NvmlDevice:
         mem = self._try("nvmlDeviceGetSupportedMemoryClocks")
         graphics: set[float] = set()
         for clock in mem or []:
-            graphics.update(
-                float(g) for g in self._try("nvmlDeviceGetSupportedGraphicsClocks", clock) or []
-            )
+            graphics.update(float(g) for g in self._try("nvmlDeviceGetSupportedGraphicsClocks", clock) or [])
         limits = self._try("nvmlDeviceGetPowerManagementLimitConstraints")
         if self.allow_clock_changes and (not mem or not graphics or not limits):
             raise UserError(
@@ -303,9 +297,7 @@ class NvmlDevice:
         writes: list[tuple[str, tuple[Any, ...], str, tuple[Any, ...]]] = []
         if "sm_mhz" in knobs:
             sm = int(knobs["sm_mhz"])
-            writes.append(
-                ("nvmlDeviceSetGpuLockedClocks", (sm, sm), "nvmlDeviceResetGpuLockedClocks", ())
-            )
+            writes.append(("nvmlDeviceSetGpuLockedClocks", (sm, sm), "nvmlDeviceResetGpuLockedClocks", ()))
         if "mem_mhz" in knobs:
             mem = int(knobs["mem_mhz"])
             writes.append(
@@ -346,9 +338,7 @@ class NvmlDevice:
                 "run as root, "
                 "or drop --allow-clock-changes to tune batch size and precision only"
             )
-        return UserError(
-            f"{fn} on {self.name} failed ({exc}): the card refused the setting; nothing was kept"
-        )
+        return UserError(f"{fn} on {self.name} failed ({exc}): the card refused the setting; nothing was kept")
 
     def restore(self, state: dict[str, Any]) -> None:
         """Reset clock locks and put back the original power limit; nothing if nothing could change.
@@ -377,32 +367,20 @@ class NvmlDevice:
                 if _error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
                     failures.append(f"{fn}: {exc}")
         if failures:
-            raise UserError(
-                f"could not restore {self.name} ({'; '.join(failures)}): run `tune restore` as root"
-            )
+            raise UserError(f"could not restore {self.name} ({'; '.join(failures)}): run `tune restore` as root")
 
     def make_meter(self, choice: str | None) -> Meter:
         """nvml-energy where the counter works (default), nvml-power at 50 ms, or rapl."""
         if choice not in (None, *METERS):
-            raise UserError(
-                f"unknown meter {choice!r} for {self.name}: choose one of {', '.join(METERS)}"
-            )
+            raise UserError(f"unknown meter {choice!r} for {self.name}: choose one of {', '.join(METERS)}")
         if choice in (None, "nvml-energy"):
             if self._try("nvmlDeviceGetTotalEnergyConsumption") is not None:
-                return NvmlEnergyMeter(
-                    self.nvml, self.handle, rails=[f"{self.name} total energy counter"]
-                )
+                return NvmlEnergyMeter(self.nvml, self.handle, rails=[f"{self.name} total energy counter"])
             if choice == "nvml-energy":
-                raise UserError(
-                    f"{self.gpu_name} has no NVML energy counter (Volta or newer): "
-                    "use --meter nvml-power"
-                )
+                raise UserError(f"{self.gpu_name} has no NVML energy counter (Volta or newer): use --meter nvml-power")
         if choice in (None, "nvml-power"):
             if self._try("nvmlDeviceGetPowerUsage") is None:
-                raise UserError(
-                    f"{self.name} reports no power reading through NVML: "
-                    "no sensor to measure energy"
-                )
+                raise UserError(f"{self.name} reports no power reading through NVML: no sensor to measure energy")
             return SampledPowerMeter(
                 lambda: self._call("nvmlDeviceGetPowerUsage") / 1000.0,
                 POWER_SAMPLE_PERIOD_S,
@@ -413,11 +391,7 @@ class NvmlDevice:
 
     def _runner_for(self, model: str, config: Config) -> Any:
         space = self.space()
-        runner_knobs = {
-            k: v
-            for k, v in config.knobs.items()
-            if k in space.knobs and space.knobs[k].group == "runner"
-        }
+        runner_knobs = {k: v for k, v in config.knobs.items() if k in space.knobs and space.knobs[k].group == "runner"}
         precision = str(runner_knobs.pop("precision", "fp32"))
         key = (
             model,
@@ -457,9 +431,7 @@ class NvmlDevice:
         update["extra"] = extra
         throttles = telemetry.throttle_reasons()
         if throttles:
-            return mark_invalid(
-                result, f"throttled: {', '.join(throttles)}", throttled=True, **update
-            )
+            return mark_invalid(result, f"throttled: {', '.join(throttles)}", throttled=True, **update)
         return result.model_copy(update=update)
 
     def describe(self) -> dict[str, Any]:

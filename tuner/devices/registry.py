@@ -2,25 +2,70 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tuner.devices.base import Device
 from tuner.errors import UserError
 
-DEVICE_HELP = "sim:orin, sim:h200 (digital twins)"
+DEVICE_HELP = "sim:orin, sim:h200 (digital twins), cuda:N (NVIDIA datacenter GPU), cpu"
 
 
-def open_device(name: str, **options: Any) -> Device:
-    """Resolve a device name; an unknown one lists what is known."""
+def open_device(name: str, allow_clock_changes: bool = False, space_file: str | None = None, **options: Any) -> Device:
+    """Resolve a device name; an unknown one lists what is known.
+
+    Options that a device kind does not take are refused rather than ignored,
+    so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
+    """
     if name.startswith("sim:"):
         from tuner.devices.twin import TwinDevice
 
-        return TwinDevice(name)
+        _no_options(name, allow_clock_changes, options)
+        return TwinDevice(name, space_file=space_file)
+    match = re.fullmatch(r"cuda:(\d+)", name)
+    if match:
+        from tuner.devices.nvml import NvmlDevice
+
+        _no_options(name, False, options)
+        return NvmlDevice(int(match.group(1)), allow_clock_changes=allow_clock_changes, space_file=space_file)
+    if name == "cpu":
+        from tuner.devices.host import HostDevice
+
+        _no_options(name, allow_clock_changes, {**options, "space": space_file})
+        return HostDevice()
     raise UserError(f"unknown device {name!r}: known devices are {DEVICE_HELP}")
 
 
+def _no_options(name: str, allow_clock_changes: bool, options: dict[str, Any]) -> None:
+    flags = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+    if allow_clock_changes:
+        flags.append("--allow-clock-changes")
+    if flags:
+        raise UserError(f"{', '.join(flags)} does not apply to {name}: drop it")
+
+
 def known_devices() -> list[dict[str, Any]]:
-    """Every device this installation can open, for ``tune devices``."""
+    """Every device this installation can open, for ``tune devices``: twins, then hardware found."""
     from tuner.devices.twin import TwinDevice, twin_names
 
-    return [TwinDevice(f"sim:{n}").describe() for n in twin_names()]
+    found = [TwinDevice(f"sim:{n}").describe() for n in twin_names()]
+    found.append({"name": "cpu", "kind": "cpu", "twin": False, "title": "host CPU (observe-only, RAPL meter)"})
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        for i in range(count):
+            gpu = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            found.append(
+                {
+                    "name": f"cuda:{i}",
+                    "kind": "nvml",
+                    "twin": False,
+                    "title": gpu if isinstance(gpu, str) else gpu.decode(),
+                }
+            )
+        pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    return found

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from importlib import resources
 from typing import Any
 
@@ -35,7 +36,7 @@ from runners.profile import ModelProfile, load_profile
 from tuner.devices.base import WindowSettings
 from tuner.errors import UserError
 from tuner.measurement import Measurement
-from tuner.space import Config, SearchSpace, load_space
+from tuner.space import Config, SearchSpace, load_space, load_space_file
 
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
@@ -219,7 +220,9 @@ class TwinModel:
         cpu_w = np.zeros_like(time_s)
         if p.cpu_vf is not None and p.cpu_metered:
             cv = p.cpu_vf.volts(op.cpu_mhz)
-            cpu_w = p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * u_cpu
+            cpu_w = (
+                p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * u_cpu
+            )
         power = p.base_w + gpu_w + mem_w + cpu_w
         return time_s, power
 
@@ -297,7 +300,7 @@ class TwinDevice:
 
     simulated = True
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, space_file: str | None = None) -> None:
         short = name.split(":", 1)[1] if ":" in name else name
         if short not in TWIN_KINDS:
             raise UserError(f"unknown twin {name!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
@@ -306,6 +309,14 @@ class TwinDevice:
         self.slug = f"sim-{short}"
         self.params = load_params(self.kind)
         self._space = load_space(self.kind)
+        if space_file is not None:
+            custom = load_space_file(Path(space_file))
+            if custom.kind != self.kind or set(custom.knobs) - set(self._space.knobs):
+                raise UserError(
+                    f"{space_file} is a space for {custom.kind} with knobs {', '.join(custom.knobs)}: "
+                    f"{self.name} needs kind {self.kind} with knobs from {', '.join(self._space.knobs)}"
+                )
+            self._space = custom
         self.model = TwinModel(self.params, self._space)
         self._applied: Config | None = None
 

@@ -66,9 +66,7 @@ def _reading(
             "updating; pick another --meter"
         )
     avg = energy_j / duration_s if duration_s > 0 else 0.0
-    return EnergyReading(
-        energy_j, duration_s, avg, meter.name, list(meter.rails), samples, warning, extra or {}
-    )
+    return EnergyReading(energy_j, duration_s, avg, meter.name, list(meter.rails), samples, warning, extra or {})
 
 
 class NvmlEnergyMeter:
@@ -134,11 +132,7 @@ class NvmlEnergyMeter:
                     if self._stop_after is not None and last_t >= self._stop_after:
                         self._done.set()
             last_t, last_v = now, value
-            if (
-                self._stop_after is None
-                and not self._first_edge.is_set()
-                and now - self._started > self.edge_timeout_s
-            ):
+            if self._stop_after is None and not self._first_edge.is_set() and now - self._started > self.edge_timeout_s:
                 self._done.set()
 
     def start(self) -> None:
@@ -148,9 +142,7 @@ class NvmlEnergyMeter:
         self._first_edge.clear()
         self._done.clear()
         self._started = self.clock()
-        self._thread = threading.Thread(
-            target=self._poll, name="powertune-nvml-energy", daemon=True
-        )
+        self._thread = threading.Thread(target=self._poll, name="powertune-nvml-energy", daemon=True)
         self._thread.start()
         if not self._first_edge.wait(self.edge_timeout_s + 1.0):
             self._done.set()
@@ -171,9 +163,7 @@ class NvmlEnergyMeter:
         self._thread.join()
         edges = list(self._edges)
         if not edges or edges[-1][0] < t1:
-            raise UserError(
-                "the NVML energy counter stopped updating during the window; use --meter nvml-power"
-            )
+            raise UserError("the NVML energy counter stopped updating during the window; use --meter nvml-power")
         energy_mj = interpolate_counter(edges, t1) - interpolate_counter(edges, self._t0)
         inside = sum(1 for t, _ in edges if self._t0 <= t <= t1)
         return _reading(
@@ -228,9 +218,7 @@ class SampledPowerMeter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if period_s < self.MIN_PERIOD_S:
-            raise UserError(
-                f"power sampling period {period_s * 1e3:.0f} ms is too short: use 50 ms or more"
-            )
+            raise UserError(f"power sampling period {period_s * 1e3:.0f} ms is too short: use 50 ms or more")
         self.read_watts = read_watts
         self.period_s = period_s
         self.name = name
@@ -257,9 +245,7 @@ class SampledPowerMeter:
         self._error = None
         self._stop.clear()
         self._sample()
-        self._thread = threading.Thread(
-            target=self._loop, name=f"powertune-{self.name}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name=f"powertune-{self.name}", daemon=True)
         self._thread.start()
 
     def stop(self) -> EnergyReading:
@@ -394,9 +380,7 @@ def _read_text(path: Path) -> str:
             f"`sudo chmod o+r {path.parent.parent}/intel-rapl:*/energy_uj`"
         ) from None
     except OSError as exc:
-        raise UserError(
-            f"cannot read {path}: {exc.strerror}; this machine exposes no usable RAPL zone"
-        ) from None
+        raise UserError(f"cannot read {path}: {exc.strerror}; this machine exposes no usable RAPL zone") from None
 
 
 def _read_uj(path: Path) -> int:
@@ -404,6 +388,4 @@ def _read_uj(path: Path) -> int:
     try:
         return int(text)
     except ValueError:
-        raise UserError(
-            f"{path} holds {text!r}, not an energy in microjoules: RAPL is unusable here"
-        ) from None
+        raise UserError(f"{path} holds {text!r}, not an energy in microjoules: RAPL is unusable here") from None

@@ -37,9 +37,7 @@ def measure_with(
     """
     percentile = percentile or settings.percentile
     if percentile not in PERCENTILES:
-        raise UserError(
-            f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}"
-        )
+        raise UserError(f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
     folder = log_dir or settings.log_dir or tempfile.mkdtemp(prefix="powertune-loadgen-")
     window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
     return build_measurement(window, meter, percentile)

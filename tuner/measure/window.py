@@ -179,9 +179,7 @@ class _BatchingSUT:
             done = time.monotonic()
             since = issued if self.offline else min(t for _, t in batch)
             self.latencies_ms.append((done - since) * 1e3)
-            self.lg.QuerySamplesComplete(
-                [self.lg.QuerySampleResponse(s.id, 0, 0) for s, _ in batch]
-            )
+            self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(s.id, 0, 0) for s, _ in batch])
             self.completed += len(batch)
 
 
@@ -204,9 +202,7 @@ def _test_settings(
         target = float(options.get("server_target_qps", 0.5 * qps))
         ts.scenario = lg.TestScenario.Server
         ts.server_target_qps = target
-        ts.server_target_latency_ns = int(
-            float(options.get("server_target_latency_ms", 1000.0)) * 1e6
-        )
+        ts.server_target_latency_ns = int(float(options.get("server_target_latency_ms", 1000.0)) * 1e6)
         ts.min_query_count = max(1, math.ceil(target * window_s))
     else:
         ts.scenario = lg.TestScenario.SingleStream
@@ -234,15 +230,11 @@ def run_window(
     lg = _loadgen()
     scenario = settings.scenario.lower().replace("-", "").replace("_", "")
     if scenario not in SCENARIOS:
-        raise UserError(
-            f"unknown scenario {settings.scenario!r}: choose one of offline, server, singlestream"
-        )
+        raise UserError(f"unknown scenario {settings.scenario!r}: choose one of offline, server, singlestream")
     if batch_size <= 0:
         raise UserError("batch size must be a positive integer")
     if settings.window_s <= 0:
-        raise UserError(
-            f"window must be positive, got {settings.window_s} s: pass e.g. --window 10s"
-        )
+        raise UserError(f"window must be positive, got {settings.window_s} s: pass e.g. --window 10s")
     log_path = Path(log_dir)
     log_path.mkdir(parents=True, exist_ok=True)
     qps = warm_up(runner, batch_size, settings.warmup_s)
@@ -347,17 +339,13 @@ def parse_logs(log_dir: str | Path) -> LoadGenSummary:
             key, _, value = (part.strip() for part in line.partition(":"))
             if key == "Scenario":
                 summary.scenario = value
-            elif key.startswith("Samples per second") or key.startswith(
-                "Completed samples per second"
-            ):
+            elif key.startswith("Samples per second") or key.startswith("Completed samples per second"):
                 summary.samples_per_second = _number(value)
             elif key == "Result is":
                 summary.valid = value.upper() == "VALID"
             elif key.endswith("satisfied") and value.upper().startswith("NO"):
                 summary.invalid_reasons.append(f"{key}: NO")
-        summary.latencies_ns = {
-            m.group(1).strip(): float(m.group(2)) for m in _SUMMARY_LATENCY.finditer(text)
-        }
+        summary.latencies_ns = {m.group(1).strip(): float(m.group(2)) for m in _SUMMARY_LATENCY.finditer(text)}
     if detail_file.is_file():
         for line in detail_file.read_text(errors="replace").splitlines():
             if not line.startswith(":::MLLOG"):

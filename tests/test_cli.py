@@ -1,0 +1,246 @@
+import json
+import shutil
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from tuner.deploy import ExportedConfig
+
+
+def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
+    out = tmp_path / "studies"
+    r = run_cli(
+        "run",
+        "--model",
+        "resnet50",
+        "--device",
+        "sim:orin",
+        "--max-latency",
+        "50ms",
+        "--trials",
+        "12",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "digital twin" in r.stdout
+    assert "best power mode" in r.stdout
+    assert "trial 12/12" in r.stderr  # the progress bar
+    folder = out / "sim-orin" / "resnet50"
+    for name in ("pareto.json", "pareto.csv", "pareto.png", "trials.csv"):
+        assert (folder / name).exists()
+    assert (out / "tune.db").exists()
+
+    r = run_cli("pareto", "--model", "resnet50", "--device", "sim:orin", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "global" in r.stdout and "digital twin" in r.stdout
+
+    best = tmp_path / "best.yaml"
+    r = run_cli(
+        "export",
+        "--model",
+        "resnet50",
+        "--device",
+        "sim:orin",
+        "--max-latency",
+        "50 ms",
+        "-o",
+        str(best),
+        "--out",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    exported = ExportedConfig.model_validate(yaml.safe_load(best.read_text()))
+    assert exported.twin and exported.device_kind == "orin-agx" and exported.version == 1
+    assert exported.metrics["p99_ms"] <= 50
+    assert set(exported.knobs) == {"nvpmodel", "gpu_mhz", "emc_mhz", "cpu_cores", "cpu_mhz"}
+    assert best.read_text().startswith("# powertune best-mode configuration (measured on a digital twin")
+
+
+def test_json_output_is_one_object_and_resume_adds_trials(tmp_path):
+    args = (
+        "run",
+        "--model",
+        "mobilenet_v2",
+        "--device",
+        "sim:h200",
+        "--max-latency",
+        "0.005s",
+        "--trials",
+        "6",
+        "--seed",
+        "1",
+        "--sampler",
+        "random",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
+    first = json.loads(run_cli(*args).stdout)
+    r = run_cli(*args)
+    second = json.loads(r.stdout)
+    assert first["twin"] is True and first["measured"] == 6
+    assert second["study"] == first["study"]
+    assert second["total_trials"] >= first["total_trials"] + 6
+
+
+def test_sweep_reports_the_ground_truth(tmp_path):
+    r = run_cli(
+        "sweep",
+        "--model",
+        "resnet50",
+        "--device",
+        "sim:orin",
+        "--max-latency",
+        "50ms",
+        "--knobs",
+        "nvpmodel,gpu_mhz",
+        "--batch-sizes",
+        "1,8",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["twin"] and payload["optimum"]["p99_ms"] <= 50
+    lines = (tmp_path / "sim-orin" / "resnet50" / "sweep.csv").read_text().splitlines()
+    assert len(lines) == payload["configurations"] + 1
+    assert (tmp_path / "sim-orin" / "resnet50" / "sweep.png").exists()
+
+
+def test_measure_noise_free_unless_seeded():
+    args = (
+        "measure",
+        "--model",
+        "bert-base",
+        "--device",
+        "sim:h200",
+        "--batch-size",
+        "8",
+        "--set",
+        "precision=bf16",
+        "--repeat",
+        "2",
+        "--json",
+    )
+    exact = json.loads(run_cli(*args).stdout)["measurements"]
+    assert exact[0]["j_per_query"] == exact[1]["j_per_query"]
+    noisy = json.loads(run_cli(*args, "--seed", "5").stdout)["measurements"]
+    assert noisy[0]["j_per_query"] != noisy[1]["j_per_query"]
+    assert all(m["twin"] for m in noisy)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("run", "--model", "alexnet", "--device", "sim:orin", "--max-latency", "50ms"), "unknown model"),
+        (("run", "--model", "resnet50", "--device", "sim:gameboy", "--max-latency", "50ms"), "unknown twin"),
+        (("run", "--model", "resnet50", "--device", "tpu:0", "--max-latency", "50ms"), "unknown device"),
+        (("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50"), "50ms"),
+        (
+            ("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--knobs", "warp"),
+            "unknown knob",
+        ),
+        (
+            (
+                "run",
+                "--model",
+                "resnet50",
+                "--device",
+                "sim:orin",
+                "--max-latency",
+                "50ms",
+                "--knobs",
+                "",
+                "--batch-sizes",
+                "8",
+            ),
+            "single configuration",
+        ),
+        (
+            ("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--sampler", "magic"),
+            "unknown sampler",
+        ),
+        (
+            ("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--allow-clock-changes"),
+            "does not apply",
+        ),
+        (
+            ("measure", "--model", "resnet50", "--device", "sim:orin", "--batch-size", "1", "--set", "gpu_mhz=999"),
+            "not supported",
+        ),
+        (
+            ("export", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--out", "nowhere"),
+            "no study",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_corrupt_space_file(tmp_path):
+    bad = tmp_path / "orin.yaml"
+    bad.write_text("version: 1\nkind: orin-agx\nknobs: {gpu_mhz: {values: [1], default: 1}\n")
+    r = run_cli(
+        "run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--space", str(bad), cwd=tmp_path
+    )
+    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_narrower_space_file_is_used(tmp_path):
+    narrow = tmp_path / "orin.yaml"
+    text = shutil.os.path.dirname(__import__("search_spaces").__file__) + "/orin-agx.yaml"
+    data = yaml.safe_load(open(text).read())
+    data["batch_sizes"] = [2, 4]
+    narrow.write_text(yaml.safe_dump(data))
+    r = run_cli(
+        "run",
+        "--model",
+        "resnet50",
+        "--device",
+        "sim:orin",
+        "--max-latency",
+        "80ms",
+        "--space",
+        str(narrow),
+        "--trials",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--json",
+        "--sampler",
+        "random",
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["best"]["batch_size"] in (2, 4)
+
+
+def test_help_for_every_command():
+    for command in ("run", "sweep", "measure", "pareto", "export", "devices", "dashboard"):
+        r = run_cli(command, "--help")
+        assert r.returncode == 0 and "Usage" in r.stdout
+
+
+def test_devices_lists_twins():
+    r = run_cli("devices", "--json")
+    names = [d["name"] for d in json.loads(r.stdout)["devices"]]
+    assert {"sim:orin", "sim:h200", "cpu"} <= set(names)
+
+
+def test_dashboard_without_extra_says_how_to_install():
+    pytest.importorskip("optuna_dashboard", reason="extra installed") if False else None
+    try:
+        import optuna_dashboard  # noqa: F401
+    except ImportError:
+        r = run_cli("dashboard")
+        assert r.returncode == 2 and "powertune[dashboard]" in r.stderr

@@ -1,0 +1,27 @@
+import pytest
+
+from tuner.errors import UserError
+from tuner.units import format_ms, parse_int_list, parse_latency_ms
+
+
+@pytest.mark.parametrize("text", ["50ms", "50 ms", "0.05s", "50000us", "5e-2 s", " 50MS "])
+def test_latency_spellings_agree(text):
+    assert parse_latency_ms(text) == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("text", ["50", "fast", "50 parsecs", "-5ms", "0ms", ""])
+def test_bad_latency_is_a_user_error_naming_the_fix(text):
+    with pytest.raises(UserError, match="50ms"):
+        parse_latency_ms(text)
+
+
+def test_canonical_bound_spelling():
+    assert format_ms(parse_latency_ms("0.05s")) == format_ms(parse_latency_ms("50 ms")) == "50ms"
+
+
+def test_int_list():
+    assert parse_int_list("1, 8,32", "--batch-sizes") == [1, 8, 32]
+    with pytest.raises(UserError, match="--batch-sizes"):
+        parse_int_list("1,x", "--batch-sizes")
+    with pytest.raises(UserError):
+        parse_int_list("0", "--batch-sizes")
