@@ -446,3 +446,28 @@ def test_measure_aborts_when_a_zone_gets_too_hot(board: FakeBoard) -> None:
 def test_meter_period_below_50_ms_is_refused(board: FakeBoard) -> None:
     with pytest.raises(UserError, match=r"0\.05"):
         device(board, meter_period_s=0.01)
+
+
+@pytest.mark.parametrize("kind", ["orin-nano", "xavier-agx", "tx2"])
+def test_published_spaces_load_with_distinct_mode_ids(kind: str) -> None:
+    space = load_space(kind)
+    assert space.mode_knob == "nvpmodel" and "nvpmodel" in space.source
+    ids = [m.id for m in space.modes.values()]
+    assert len(set(ids)) == len(ids)
+    assert space.default_config().knobs["nvpmodel"] in space.modes
+
+
+def test_every_mode_applies_at_its_caps_and_restores(board: FakeBoard) -> None:
+    before = board.snapshot()
+    dev = device(board)
+    state = dev.read_state()
+    space = dev.space()
+    for mode in space.knobs["nvpmodel"].values:
+        dev.apply(
+            space.default_config().model_copy(
+                update={"knobs": {**space.default_config().knobs, "nvpmodel": mode}}
+            )
+        )
+        assert board.mode_id() == space.modes[str(mode)].id
+    dev.restore(state)
+    assert board.snapshot() == before

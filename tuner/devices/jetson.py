@@ -453,7 +453,9 @@ class JetsonDevice:
         nvpmodel resets the clocks.
         """
         t = self.targets(config)
-        mode_change = self.query_mode() != t["mode"]
+        return self._plan(t, mode_change=self.query_mode() != t["mode"])
+
+    def _plan(self, t: dict[str, Any], mode_change: bool) -> list[Write]:
         current = self._current(assume_mode=t["mode"] if mode_change else None)
         return self._steps(t, current, include_all=mode_change)
 
@@ -461,9 +463,10 @@ class JetsonDevice:
         """Apply in the fixed order and read every value back; ApplyError if the board refused."""
         t = self.targets(config)
         self.check_thermal()
-        planned = self.plan_writes(config)
+        mode_change = self.query_mode() != t["mode"]
+        planned = self._plan(t, mode_change)
         self.check_privilege([Path(w.path) for w in planned if not w.value.startswith("-m ")])
-        if self.query_mode() != t["mode"]:
+        if mode_change:
             self._set_mode(t["mode"])
         # Re-plan against the board as it is after the mode change: min/max order depends on it.
         for step in self._steps(t, self._current(), include_all=False):
