@@ -91,6 +91,7 @@ BOARDS: dict[str, dict[str, Any]] = {
         "emc_khz": [204000, 665600, 2133000, 3199000],
         "cpu_min_khz": 729600,
         "default_mode": 2,
+        "compatible": b"nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
         "ina": {
             "1-0040": {1: "VDD_GPU_SOC", 2: "VDD_CPU_CV", 3: "VIN_SYS_5V0"},
             "1-0041": {2: "VDDQ_VDD2_1V8AO"},
@@ -112,6 +113,7 @@ BOARDS: dict[str, dict[str, Any]] = {
         "emc_khz": [204000, 665600, 2133000],
         "cpu_min_khz": 729600,
         "default_mode": 0,
+        "compatible": b"nvidia,p3768-0000+p3767-0005\0nvidia,p3767-0005\0nvidia,tegra234\0",
         "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
         "zones": {"CPU-therm": 41.0, "GPU-therm": 40.5, "SOC0-therm": 40.9, "tj-therm": 42.0},
     },
@@ -187,7 +189,8 @@ def set_mode(mode_id):
     cap = round(caps.get("emc_mhz", 1e9) * 1e6)
     _write("sys/kernel/nvpmodel_emc_cap/emc_iso_cap", cap)
     emc = "sys/kernel/debug/bpmp/debug/clk/emc/rate"
-    _write(emc, min(int(_read(emc)), _floor([k * 1000 for k in CONF["emc_khz"]], cap)))
+    if _p(emc).exists():
+        _write(emc, min(int(_read(emc)), _floor([k * 1000 for k in CONF["emc_khz"]], cap)))
     total = CONF["tpcs"]
     on = int(mode["tpcs"])
     _write("sys/devices/gpu.0/tpc_pg_mask", ((1 << total) - 1) & ~((1 << on) - 1))
@@ -204,12 +207,14 @@ def clocks():
     freqs = [int(_read(f"{CONF['policy_dirs'][str(p)]}/scaling_max_freq")) / 1e6
              for p in CONF["policies"]]
     mask = int(_read("sys/devices/gpu.0/tpc_pg_mask"))
+    emc = "sys/kernel/debug/bpmp/debug/clk/emc/rate"
+    cap_ghz = int(_read("sys/kernel/nvpmodel_emc_cap/emc_iso_cap")) / 1e9
     tpcs = CONF["tpcs"] - bin(mask).count("1")
     return {
         "gpu": int(_read(f"{CONF['gpu']}/max_freq")) / 1e9,
         "cpu": sum(freqs) / len(freqs),
         "cores": len(online),
-        "emc": int(_read("sys/kernel/debug/bpmp/debug/clk/emc/rate")) / 1e9,
+        "emc": int(_read(emc)) / 1e9 if _p(emc).exists() else cap_ghz,
         "tpc_share": tpcs / CONF["tpcs"],
     }
 
@@ -397,6 +402,9 @@ def make_fake_board(
     )
     _write(root / "sys/devices/gpu.0/tpc_pg_mask", 0)
     _write(root / "sys/devices/gpu.0/railgate_enable", 1)
+    compatible = root / "proc/device-tree/compatible"
+    compatible.parent.mkdir(parents=True, exist_ok=True)
+    compatible.write_bytes(board["compatible"])
 
     rails: dict[str, list[Any]] = {}
     hwmon_dirs: dict[str, Path] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tuner.devices.jetson import (
     JetsonDevice,
     RailMeter,
     ThermalLimitError,
+    jetson_device,
 )
 from tuner.devices.journal import pending_journals, restore_pending
 from tuner.errors import UserError
@@ -471,3 +473,29 @@ def test_every_mode_applies_at_its_caps_and_restores(board: FakeBoard) -> None:
         assert board.mode_id() == space.modes[str(mode)].id
     dev.restore(state)
     assert board.snapshot() == before
+
+
+def test_device_names_map_to_spaces_and_the_board_is_checked(board: FakeBoard) -> None:
+    kw = {"sysfs_root": board.root, "nvpmodel": str(board.nvpmodel)}
+    name = "orin" if board.model == "orin-agx" else "orin-nano"
+    dev = jetson_device(name, **kw)
+    assert dev.name == name and dev.kind == board.model
+    other = "orin-nano" if board.model == "orin-agx" else "orin"
+    with pytest.raises(UserError, match=f"use --device {board.model}"):
+        jetson_device(other, **kw)
+    with pytest.raises(UserError, match="unknown Jetson device"):
+        jetson_device("nano-2gb", **kw)
+
+
+def test_without_debugfs_emc_is_pinned_and_the_rest_still_applies(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path, "orin-agx", "l4t36")
+    shutil.rmtree(fake.root / "sys/kernel/debug")
+    dev = device(fake)
+    assert dev.space().knobs["emc_mhz"].values == [3199]
+    assert any("EMC" in note for note in dev.describe()["notes"])
+    before = fake.snapshot()
+    state = dev.read_state()
+    dev.apply(config(fake, emc_mhz=3199))
+    assert fake.mode_id() == 3
+    dev.restore(state)
+    assert fake.snapshot() == before

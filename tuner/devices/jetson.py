@@ -56,6 +56,31 @@ THERMAL_BASE = "sys/class/thermal"
 # PMIC-Die reports a fixed 100 C on several Jetsons; it is not a temperature.
 IGNORED_ZONES = re.compile(r"pmic", re.IGNORECASE)
 DEFAULT_THERMAL_LIMIT_C = 90.0
+COMPATIBLE = "proc/device-tree/compatible"
+
+# What a user may type for a Jetson device, and the search space each names.
+DEVICE_KINDS = {
+    "orin": "orin-agx",
+    "orin-agx": "orin-agx",
+    "orin-nano": "orin-nano",
+    "xavier": "xavier-agx",
+    "xavier-agx": "xavier-agx",
+    "tx2": "tx2",
+}
+# Module part numbers in the device tree's compatible string, per space.
+MODULES = {
+    "p3701": "orin-agx",
+    "p3767": "orin-nano",
+    "p2888": "xavier-agx",
+    "p3310": "tx2",
+    "p3489": "tx2",
+}
+MODEL_NAMES = {
+    "orin-agx": "AGX Orin",
+    "orin-nano": "Orin Nano",
+    "xavier-agx": "AGX Xavier",
+    "tx2": "TX2",
+}
 JTOP_PERIOD_S = 0.5
 
 
@@ -155,6 +180,14 @@ class Board:
     notes: list[str]
 
 
+def _is_file(path: Path) -> bool:
+    """Like Path.is_file, but False where a non-root user may not look (debugfs is root-only)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _read(path: Path) -> str:
     return path.read_text().strip()
 
@@ -171,9 +204,7 @@ def _floor(table: list[int], value: int) -> int:
 
 def discover(root: Path) -> Board:
     """Find every file the backend needs; no GPU devfreq node means no Jetson board here."""
-    gpu = next(
-        (root / c for c in GPU_DEVFREQ_CANDIDATES if (root / c / "max_freq").is_file()), None
-    )
+    gpu = next((root / c for c in GPU_DEVFREQ_CANDIDATES if _is_file(root / c / "max_freq")), None)
     if gpu is None:
         raise UserError(
             f"no Jetson board found under {root}: no GPU devfreq node "
@@ -202,13 +233,13 @@ def discover(root: Path) -> Board:
     candidates += [(int(folder.name[3:]), folder / "cpufreq") for folder in cpu_dirs]
     for folder in cpu_dirs:
         cpu = int(folder.name[3:])
-        if (folder / "online").is_file() and cpu != 0:
+        if _is_file(folder / "online") and cpu != 0:
             online[cpu] = folder / "online"
     for cpu, freq in candidates:
-        if cpu in covered or not (freq / "scaling_available_frequencies").is_file():
+        if cpu in covered or not _is_file(freq / "scaling_available_frequencies"):
             continue
         related = freq / "related_cpus"
-        cpus = _ints(_read(related)) if related.is_file() else [cpu]
+        cpus = _ints(_read(related)) if _is_file(related) else [cpu]
         covered.update(cpus)
         policies.append(
             Policy(cpu, cpus, freq, _ints(_read(freq / "scaling_available_frequencies")))
@@ -218,13 +249,13 @@ def discover(root: Path) -> Board:
             f"no cpufreq policy found under {cpu_base}: is the sysfs root ({root}) a Jetson's?"
         )
 
-    emc_cap = next((root / c for c in EMC_CAP_CANDIDATES if (root / c).is_file()), None)
+    emc_cap = next((root / c for c in EMC_CAP_CANDIDATES if _is_file(root / c)), None)
     emc_rate = root / EMC_CLK / "rate"
     emc_locked = root / EMC_CLK / "mrq_rate_locked"
     emc_hz: list[int] = []
-    if emc_rate.is_file() and emc_locked.is_file():
+    if _is_file(emc_rate) and _is_file(emc_locked):
         rates = root / EMC_RATES
-        emc_hz = [k * 1000 for k in _ints(_read(rates))] if rates.is_file() else []
+        emc_hz = [k * 1000 for k in _ints(_read(rates))] if _is_file(rates) else []
     else:
         emc_rate = emc_locked = None
         notes.append(
@@ -239,12 +270,12 @@ def discover(root: Path) -> Board:
             channel = label.name[2 : -len("_label")]
             name = _read(label)
             voltage, current = hwmon / f"in{channel}_input", hwmon / f"curr{channel}_input"
-            if name and name != "NC" and voltage.is_file() and current.is_file():
+            if name and name != "NC" and _is_file(voltage) and _is_file(current):
                 rails.append(Rail(name, voltage, current))
 
     zones: dict[str, Path] = {}
     for zone in sorted((root / THERMAL_BASE).glob("thermal_zone*")):
-        if (zone / "type").is_file() and (zone / "temp").is_file():
+        if _is_file(zone / "type") and _is_file(zone / "temp"):
             kind = _read(zone / "type")
             if not IGNORED_ZONES.search(kind):
                 zones[kind] = zone / "temp"
@@ -260,7 +291,7 @@ def discover(root: Path) -> Board:
         emc_rate,
         emc_locked,
         emc_hz,
-        tpc if tpc.is_file() else None,
+        tpc if _is_file(tpc) else None,
         rails,
         zones,
         notes,
@@ -349,6 +380,12 @@ class JetsonDevice:
         self._base_space = load_space(kind)
         if self._base_space.mode_knob is None:
             raise UserError(f"search space {kind} has no nvpmodel modes: it is not a Jetson space")
+        detected = detect_kind(self.root)
+        if detected is not None and detected != kind:
+            raise UserError(
+                f"this board is a Jetson {MODEL_NAMES[detected]} ({detected}), not {kind}: "
+                f"use --device {detected}"
+            )
         self.board = discover(self.root)
         self._space = narrow_to_board(self._base_space, self.board)
 
@@ -720,7 +757,7 @@ class JetsonDevice:
 
 
 def _optional(path: Path, key: str) -> dict[str, str]:
-    return {key: _read(path)} if path.is_file() else {}
+    return {key: _read(path)} if _is_file(path) else {}
 
 
 def _pair(
@@ -739,6 +776,25 @@ def _pair(
     order = [max_w, min_w] if lo > cur_hi else [min_w, max_w]
     writes += [w for w in order if w is not None]
     return writes
+
+
+def detect_kind(root: Path) -> str | None:
+    """The search space of the module the device tree names, or None where it says nothing known."""
+    path = root / COMPATIBLE
+    if not _is_file(path):
+        return None
+    text = path.read_bytes().decode(errors="replace")
+    for part, kind in MODULES.items():
+        if part in text:
+            return kind
+    return None
+
+
+def jetson_device(name: str, **kwargs: Any) -> JetsonDevice:
+    """The device a user named (``orin``, ``orin-nano``, ``xavier``, ``tx2``, or a space's kind)."""
+    if name not in DEVICE_KINDS:
+        raise UserError(f"unknown Jetson device {name!r}: choose from {', '.join(DEVICE_KINDS)}")
+    return JetsonDevice(DEVICE_KINDS[name], name=name, **kwargs)
 
 
 def _find_nvpmodel(name: str) -> str:
