@@ -123,7 +123,9 @@ def test_missing_board_is_a_one_line_user_error(tmp_path: Path, board: FakeBoard
         JetsonDevice("orin-agx", sysfs_root=tmp_path / "empty", nvpmodel=str(board.nvpmodel))
     assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="nvpmodel not found"):
-        JetsonDevice("orin-agx", sysfs_root=board.root, nvpmodel=str(tmp_path / "no-such-nvpmodel"))
+        JetsonDevice(
+            board.model, sysfs_root=board.root, nvpmodel=str(tmp_path / "no-such-nvpmodel")
+        )
 
 
 def test_environment_points_at_the_board(board: FakeBoard, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -366,7 +366,6 @@ class JetsonDevice:
         self.name = name or kind
         self.slug = kind
         self.root = Path(sysfs_root or os.environ.get("TUNE_SYSFS_ROOT") or "/")
-        self.nvpmodel = _find_nvpmodel(nvpmodel or os.environ.get("TUNE_NVPMODEL") or "nvpmodel")
         if meter_period_s < 0.05:
             raise UserError(
                 f"meter period {meter_period_s}s is too short: INA3221 rails need at least 0.05 s"
@@ -388,6 +387,7 @@ class JetsonDevice:
             )
         self.board = discover(self.root)
         self._space = narrow_to_board(self._base_space, self.board)
+        self.nvpmodel = _find_nvpmodel(nvpmodel or os.environ.get("TUNE_NVPMODEL") or "nvpmodel")
 
     # -- discovery ---------------------------------------------------------
 
