@@ -501,3 +501,17 @@ def test_without_debugfs_emc_is_pinned_and_the_rest_still_applies(tmp_path: Path
     assert fake.mode_id() == 3
     dev.restore(state)
     assert fake.snapshot() == before
+
+
+def test_restore_goes_on_past_a_failure_and_reports_it(board: FakeBoard) -> None:
+    before = board.snapshot()
+    dev = device(board, mode_timeout_s=0.3)
+    state = dev.read_state()
+    dev.apply(config(board))
+    board.set_nvpmodel_ignores_m()
+    with pytest.raises(ApplyError, match="restore incomplete: nvpmodel did not switch"):
+        dev.restore(state)
+    after = board.snapshot()
+    for rel in before:
+        if rel.endswith(("/online", "scaling_min_freq", "scaling_max_freq", "clk/emc/rate")):
+            assert after[rel] == before[rel], rel

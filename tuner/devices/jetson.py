@@ -656,17 +656,17 @@ class JetsonDevice:
         errors: list[str] = []
 
         def put(path: Path, value: str) -> None:
-            if _read(path) != value:
-                try:
-                    path.write_text(f"{value}\n")
-                except OSError as exc:
-                    errors.append(f"{path}: {exc.strerror}")
-
-        if self.query_mode() != int(state["nvpmodel_id"]):
             try:
+                if _read(path) != value:
+                    path.write_text(f"{value}\n")
+            except OSError as exc:
+                errors.append(f"{path}: {exc.strerror}")
+
+        try:
+            if self.query_mode() != int(state["nvpmodel_id"]):
                 self._set_mode(int(state["nvpmodel_id"]))
-            except ApplyError as exc:
-                errors.append(str(exc))
+        except ApplyError as exc:
+            errors.append(str(exc))
         for cpu, value in state["online"].items():
             if int(cpu) in b.online:
                 put(b.online[int(cpu)], value)
