@@ -515,3 +515,16 @@ def test_restore_goes_on_past_a_failure_and_reports_it(board: FakeBoard) -> None
     for rel in before:
         if rel.endswith(("/online", "scaling_min_freq", "scaling_max_freq", "clk/emc/rate")):
             assert after[rel] == before[rel], rel
+
+
+def test_live_board_moves_its_rails_after_direct_writes(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path, "orin-agx", "l4t35")
+    dev = device(fake)
+    dev.apply(config(fake))
+    settled = fake.rail_watts()
+    with fake.live():
+        dev.apply(config(fake, gpu_mhz=114.75))
+        deadline = time.monotonic() + 10
+        while fake.rail_watts() == settled and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert fake.rail_watts()["VDD_GPU_SOC"] < settled["VDD_GPU_SOC"]
