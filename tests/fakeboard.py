@@ -292,9 +292,7 @@ class FakeBoard:
 
     def _module(self) -> ModuleType:
         loader = importlib.machinery.SourceFileLoader("fake_nvpmodel", str(self.nvpmodel))
-        module = importlib.util.module_from_spec(
-            importlib.util.spec_from_loader(loader.name, loader)
-        )
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
         loader.exec_module(module)
         return module
 
@@ -355,9 +353,7 @@ def _write(path: Path, value: object) -> None:
     path.write_text(f"{value}\n")
 
 
-def make_fake_board(
-    root: Path, model: str = "orin-agx", layout: str = "l4t35", seed: int | None = None
-) -> FakeBoard:
+def make_fake_board(root: Path, model: str = "orin-agx", layout: str = "l4t35", seed: int | None = None) -> FakeBoard:
     """Lay out a fake ``model`` board under ``root`` and put it in its default nvpmodel mode."""
     if model not in BOARDS:
         raise ValueError(f"unknown fake board {model!r}: choose from {', '.join(BOARDS)}")

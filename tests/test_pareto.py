@@ -1,4 +1,5 @@
 import csv
+import itertools
 import json
 
 from tuner.devices.twin import TwinDevice
@@ -31,9 +32,7 @@ def test_results_files(tmp_path):
     assert loaded.twin and loaded.version == 1 and loaded.device == "sim:h200"
     assert set(loaded.fronts) >= {"global"} | {f"bs={p.batch_size}" for p in loaded.fronts["global"]}
     glob = loaded.fronts["global"]
-    assert all(
-        a.latency_ms <= b.latency_ms and a.j_per_query > b.j_per_query for a, b in zip(glob, glob[1:], strict=False)
-    )
+    assert all(a.latency_ms <= b.latency_ms and a.j_per_query > b.j_per_query for a, b in itertools.pairwise(glob))
     assert pareto.best["trial"] == summary.best_trial
     with open(folder / "trials.csv") as fh:
         rows = list(csv.DictReader(fh))

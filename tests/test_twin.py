@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 
@@ -38,7 +40,7 @@ def test_energy_per_query_falls_with_batch_size_until_the_gpu_saturates():
         device = TwinDevice(name)
         space = device.space()
         energy = [device.measure("resnet50", space.default_config(b), EXACT).j_per_query for b in space.batch_sizes]
-        assert all(a > b for a, b in zip(energy, energy[1:], strict=False)), (name, energy)
+        assert all(a > b for a, b in itertools.pairwise(energy)), (name, energy)
         assert energy[0] / energy[2] > 1.5  # small batches waste energy on launch-bound idle power
         assert energy[-2] / energy[-1] < 1.05  # saturated: the last doubling gains little
 

@@ -12,6 +12,7 @@ import platform
 from typing import Any
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, RaplMeter
 from tuner.measure.session import measure_with
@@ -29,8 +30,7 @@ class HostDevice:
 
     def __init__(self) -> None:
         self._space: SearchSpace | None = None
-        self._runner: Any = None
-        self._runner_key: tuple | None = None
+        self._runners = RunnerCache("cpu")
 
     def space(self) -> SearchSpace:
         if self._space is None:
@@ -53,29 +53,10 @@ class HostDevice:
             raise UserError(f"meter {choice!r} is not available on the cpu device: use --meter rapl")
         return RaplMeter()
 
-    def _runner_for(self, model: str, config: Config) -> Any:
-        knobs = dict(config.knobs)
-        precision = str(knobs.pop("precision", "fp32"))
-        key = (
-            model,
-            config.batch_size,
-            precision,
-            tuple(sorted((k, str(v)) for k, v in knobs.items())),
-        )
-        if self._runner is not None and self._runner_key == key:
-            return self._runner
-        self.close()
-        from runners import make_runner
-
-        runner = make_runner(model, "cpu")
-        runner.prepare(config.batch_size, precision, knobs)
-        self._runner, self._runner_key = runner, key
-        return runner
-
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
         meter = self.make_meter(settings.meter)
-        runner = self._runner_for(model, config)
+        runner = self._runners.get(model, config, self.space())
         return measure_with(runner, meter, config.batch_size, settings)
 
     def describe(self) -> dict[str, Any]:
@@ -89,6 +70,5 @@ class HostDevice:
 
     def close(self) -> None:
         """Free the cached runner."""
-        if self._runner is not None:
-            self._runner.close()
+        self._runners.close()
         self._runner, self._runner_key = None, None

@@ -26,12 +26,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
+from tuner.measure.meters import EnergyReading
 from tuner.measurement import Measurement
 from tuner.space import Config, Knob, SearchSpace, load_space
 
@@ -142,24 +144,6 @@ class Rail:
         return int(_read(self.voltage)) * int(_read(self.current)) / 1e6
 
 
-@dataclass(frozen=True)
-class EnergyReading:
-    """Energy over one window, field for field the reading of tuner/measure/meters.py.
-
-    Defined here so this module stands alone until the measure package lands;
-    the two are interchangeable (same fields, same meaning).
-    """
-
-    energy_j: float
-    duration_s: float
-    avg_w: float
-    meter: str
-    rails: list[str]
-    samples: int
-    warning: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
-
-
 @dataclass
 class Board:
     """What discovery found under a sysfs root."""
@@ -241,13 +225,9 @@ def discover(root: Path) -> Board:
         related = freq / "related_cpus"
         cpus = _ints(_read(related)) if _is_file(related) else [cpu]
         covered.update(cpus)
-        policies.append(
-            Policy(cpu, cpus, freq, _ints(_read(freq / "scaling_available_frequencies")))
-        )
+        policies.append(Policy(cpu, cpus, freq, _ints(_read(freq / "scaling_available_frequencies"))))
     if not policies:
-        raise UserError(
-            f"no cpufreq policy found under {cpu_base}: is the sysfs root ({root}) a Jetson's?"
-        )
+        raise UserError(f"no cpufreq policy found under {cpu_base}: is the sysfs root ({root}) a Jetson's?")
 
     emc_cap = next((root / c for c in EMC_CAP_CANDIDATES if _is_file(root / c)), None)
     emc_rate = root / EMC_CLK / "rate"
@@ -258,10 +238,7 @@ def discover(root: Path) -> Board:
         emc_hz = [k * 1000 for k in _ints(_read(rates))] if _is_file(rates) else []
     else:
         emc_rate = emc_locked = None
-        notes.append(
-            f"EMC rate is not settable: {root / EMC_CLK} is missing "
-            "(debugfs not mounted, or not root)"
-        )
+        notes.append(f"EMC rate is not settable: {root / EMC_CLK} is missing (debugfs not mounted, or not root)")
 
     tpc = root / TPC_MASK
     rails: list[Rail] = []
@@ -326,9 +303,7 @@ def narrow_to_board(space: SearchSpace, board: Board) -> SearchSpace:
     if "cpu_cores" in knobs:
         kept = [v for v in knobs["cpu_cores"].values if int(v) <= cpus]
         if not kept:
-            raise UserError(
-                f"the board has {cpus} CPUs, fewer than any cpu_cores value of {space.kind}"
-            )
+            raise UserError(f"the board has {cpus} CPUs, fewer than any cpu_cores value of {space.kind}")
         knobs["cpu_cores"] = _narrowed(knobs["cpu_cores"], kept)
     if "emc_mhz" in knobs and board.emc_rate is None:
         knobs["emc_mhz"] = _narrowed(knobs["emc_mhz"], [knobs["emc_mhz"].default])
@@ -359,7 +334,7 @@ class JetsonDevice:
         name: str | None = None,
         writable: Callable[[Path], bool] = _writable,
         mode_timeout_s: float = 10.0,
-        runner_factory: Callable[[str, Config, WindowSettings], Any] | None = None,
+        runner_factory: Callable[[str, Config], Any] | None = None,
         measure_fn: Callable[..., Measurement] | None = None,
     ) -> None:
         self.kind = kind
@@ -367,14 +342,13 @@ class JetsonDevice:
         self.slug = kind
         self.root = Path(sysfs_root or os.environ.get("TUNE_SYSFS_ROOT") or "/")
         if meter_period_s < 0.05:
-            raise UserError(
-                f"meter period {meter_period_s}s is too short: INA3221 rails need at least 0.05 s"
-            )
+            raise UserError(f"meter period {meter_period_s}s is too short: INA3221 rails need at least 0.05 s")
         self.meter_period_s = meter_period_s
         self.thermal_limit_c = thermal_limit_c
         self.mode_timeout_s = mode_timeout_s
         self._writable = writable
-        self._runner_factory = runner_factory or _default_runner
+        self._runners = RunnerCache("cuda:0")
+        self._runner_factory = runner_factory or (lambda model, config: self._runners.get(model, config, self.space()))
         self._measure_fn = measure_fn
         self._base_space = load_space(kind)
         if self._base_space.mode_knob is None:
@@ -382,8 +356,7 @@ class JetsonDevice:
         detected = detect_kind(self.root)
         if detected is not None and detected != kind:
             raise UserError(
-                f"this board is a Jetson {MODEL_NAMES[detected]} ({detected}), not {kind}: "
-                f"use --device {detected}"
+                f"this board is a Jetson {MODEL_NAMES[detected]} ({detected}), not {kind}: use --device {detected}"
             )
         self.board = discover(self.root)
         self._space = narrow_to_board(self._base_space, self.board)
@@ -421,9 +394,7 @@ class JetsonDevice:
         out = self._run_nvpmodel(["-q"]).stdout
         ids = [line.strip() for line in out.splitlines() if line.strip().isdigit()]
         if not ids:
-            raise ApplyError(
-                f"cannot read the power mode from '{self.nvpmodel} -q': {out.strip()!r}"
-            )
+            raise ApplyError(f"cannot read the power mode from '{self.nvpmodel} -q': {out.strip()!r}")
         return int(ids[-1])
 
     def read_state(self) -> dict[str, Any]:
@@ -553,9 +524,7 @@ class JetsonDevice:
                     continue  # a cluster with every core offline has no clock to set
                 steps += _pair(p.min_path, p.max_path, t["cpu_khz"], cur["cpu"][p.cpu], include_all)
         if "gpu_hz" in t:
-            steps += _pair(
-                b.gpu / "min_freq", b.gpu / "max_freq", t["gpu_hz"], cur["gpu"], include_all
-            )
+            steps += _pair(b.gpu / "min_freq", b.gpu / "max_freq", t["gpu_hz"], cur["gpu"], include_all)
         if "emc_hz" in t and b.emc_rate is not None and b.emc_locked is not None:
             locked, rate = cur["emc"]
             if include_all or locked != "1":
@@ -617,8 +586,7 @@ class JetsonDevice:
         if proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip().splitlines()
             raise ApplyError(
-                f"'{self.nvpmodel} {' '.join(args)}' exited {proc.returncode}: "
-                f"{msg[-1] if msg else 'no output'}"
+                f"'{self.nvpmodel} {' '.join(args)}' exited {proc.returncode}: {msg[-1] if msg else 'no output'}"
             )
         return proc
 
@@ -649,9 +617,7 @@ class JetsonDevice:
         attempted even if one fails; the failures are raised together.
         """
         if state.get("version") != STATE_VERSION:
-            raise UserError(
-                f"saved Jetson state has version {state.get('version')}, expected {STATE_VERSION}"
-            )
+            raise UserError(f"saved Jetson state has version {state.get('version')}, expected {STATE_VERSION}")
         b = self.board
         errors: list[str] = []
 
@@ -720,9 +686,7 @@ class JetsonDevice:
         hot = {z: t for z, t in temps.items() if t > self.thermal_limit_c}
         if hot:
             shown = ", ".join(f"{z} {t:.1f} C" for z, t in sorted(hot.items()))
-            raise ThermalLimitError(
-                f"thermal limit {self.thermal_limit_c:.0f} C exceeded ({shown}): trial aborted"
-            )
+            raise ThermalLimitError(f"thermal limit {self.thermal_limit_c:.0f} C exceeded ({shown}): trial aborted")
         return temps
 
     def make_meter(self, kind: str | None = None) -> RailMeter | JtopMeter:
@@ -733,9 +697,7 @@ class JetsonDevice:
                     f"no INA3221 power rails under {self.root / 'sys/bus/i2c/drivers/ina3221'}: "
                     "this board has no readable power sensor; pick --meter jtop or another board"
                 )
-            return RailMeter(
-                self.board.rails, period_s=self.meter_period_s, temperatures=self.temperatures
-            )
+            return RailMeter(self.board.rails, period_s=self.meter_period_s, temperatures=self.temperatures)
         if kind == "jtop":
             return JtopMeter()
         raise UserError(f"unknown Jetson meter {kind!r}: choose rails or jtop")
@@ -744,7 +706,7 @@ class JetsonDevice:
         """Run the real runner in a LoadGen window under the board's meter; abort when too hot."""
         self.check_thermal()
         meter = self.make_meter(settings.meter)
-        runner = self._runner_factory(model, config, settings)
+        runner = self._runner_factory(model, config)
         measure_fn = self._measure_fn
         if measure_fn is None:
             from tuner.measure.session import measure_with
@@ -806,15 +768,6 @@ def _find_nvpmodel(name: str) -> str:
             "TUNE_NVPMODEL at it"
         )
     return found
-
-
-def _default_runner(model: str, config: Config, settings: WindowSettings) -> Any:
-    """The torch runner for ``model``; imported lazily so the core needs no torch."""
-    try:
-        from runners import make_runner  # type: ignore[attr-defined]
-    except ImportError:
-        raise UserError("no model runner available: pip install 'powertune[torch]'") from None
-    return make_runner(model, config, settings)
 
 
 class RailMeter:

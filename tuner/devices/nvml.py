@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, NvmlEnergyMeter, RaplMeter, SampledPowerMeter
 from tuner.measure.session import mark_invalid, measure_with
@@ -177,8 +178,7 @@ class NvmlDevice:
         self.kind = load_space(space_file).kind if space_file else kind_of(self.gpu_name)
         self.slug = self.kind
         self._space: SearchSpace | None = None
-        self._runner: Any = None
-        self._runner_key: tuple | None = None
+        self._runners = RunnerCache(self.name)
 
     def _call(self, fn: str, *args: Any) -> Any:
         return getattr(self.nvml, fn)(self.handle, *args)
@@ -389,35 +389,13 @@ class NvmlDevice:
             )
         return RaplMeter()
 
-    def _runner_for(self, model: str, config: Config) -> Any:
-        space = self.space()
-        runner_knobs = {k: v for k, v in config.knobs.items() if k in space.knobs and space.knobs[k].group == "runner"}
-        precision = str(runner_knobs.pop("precision", "fp32"))
-        key = (
-            model,
-            config.batch_size,
-            precision,
-            tuple(sorted((k, str(v)) for k, v in runner_knobs.items())),
-        )
-        if self._runner is not None and self._runner_key == key:
-            return self._runner
-        self.close_runner()
-        from runners import make_runner
-
-        runner = make_runner(model, self.name)
-        runner.prepare(config.batch_size, precision, runner_knobs)
-        self._runner, self._runner_key = runner, key
-        return runner
-
     def close_runner(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-        self._runner, self._runner_key = None, None
+        self._runners.close()
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
         meter = self.make_meter(settings.meter)
-        runner = self._runner_for(model, config)
+        runner = self._runners.get(model, config, self.space())
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         result = measure_with(runner, meter, config.batch_size, settings, monitors=[telemetry])
         temps = telemetry.temps_c

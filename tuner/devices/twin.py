@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
