@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tuner import __version__
 from tuner.errors import UserError
-from tuner.study import is_feasible, redact, trial_record
+from tuner.study import is_feasible, redact, representatives, trial_record
 from tuner.units import format_ms
 
 EXPORT_VERSION = 1
@@ -55,7 +55,7 @@ def best_for_bound(study: optuna.Study, max_latency_ms: float, percentile: str) 
     key = f"{percentile}_ms"
     candidates = [
         t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        for t in representatives(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         if t.user_attrs.get(key) is not None and t.user_attrs[key] <= max_latency_ms and t.value is not None
     ]
     if not candidates:

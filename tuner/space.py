@@ -21,6 +21,7 @@ from tuner.errors import UserError
 
 SPACE_VERSION = 1
 KnobValue = int | float | str
+_GRID_SIZES: dict[str, int] = {}
 
 
 class Knob(BaseModel):
@@ -212,7 +213,15 @@ class SearchSpace(BaseModel):
         return configs
 
     def size(self) -> int:
-        return len(self.grid())
+        """Number of distinct effective configurations, memoized by content.
+
+        Enumerating a large grid takes about a second; every study opened on
+        the same space (a benchmark opens thousands) needs only the count.
+        """
+        key = self.model_dump_json()
+        if key not in _GRID_SIZES:
+            _GRID_SIZES[key] = len(self.grid())
+        return _GRID_SIZES[key]
 
 
 class Config(BaseModel):

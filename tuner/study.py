@@ -30,6 +30,8 @@ from tuner.space import Config, SearchSpace
 from tuner.units import format_ms
 
 METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
+NOISE_Z = 1.645
+NOISE_FLOOR = 0.01
 
 
 class MeasurementRejected(Exception):
@@ -72,12 +74,23 @@ def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[in
     return space
 
 
+MEMORY_STORAGE = ":memory:"
+
+
 def open_study(name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
-    """Create or resume a study; a bad storage URL is a user error, not a traceback."""
+    """Create or resume a study; a bad storage URL is a user error, not a traceback.
+
+    ``:memory:`` keeps the study in process memory (benchmarks run thousands of
+    short studies through the same loop users get, without a database each).
+    """
     optuna.logging.set_verbosity(logging.ERROR)
     try:
         return optuna.create_study(
-            study_name=name, storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
+            study_name=name,
+            storage=None if storage == MEMORY_STORAGE else storage,
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
         )
     except (ImportError, ModuleNotFoundError) as exc:
         raise UserError(
@@ -148,9 +161,13 @@ class Objective:
         trial.set_user_attr("device", self.device.name)
         trial.set_user_attr("device_kind", self.device.kind)
         trial.set_user_attr("host", socket.gethostname())
-        if key in self.cache:
+        repeat_of = trial.user_attrs.get("repeat_of")
+        if key in self.cache and repeat_of is None:
             return self._reuse(trial, self.cache[key])
         measurement = self.measure(trial, effective)
+        if repeat_of is not None:
+            self.measured += 1
+            return self._repeat(trial, key, measurement)
         record_measurement(trial, measurement)
         self.measured += 1
         self.cache[key] = trial.number
@@ -182,6 +199,35 @@ class Objective:
             record_measurement(trial, measurement)
             raise MeasurementRejected(measurement.reason)
         return measurement
+
+    def _repeat(self, trial: optuna.Trial, key: str, measurement: Measurement) -> float:
+        """A re-measurement: the trial carries the mean of every window of this configuration.
+
+        Its constraint adds a noise margin (z x the relative spread of the
+        latency, for one future window and the error of the mean), so a
+        configuration only counts as feasible if a fresh measurement would
+        also meet the bound with about 95% probability.
+        """
+        windows = [
+            t.user_attrs.get("raw", t.user_attrs)
+            for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("effective_key") == key and "reused_from" not in t.user_attrs
+        ]
+        raw = {k: getattr(measurement, k) for k in METRIC_KEYS}
+        windows.append(raw)
+        record_measurement(trial, measurement)
+        mean = {k: sum(float(w[k]) for w in windows) / len(windows) for k in METRIC_KEYS}
+        for k, v in mean.items():
+            trial.set_user_attr(k, v)
+        trial.set_user_attr("raw", raw)
+        trial.set_user_attr("measurements", len(windows))
+        lat_key = f"{self.options.window.percentile}_ms"
+        lats = [float(w[lat_key]) for w in windows]
+        spread = max(float(_rel_std(lats)), NOISE_FLOOR)
+        margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
+        trial.set_user_attr("latency_margin", margin)
+        trial.set_constraint("latency", mean[lat_key] * (1 + margin) - self.options.max_latency_ms)
+        return mean["j_per_query"]
 
     def _reuse(self, trial: optuna.Trial, source: int) -> float:
         """Copy an earlier trial's measurement of the same effective configuration."""
@@ -221,11 +267,18 @@ def run_study(
     space = narrowed_space(device, options.knobs, options.batch_sizes)
     storage = options.storage or default_storage(options.out)
     name = study_name(options.model, device, options.window.scenario, options.max_latency_ms)
-    study = open_study(name, storage, sampler or make_sampler(options.sampler, options.seed))
+    sampler = sampler or make_sampler(options.sampler, options.seed)
+    if hasattr(sampler, "bind"):
+        sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile)
+    study = open_study(name, storage, sampler)
     _stamp(study, device, options, space)
     objective = Objective(device, space, options, study)
     distinct = space.size()
     target = min(options.trials, max(distinct - len(objective.cache), 0))
+    top, repeats = getattr(sampler, "remeasure", (0, 0))
+    if target < 4 * top * repeats:
+        top = 0
+    target -= top * repeats
     state = {"reused_in_row": 0, "failed": 0}
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -247,6 +300,8 @@ def run_study(
                 catch=(MeasurementRejected,),
                 gc_after_trial=False,
             )
+            if top:
+                remeasure_top(study, objective, space, top, repeats, on_trial)
     best = best_feasible(study)
     summary = RunSummary(
         study=name,
@@ -257,6 +312,39 @@ def run_study(
         best=trial_record(best) if best else None,
     )
     return study, summary
+
+
+def remeasure_top(
+    study: optuna.Study,
+    objective: Objective,
+    space: SearchSpace,
+    top: int,
+    repeats: int,
+    on_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None] | None = None,
+) -> None:
+    """Measure the ``top`` best feasible configurations ``repeats`` more times each (enqueued trials)."""
+    ranked = sorted(_representatives(study), key=lambda t: (t.value, t.number))
+    picks = [t for t in ranked if is_feasible(t)][:top]
+    for t in picks:
+        config = Config(knobs=t.user_attrs["config"], batch_size=t.user_attrs["batch_size"])
+        for _ in range(repeats):
+            study.enqueue_trial(space.params_for(config), user_attrs={"repeat_of": t.number}, skip_if_exists=False)
+    if picks:
+        callbacks = [] if on_trial is None else [lambda s, tr: on_trial(s, tr, objective.measured)]
+        study.optimize(
+            objective,
+            n_trials=len(picks) * repeats,
+            callbacks=callbacks,
+            catch=(MeasurementRejected,),
+            gc_after_trial=False,
+        )
+
+
+def _rel_std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
 
 
 def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
@@ -277,13 +365,46 @@ def is_feasible(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The completed feasible trial with the lowest energy per query (ties: earliest)."""
+    """The completed feasible trial with the lowest energy per query (ties: earliest).
+
+    A configuration measured more than once is judged on its latest
+    re-measurement trial, which carries the mean of all its windows; once any
+    configuration was re-measured, only re-measured ones are candidates (if
+    one of them is feasible), so a single lucky window cannot win.
+    """
+    return best_of(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def best_of(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    """best_feasible over a list of completed trials (a study, or the first n trials of one)."""
     done = [
         t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        for t in representatives(trials)
         if t.value is not None and math.isfinite(t.value) and is_feasible(t)
     ]
+    repeated = [t for t in done if "repeat_of" in t.user_attrs]
+    done = repeated or done
     return min(done, key=lambda t: (t.value, t.number)) if done else None
+
+
+def representatives(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """One trial per effective configuration where it was re-measured (the latest repeat); others unchanged."""
+    latest: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in trials:
+        if "repeat_of" in t.user_attrs:
+            key = t.user_attrs.get("effective_key")
+            if key not in latest or t.number > latest[key].number:
+                latest[key] = t
+    return [
+        t
+        for t in trials
+        if t.user_attrs.get("effective_key") not in latest or latest[t.user_attrs.get("effective_key")] is t
+    ]
+
+
+def _representatives(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return [t for t in representatives(done) if t.value is not None and math.isfinite(t.value)]
 
 
 def trial_record(trial: optuna.trial.FrozenTrial) -> dict:

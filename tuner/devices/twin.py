@@ -121,7 +121,7 @@ class TwinResult:
     throttled: np.ndarray
 
 
-TWIN_KINDS = {"orin": "orin-agx", "orin-agx": "orin-agx", "h200": "h200"}
+TWIN_KINDS = {"orin": "orin-agx", "orin-agx": "orin-agx", "h200": "h200", "orin-nano": "orin-nano"}
 
 
 def load_params(kind: str) -> TwinParams:

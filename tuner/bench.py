@@ -1,0 +1,332 @@
+"""The search benchmark behind ``tune bench``: how many trials each strategy needs to reach the optimum.
+
+A landscape is a model on a device under a latency bound. Its ground truth is
+the noise-free sweep (run_sweep/optimum, what ``tune sweep`` reports); bounds
+are quantiles of the sweep's own tail latencies, so every landscape is
+feasible and tight ones are hard. Each strategy runs through run_study, the
+code path of ``tune run``, with in-memory storage and the device's seeded
+measurement noise. After every measured trial the configuration the strategy
+would report (best_of the trials so far) is scored by its TRUE noise-free
+energy; it counts as reached within x% only if it truly meets the bound and
+its true energy is within x% of the optimum. Trials are counted as
+measurements (every window costs time, feasible or not; reused
+configurations are free). The exported best is re-measured with fresh noise
+to see how often it violates the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import time
+from collections.abc import Callable
+
+import numpy as np
+import optuna
+from pydantic import BaseModel, Field
+
+from tuner.devices.base import Device, WindowSettings
+from tuner.devices.registry import open_device
+from tuner.errors import UserError
+from tuner.space import Config
+from tuner.study import MEMORY_STORAGE, RunOptions, best_of, narrowed_space, run_study
+from tuner.sweep import optimum, run_sweep
+
+BENCH_VERSION = 1
+BOUND_QUANTILES = {"tight": 0.05, "medium": 0.25, "loose": 0.6}
+STRATEGIES = ("random", "tpe", "gp", "two-phase", "ours")
+DEFAULT_DEVICES = ("sim:orin", "sim:h200", "sim:orin-nano")
+DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
+TARGETS = (0.02, 0.05)
+REGRET_AT = (10, 20, 40)
+RECHECKS = 10
+
+_TRUTH: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+_DEVICES: dict[str, Device] = {}
+
+
+class Landscape(BaseModel):
+    device: str
+    model: str
+    bound: str
+    max_latency_ms: float
+    optimum_j: float
+    optimum: dict
+    feasible_fraction: float
+
+
+class RunResult(BaseModel):
+    """One strategy on one landscape with one seed."""
+
+    landscape: int
+    strategy: str
+    seed: int
+    measured: int
+    reach: dict[str, int | None]
+    regret: dict[str, float | None]
+    final_regret: float | None
+    violation: float | None
+    seconds: float
+
+
+class BenchSettings(BaseModel):
+    devices: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICES))
+    models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS))
+    bounds: list[str] = Field(default_factory=lambda: list(BOUND_QUANTILES))
+    strategies: list[str] = Field(default_factory=lambda: list(STRATEGIES))
+    seeds: int = 3
+    trials: int = 40
+    random_trials: int = 200
+    jobs: int = 2
+    percentile: str = "p99"
+
+
+class BenchReport(BaseModel):
+    version: int = BENCH_VERSION
+    settings: BenchSettings
+    landscapes: list[Landscape]
+    runs: list[RunResult]
+    summary: list[dict]
+    seconds: float
+
+
+def device(name: str) -> Device:
+    if name not in _DEVICES:
+        _DEVICES[name] = open_device(name)
+    return _DEVICES[name]
+
+
+def truth(name: str, model: str, percentile: str) -> dict[str, tuple[float, float]]:
+    """Noise-free energy per query and tail latency of every effective configuration, by effective key."""
+    if (name, model) not in _TRUTH:
+        dev = device(name)
+        rows = run_sweep(dev, narrowed_space(dev, None, None), model, WindowSettings(noise=False, seed=None))
+        _TRUTH[(name, model)] = {
+            json.dumps(r.config.key()): (r.measurement.j_per_query, r.measurement.latency_ms(percentile))
+            for r in rows
+            if r.measurement is not None and r.measurement.valid
+        }
+    return _TRUTH[(name, model)]
+
+
+def build_landscapes(settings: BenchSettings) -> list[Landscape]:
+    """One landscape per device, model and bound; bounds are quantiles of the sweep's latencies."""
+    unknown = [b for b in settings.bounds if b not in BOUND_QUANTILES]
+    if unknown:
+        raise UserError(f"unknown bound(s) {', '.join(unknown)}: choose from {', '.join(BOUND_QUANTILES)}")
+    out = []
+    for name in settings.devices:
+        dev = device(name)
+        for model in settings.models:
+            rows = run_sweep(dev, narrowed_space(dev, None, None), model, WindowSettings(noise=False, seed=None))
+            valid = [r for r in rows if r.measurement is not None and r.measurement.valid]
+            if not valid:
+                raise UserError(f"{name} measured no valid configuration of {model}: check the device")
+            _TRUTH[(name, model)] = {
+                json.dumps(r.config.key()): (r.measurement.j_per_query, r.measurement.latency_ms(settings.percentile))
+                for r in valid
+            }
+            lats = np.array([r.measurement.latency_ms(settings.percentile) for r in valid])
+            for bound in settings.bounds:
+                limit = float(np.quantile(lats, BOUND_QUANTILES[bound]))
+                best = optimum(rows, limit, settings.percentile)
+                out.append(
+                    Landscape(
+                        device=name,
+                        model=model,
+                        bound=bound,
+                        max_latency_ms=limit,
+                        optimum_j=best.measurement.j_per_query,
+                        optimum={"config": best.config.knobs, "batch_size": best.config.batch_size},
+                        feasible_fraction=float((lats <= limit).mean()),
+                    )
+                )
+    return out
+
+
+def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: int, percentile: str) -> RunResult:
+    """Run one strategy through run_study and score its trajectory against the noise-free truth."""
+    started = time.monotonic()
+    dev = device(landscape.device)
+    table = truth(landscape.device, landscape.model, percentile)
+    options = RunOptions(
+        model=landscape.model,
+        max_latency_ms=landscape.max_latency_ms,
+        trials=trials,
+        seed=seed,
+        sampler=strategy,
+        storage=MEMORY_STORAGE,
+        window=WindowSettings(seed=seed, percentile=percentile),
+    )
+    study, _ = run_study(dev, options)
+    opt = landscape.optimum_j
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE or t.state.is_finished()]
+    done = sorted(done, key=lambda t: t.number)
+    curve: list[float] = []
+    measured = 0
+    for i, t in enumerate(done):
+        if "reused_from" in t.user_attrs or "effective_key" not in t.user_attrs:
+            continue
+        measured += 1
+        complete = [x for x in done[: i + 1] if x.state == optuna.trial.TrialState.COMPLETE]
+        curve.append(_true_ratio(best_of(complete), table, landscape.max_latency_ms, opt))
+    reach = {f"{round(x * 100)}%": next((n + 1 for n, r in enumerate(curve) if r <= 1 + x), None) for x in TARGETS}
+    regret = {str(k): (curve[k - 1] - 1 if len(curve) >= k and math.isfinite(curve[k - 1]) else None) for k in REGRET_AT}
+    final = best_of([t for t in done if t.state == optuna.trial.TrialState.COMPLETE])
+    final_ratio = _true_ratio(final, table, landscape.max_latency_ms, opt) if final else math.inf
+    return RunResult(
+        landscape=index,
+        strategy=strategy,
+        seed=seed,
+        measured=measured,
+        reach=reach,
+        regret=regret,
+        final_regret=final_ratio - 1 if math.isfinite(final_ratio) else None,
+        violation=_violation(dev, landscape, final, seed, percentile) if final else None,
+        seconds=round(time.monotonic() - started, 2),
+    )
+
+
+def _true_ratio(trial: optuna.trial.FrozenTrial | None, table: dict, bound: float, opt: float) -> float:
+    """True energy over the optimum of a reported configuration; infinite if none or truly infeasible."""
+    if trial is None:
+        return math.inf
+    j, latency = table.get(trial.user_attrs["effective_key"], (math.inf, math.inf))
+    return j / opt if latency <= bound else math.inf
+
+
+def _violation(dev: Device, landscape: Landscape, trial: optuna.trial.FrozenTrial, seed: int, percentile: str) -> float:
+    """Share of fresh noisy re-measurements of the exported configuration that exceed the bound."""
+    config = Config(knobs=trial.user_attrs["effective"], batch_size=trial.user_attrs["batch_size"])
+    over = 0
+    for k in range(RECHECKS):
+        settings = WindowSettings(seed=10_000 + seed * 100 + k, percentile=percentile)
+        m = dev.measure(landscape.model, config, settings)
+        over += m.latency_ms(percentile) > landscape.max_latency_ms
+    return over / RECHECKS
+
+
+def _task(args: tuple) -> RunResult:
+    return run_one(*args)
+
+
+def run_bench(settings: BenchSettings, progress: Callable[[int, int], None] | None = None) -> BenchReport:
+    """Build the landscapes (sweeps) once, then run every strategy x landscape x seed, in parallel."""
+    unknown = [s for s in settings.strategies if s not in STRATEGIES]
+    if unknown:
+        raise UserError(f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}")
+    started = time.monotonic()
+    landscapes = build_landscapes(settings)
+    tasks = []
+    for seed in range(settings.seeds):
+        for i, land in enumerate(landscapes):
+            for strategy in settings.strategies:
+                trials = settings.random_trials if strategy == "random" else settings.trials
+                tasks.append((land, i, strategy, seed, trials, settings.percentile))
+    runs: list[RunResult] = []
+    if settings.jobs > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        with multiprocessing.get_context("fork").Pool(settings.jobs, initializer=_single_thread) as pool:
+            for result in pool.imap_unordered(_task, tasks):
+                runs.append(result)
+                if progress:
+                    progress(len(runs), len(tasks))
+    else:
+        for task in tasks:
+            runs.append(_task(task))
+            if progress:
+                progress(len(runs), len(tasks))
+    runs.sort(key=lambda r: (r.landscape, r.strategy, r.seed))
+    return BenchReport(
+        settings=settings,
+        landscapes=landscapes,
+        runs=runs,
+        summary=summarize(runs, landscapes, settings),
+        seconds=round(time.monotonic() - started, 1),
+    )
+
+
+def _single_thread() -> None:
+    """Workers share two cores: one torch thread each keeps the GP sampler from oversubscribing."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values, dtype=float), q, method="higher")) if values else math.nan
+
+
+def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: BenchSettings) -> list[dict]:
+    """Per strategy (and per strategy and device): trials to 2%/5% (median, p90), regret at 10/20/40, violations.
+
+    A run that never got within the target counts as infinitely many trials,
+    so a median or p90 beyond the budget reads as "> budget".
+    """
+    rows = []
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for r in runs:
+        groups.setdefault((r.strategy, "all"), []).append(r)
+        groups.setdefault((r.strategy, landscapes[r.landscape].device), []).append(r)
+    for (strategy, scope), members in sorted(groups.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], STRATEGIES.index(kv[0][0]))):
+        row: dict = {"strategy": strategy, "scope": scope, "runs": len(members)}
+        for target in ("2%", "5%"):
+            values = [r.reach[target] if r.reach[target] is not None else math.inf for r in members]
+            row[f"median_{target}"] = _pct(values, 50)
+            row[f"p90_{target}"] = _pct(values, 90)
+            row[f"reached_{target}"] = sum(math.isfinite(v) for v in values) / len(values)
+        for k in REGRET_AT:
+            values = [r.regret[str(k)] if r.regret[str(k)] is not None else math.inf for r in members]
+            row[f"regret@{k}"] = _pct(values, 50)
+        finals = [r.final_regret if r.final_regret is not None else math.inf for r in members]
+        row["final_regret"] = _pct(finals, 50)
+        violations = [r.violation for r in members if r.violation is not None]
+        row["violation"] = float(np.mean(violations)) if violations else math.nan
+        row["budget"] = settings.random_trials if strategy == "random" else settings.trials
+        rows.append(row)
+    return rows
+
+
+def markdown(report: BenchReport) -> str:
+    """The summary as Markdown tables (overall, then per device)."""
+    head = (
+        "| strategy | scope | runs | median to 2% | p90 to 2% | reached 2% | median to 5% | p90 to 5% | "
+        "regret@10 | regret@20 | regret@40 | final regret | exported best violates |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for row in report.summary:
+        lines.append(
+            f"| {row['strategy']} | {row['scope']} | {row['runs']} | {_n(row['median_2%'], row['budget'])} | "
+            f"{_n(row['p90_2%'], row['budget'])} | {row['reached_2%']:.0%} | {_n(row['median_5%'], row['budget'])} | "
+            f"{_n(row['p90_5%'], row['budget'])} | {_r(row['regret@10'])} | {_r(row['regret@20'])} | "
+            f"{_r(row['regret@40'])} | {_r(row['final_regret'])} | {row['violation']:.1%} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def _n(value: float, budget: int) -> str:
+    return f">{budget}" if not math.isfinite(value) else f"{value:.0f}"
+
+
+def _r(value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return "no feasible" if not math.isfinite(value) else f"{value:.1%}"
+
+
+def quick_settings(devices: list[str] | None = None, strategies: list[str] | None = None) -> BenchSettings:
+    """One landscape, one seed, few trials: for tests and a first look."""
+    return BenchSettings(
+        devices=devices or ["sim:orin"],
+        models=["resnet50"],
+        bounds=["medium"],
+        strategies=strategies or list(STRATEGIES),
+        seeds=1,
+        trials=12,
+        random_trials=12,
+        jobs=1,
+    )

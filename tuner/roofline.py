@@ -1,0 +1,385 @@
+"""Time and energy rooflines fitted from measurements (Pagoda's form), and predictions over a space.
+
+Per layer, a batch of B samples does W = FLOPs x B work and moves
+Q = (weights + activations x B) x precision bytes / 4 bytes. Under a power
+mode, Pagoda writes the time and energy of that work as
+
+    T = max(W * tau_flop, Q * tau_mop)        E = eps_flop * W + eps_mop * Q + pi0 * T
+
+To predict modes that were never measured, the per-mode parameters are tied to
+the knobs by generic physics whose coefficients are fitted, never read from a
+device model: tau_flop = alpha / (GPU clock x active TPCs x precision factor),
+tau_mop = beta / memory clock, plus a per-layer launch floor kappa / CPU clock
+(eager frameworks launch each operator from the host). Energy per FLOP grows
+with the square of the voltage, which rises with the clock, so
+eps_flop = e0 + e1 (f/f_max)^2; idle power pi0 is a non-negative mix of
+constant, GPU, memory and CPU terms. Time parameters come from a least-squares
+fit of log time per batch (batch size / throughput), energy coefficients from a
+non-negative least-squares fit of energy per batch; latency is predicted as the
+measured ratio of the tail latency to the batch time.
+
+Knobs are given physical roles by name (see ROLE_NAMES); a role that a device
+lacks is a constant that its fitted coefficient absorbs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel
+
+from runners.profile import ModelProfile
+from tuner.errors import UserError
+from tuner.space import Config, SearchSpace
+
+ROLE_NAMES = {
+    "gpu_mhz": ("gpu_mhz", "sm_mhz", "gpu_clock_mhz", "graphics_mhz"),
+    "mem_mhz": ("emc_mhz", "mem_mhz", "memory_mhz"),
+    "cpu_mhz": ("cpu_mhz",),
+    "cpu_cores": ("cpu_cores",),
+    "power_limit_w": ("power_limit_w", "power_limit"),
+    "precision": ("precision",),
+}
+PRECISION_BYTES = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
+SMOOTH_P = 8.0
+
+
+def knob_roles(space: SearchSpace) -> dict[str, str]:
+    """Map physical roles to this space's knob names (roles without a knob are left out)."""
+    roles = {}
+    for role, names in ROLE_NAMES.items():
+        for name in names:
+            if name in space.knobs:
+                roles[role] = name
+                break
+    return roles
+
+
+@dataclass
+class Features:
+    """Per-configuration physical inputs (arrays), decoded from knobs and the space's mode table."""
+
+    gpu: np.ndarray
+    tpcs: np.ndarray
+    mem: np.ndarray
+    cpu: np.ndarray
+    cores: np.ndarray
+    batch: np.ndarray
+    byte_scale: np.ndarray
+    power_limit: np.ndarray
+    gpu_max: float = 1.0
+    mem_max: float = 1.0
+    cpu_max: float = 1.0
+
+    def take(self, index: np.ndarray) -> Features:
+        arrays = {
+            k: getattr(self, k)[index]
+            for k in ("gpu", "tpcs", "mem", "cpu", "cores", "batch", "byte_scale", "power_limit")
+        }
+        return Features(**arrays, gpu_max=self.gpu_max, mem_max=self.mem_max, cpu_max=self.cpu_max)
+
+
+def features(space: SearchSpace, configs: list[Config]) -> Features:
+    """Decode configurations (already effective) into the roofline's physical inputs."""
+    roles = knob_roles(space)
+
+    def column(role: str, default: float) -> np.ndarray:
+        knob = roles.get(role)
+        if knob is None:
+            return np.full(len(configs), default)
+        return np.array([float(c.knobs[knob]) for c in configs])
+
+    def top(role: str) -> float:
+        knob = roles.get(role)
+        if knob is None:
+            return 1.0
+        return max(float(v) for v in space.knobs[knob].values)
+
+    tpcs = []
+    for c in configs:
+        mode = space.mode_of(c)
+        tpcs.append(float(mode.properties.get("tpcs", 1.0)) if mode is not None else 1.0)
+    precision_knob = roles.get("precision")
+    scale = [PRECISION_BYTES.get(str(c.knobs[precision_knob]), 1.0) if precision_knob else 1.0 for c in configs]
+    return Features(
+        gpu=column("gpu_mhz", 1.0),
+        tpcs=np.array(tpcs),
+        mem=column("mem_mhz", 1.0),
+        cpu=column("cpu_mhz", 1.0),
+        cores=column("cpu_cores", 1.0),
+        batch=np.array([float(c.batch_size) for c in configs]),
+        byte_scale=np.array(scale),
+        power_limit=column("power_limit_w", np.inf),
+        gpu_max=top("gpu_mhz"),
+        mem_max=top("mem_mhz"),
+        cpu_max=top("cpu_mhz"),
+    )
+
+
+@dataclass
+class LayerTable:
+    """A model's per-layer FLOPs and bytes (per sample, fp32), as arrays."""
+
+    flops: np.ndarray
+    weights: np.ndarray
+    acts: np.ndarray
+
+    @classmethod
+    def of(cls, profile: ModelProfile) -> LayerTable:
+        return cls(
+            flops=np.array([x.flops for x in profile.layers]),
+            weights=np.array([x.weight_bytes for x in profile.layers]),
+            acts=np.array([x.act_bytes for x in profile.layers]),
+        )
+
+    def work(self, f: Features) -> tuple[np.ndarray, np.ndarray]:
+        """Total W (FLOPs) and Q (bytes) per batch for each configuration."""
+        w = self.flops.sum() * f.batch
+        q = (self.weights.sum() + self.acts.sum() * f.batch) * f.byte_scale
+        return w, q
+
+
+class RooflineParams(BaseModel):
+    """Fitted coefficients; ``residual`` is the RMS relative error of time on the fitted points."""
+
+    version: int = 1
+    alpha: float
+    beta: float
+    kappa: float
+    energy: list[float]
+    latency_ratio: float
+    latency_offset_ms: float = 0.0
+    points: int
+    residual_time: float
+    residual_energy: float
+
+
+@dataclass
+class Roofline:
+    """A fitted roofline for one model on one device space."""
+
+    layers: LayerTable
+    params: RooflineParams
+    extra: dict = field(default_factory=dict)
+
+    def time(self, f: Features, chunk: int = 4096) -> np.ndarray:
+        """Predicted seconds per batch."""
+        logp = np.log([self.params.alpha, self.params.beta, self.params.kappa])
+        return _time(self.layers, f, logp, chunk, smooth=False)
+
+    def predict(self, f: Features) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Predicted (time per batch s, energy per query J, tail latency ms) per configuration."""
+        t = self.time(f)
+        e = _energy_columns(self.layers, f, t) @ np.array(self.params.energy)
+        return t, e / f.batch, t * self.params.latency_ratio * 1000 + self.params.latency_offset_ms
+
+    def power(self, f: Features) -> np.ndarray:
+        """Predicted average power (W): a configuration over its power limit would be throttled."""
+        t = self.time(f)
+        return _energy_columns(self.layers, f, t) @ np.array(self.params.energy) / t
+
+    def mode_parameters(self, f: Features) -> list[dict]:
+        """Pagoda's per-mode parameters (tau_flop, tau_mop, eps_flop, eps_mop, pi0) for each configuration."""
+        p = self.params
+        e = p.energy
+        x = f.gpu / f.gpu_max
+        out = []
+        for i in range(len(f.gpu)):
+            tau_flop = p.alpha / (f.gpu[i] * f.tpcs[i] * f.byte_scale[i] ** -1)
+            tau_mop = p.beta / f.mem[i]
+            pi0 = (
+                e[3]
+                + e[4] * f.tpcs[i] * x[i]
+                + e[5] * f.mem[i] / f.mem_max
+                + e[6] * f.cores[i]
+                + e[7] * f.cores[i] * (f.cpu[i] / f.cpu_max) ** 2
+            )
+            out.append(
+                {
+                    "tau_flop_s": tau_flop,
+                    "tau_mop_s": tau_mop,
+                    "eps_flop_j": e[0] + e[1] * x[i] ** 2,
+                    "eps_mop_j": e[2],
+                    "pi0_w": pi0,
+                    "ridge_flop_per_byte": tau_mop / tau_flop,
+                    "launch_floor_s": p.kappa / f.cpu[i],
+                }
+            )
+        return out
+
+
+def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = 4096, smooth: bool = True) -> np.ndarray:
+    """Seconds per batch; the fit uses a smooth maximum (differentiable), predictions the plain one."""
+    alpha, beta, kappa = np.exp(logp)
+    out = np.empty(len(f.batch))
+    for start in range(0, len(out), chunk):
+        s = slice(start, start + chunk)
+        b = f.batch[s][:, None]
+        t_flop = layers.flops[None, :] * b * alpha * f.byte_scale[s][:, None] / (f.gpu[s] * f.tpcs[s])[:, None]
+        t_mop = (layers.weights[None, :] + layers.acts[None, :] * b) * f.byte_scale[s][:, None] * beta / f.mem[s][:, None]
+        t_launch = (kappa / f.cpu[s])[:, None]
+        peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
+        if not smooth:
+            out[s] = peak.sum(axis=1)
+            continue
+        smoothed = peak * ((t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P) ** (
+            1 / SMOOTH_P
+        )
+        out[s] = smoothed.sum(axis=1)
+    return out
+
+
+def _energy_columns(layers: LayerTable, f: Features, t: np.ndarray) -> np.ndarray:
+    """Columns whose non-negative combination is energy per batch (Pagoda's E with mode-dependent terms)."""
+    w, q = layers.work(f)
+    x = f.gpu / f.gpu_max
+    return np.stack(
+        [
+            w,
+            w * x**2,
+            q,
+            t,
+            t * f.tpcs * x,
+            t * f.mem / f.mem_max,
+            t * f.cores,
+            t * f.cores * (f.cpu / f.cpu_max) ** 2,
+        ],
+        axis=1,
+    )
+
+
+def fit(
+    layers: LayerTable, f: Features, time_s: np.ndarray, energy_j: np.ndarray, latency_ms: np.ndarray
+) -> RooflineParams:
+    """Fit time, energy and latency coefficients to measured batches (needs at least one point).
+
+    With fewer points than coefficients the fit leans on weak priors taken from
+    the first measurement (all time attributed to compute, or to memory), so a
+    roofline exists from the first trial and sharpens as trials arrive.
+    """
+    from scipy.optimize import least_squares, nnls
+
+    if len(time_s) == 0:
+        raise UserError("the roofline needs at least one measurement: run some trials first")
+    w, q = layers.work(f)
+    t0 = float(time_s[0])
+    prior = np.log(
+        [
+            t0 * f.gpu[0] * f.tpcs[0] / (w[0] * f.byte_scale[0]),
+            t0 * f.mem[0] / q[0],
+            0.3 * t0 * f.cpu[0] / len(layers.flops),
+        ]
+    )
+    weight = 0.3 / np.sqrt(len(time_s))
+
+    def residual(logp: np.ndarray) -> np.ndarray:
+        pred = _time(layers, f, logp)
+        return np.concatenate([np.log(pred) - np.log(time_s), weight * (logp - prior)])
+
+    best = None
+    for shift in ([0.0, 0.0, 0.0], [0.0, -1.5, -1.0], [-1.5, 0.0, -1.0], [-1.0, -1.0, 0.5]):
+        result = least_squares(residual, prior + np.array(shift), method="trf", x_scale=1.0, max_nfev=200)
+        if best is None or result.cost < best.cost:
+            best = result
+    logp = best.x
+    t_fit = _time(layers, f, logp)
+    cols = _energy_columns(layers, f, time_s)
+    scale = np.maximum(np.abs(cols).max(axis=0), 1e-30)
+    a = cols / scale / energy_j[:, None]
+    ridge = 1e-3 * np.eye(a.shape[1])
+    coef, _ = nnls(np.vstack([a, ridge]), np.concatenate([np.ones(len(energy_j)), np.zeros(a.shape[1])]))
+    coef = coef / scale
+    e_fit = _energy_columns(layers, f, t_fit) @ coef
+    ratio, offset = _latency_line(time_s * 1000, latency_ms)
+    return RooflineParams(
+        alpha=float(np.exp(logp[0])),
+        beta=float(np.exp(logp[1])),
+        kappa=float(np.exp(logp[2])),
+        energy=[float(c) for c in coef],
+        latency_ratio=ratio,
+        latency_offset_ms=offset,
+        points=len(time_s),
+        residual_time=float(np.sqrt(np.mean((t_fit / time_s - 1) ** 2))),
+        residual_energy=float(np.sqrt(np.mean((e_fit / energy_j - 1) ** 2))),
+    )
+
+
+def _latency_line(time_ms: np.ndarray, latency_ms: np.ndarray) -> tuple[float, float]:
+    """Tail latency against batch time: slope and a non-negative offset (jitter), or a ratio with too few points."""
+    from scipy.optimize import nnls
+
+    if len(time_ms) >= 3 and np.ptp(time_ms) > 0.2 * time_ms.mean():
+        a = np.stack([time_ms, np.ones_like(time_ms)], axis=1) / latency_ms[:, None]
+        (slope, offset), _ = nnls(a, np.ones(len(time_ms)))
+        if slope > 0:
+            return float(slope), float(offset)
+    return float(np.median(latency_ms / time_ms)), 0.0
+
+
+def fit_measurements(
+    profile: ModelProfile, space: SearchSpace, configs: list[Config], metrics: list[dict], percentile: str = "p99"
+) -> Roofline:
+    """Fit from measured configurations and their metrics (j_per_query, qps, latency), e.g. study trials.
+
+    Windows the device reported as throttled ran below their set clocks, so
+    they are left out of the fit while unthrottled ones remain.
+    """
+    calm = [i for i, m in enumerate(metrics) if not m.get("throttled")]
+    if calm and len(calm) < len(metrics):
+        configs = [configs[i] for i in calm]
+        metrics = [metrics[i] for i in calm]
+    layers = LayerTable.of(profile)
+    f = features(space, configs)
+    batch = f.batch
+    qps = np.array([m["qps"] for m in metrics], dtype=float)
+    time_s = batch / qps
+    energy = np.array([m["j_per_query"] for m in metrics], dtype=float) * batch
+    latency = np.array([m[f"{percentile}_ms"] for m in metrics], dtype=float)
+    return Roofline(layers=layers, params=fit(layers, f, time_s, energy, latency))
+
+
+def layer_intensity(profile: ModelProfile, batch: int, byte_scale: float = 1.0) -> np.ndarray:
+    """Arithmetic intensity (FLOP per byte) of every layer at a batch size."""
+    layers = LayerTable.of(profile)
+    q = (layers.weights + layers.acts * batch) * byte_scale
+    return layers.flops * batch / np.maximum(q, 1e-30)
+
+
+def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: list[Config], path: Path) -> None:
+    """Time and energy rooflines of each mode, with the model's layers placed by arithmetic intensity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    f = features(space, modes)
+    params = roofline.mode_parameters(f)
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+    ai = np.logspace(-2, 4, 200)
+    batch = modes[0].batch_size
+    intensity = layer_intensity(profile, batch, float(f.byte_scale[0]))
+    for config, p in zip(modes, params, strict=True):
+        label = " ".join(f"{k}={v}" for k, v in config.knobs.items() if k in knob_roles(space).values() or k == space.mode_knob)
+        flops_s = np.minimum(1 / p["tau_flop_s"], ai / p["tau_mop_s"])
+        ax_t.plot(ai, flops_s / 1e12, label=label[:60])
+        t_per_flop = np.maximum(p["tau_flop_s"], p["tau_mop_s"] / ai)
+        joule_per_flop = p["eps_flop_j"] + p["eps_mop_j"] / ai + p["pi0_w"] * t_per_flop
+        ax_e.plot(ai, 1 / joule_per_flop / 1e9, label=label[:60])
+    for ax in (ax_t, ax_e):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.grid(alpha=0.3, which="both")
+        for x in intensity[intensity > 0]:
+            ax.axvline(x, color="grey", alpha=0.08, lw=0.8)
+    ax_t.set_ylabel("attainable TFLOP/s")
+    ax_e.set_ylabel("attainable GFLOP/J")
+    ax_t.set_title(f"time roofline ({profile.model}, bs {batch}; grey: layers)")
+    ax_e.set_title("energy roofline (fitted)")
+    ax_t.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
