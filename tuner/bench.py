@@ -172,7 +172,9 @@ def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: 
         complete = [x for x in done[: i + 1] if x.state == optuna.trial.TrialState.COMPLETE]
         curve.append(_true_ratio(best_of(complete), table, landscape.max_latency_ms, opt))
     reach = {f"{round(x * 100)}%": next((n + 1 for n, r in enumerate(curve) if r <= 1 + x), None) for x in TARGETS}
-    regret = {str(k): (curve[k - 1] - 1 if len(curve) >= k and math.isfinite(curve[k - 1]) else None) for k in REGRET_AT}
+    regret = {
+        str(k): (curve[k - 1] - 1 if len(curve) >= k and math.isfinite(curve[k - 1]) else None) for k in REGRET_AT
+    }
     final = best_of([t for t in done if t.state == optuna.trial.TrialState.COMPLETE])
     final_ratio = _true_ratio(final, table, landscape.max_latency_ms, opt) if final else math.inf
     return RunResult(
@@ -271,7 +273,9 @@ def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: Benc
     for r in runs:
         groups.setdefault((r.strategy, "all"), []).append(r)
         groups.setdefault((r.strategy, landscapes[r.landscape].device), []).append(r)
-    for (strategy, scope), members in sorted(groups.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], STRATEGIES.index(kv[0][0]))):
+    for (strategy, scope), members in sorted(
+        groups.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], STRATEGIES.index(kv[0][0]))
+    ):
         row: dict = {"strategy": strategy, "scope": scope, "runs": len(members)}
         for target in ("2%", "5%"):
             values = [r.reach[target] if r.reach[target] is not None else math.inf for r in members]

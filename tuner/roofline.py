@@ -218,15 +218,17 @@ def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = 4096, 
         s = slice(start, start + chunk)
         b = f.batch[s][:, None]
         t_flop = layers.flops[None, :] * b * alpha * f.byte_scale[s][:, None] / (f.gpu[s] * f.tpcs[s])[:, None]
-        t_mop = (layers.weights[None, :] + layers.acts[None, :] * b) * f.byte_scale[s][:, None] * beta / f.mem[s][:, None]
+        t_mop = (
+            (layers.weights[None, :] + layers.acts[None, :] * b) * f.byte_scale[s][:, None] * beta / f.mem[s][:, None]
+        )
         t_launch = (kappa / f.cpu[s])[:, None]
         peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         if not smooth:
             out[s] = peak.sum(axis=1)
             continue
-        smoothed = peak * ((t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P) ** (
-            1 / SMOOTH_P
-        )
+        smoothed = peak * (
+            (t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P
+        ) ** (1 / SMOOTH_P)
         out[s] = smoothed.sum(axis=1)
     return out
 
@@ -361,7 +363,9 @@ def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: l
     batch = modes[0].batch_size
     intensity = layer_intensity(profile, batch, float(f.byte_scale[0]))
     for config, p in zip(modes, params, strict=True):
-        label = " ".join(f"{k}={v}" for k, v in config.knobs.items() if k in knob_roles(space).values() or k == space.mode_knob)
+        label = " ".join(
+            f"{k}={v}" for k, v in config.knobs.items() if k in knob_roles(space).values() or k == space.mode_knob
+        )
         flops_s = np.minimum(1 / p["tau_flop_s"], ai / p["tau_mop_s"])
         ax_t.plot(ai, flops_s / 1e12, label=label[:60])
         t_per_flop = np.maximum(p["tau_flop_s"], p["tau_mop_s"] / ai)

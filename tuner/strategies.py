@@ -18,7 +18,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from runners.profile import load_profile
-from tuner.roofline import Features, LayerTable, Roofline, features, fit_measurements, knob_roles
+from tuner.roofline import Features, Roofline, features, fit_measurements, knob_roles
 from tuner.space import Config, SearchSpace
 
 _GRIDS: dict[str, tuple[list[Config], Features, dict[str, int]]] = {}
@@ -231,7 +231,7 @@ class RooflineSampler(GuidedSampler):
         """Relative error of the current roofline's latency on the measured points."""
         if self.roofline is None:
             return 0.0
-        configs, feats, index = grid_features(self.space)
+        _, feats, index = grid_features(self.space)
         rows = [index.get(t.user_attrs.get("effective_key")) for t in done]
         pairs = [(i, t) for i, t in zip(rows, done, strict=True) if i is not None]
         if not pairs:

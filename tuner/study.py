@@ -377,11 +377,7 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 def best_of(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
     """best_feasible over a list of completed trials (a study, or the first n trials of one)."""
-    done = [
-        t
-        for t in representatives(trials)
-        if t.value is not None and math.isfinite(t.value) and is_feasible(t)
-    ]
+    done = [t for t in representatives(trials) if t.value is not None and math.isfinite(t.value) and is_feasible(t)]
     repeated = [t for t in done if "repeat_of" in t.user_attrs]
     done = repeated or done
     return min(done, key=lambda t: (t.value, t.number)) if done else None

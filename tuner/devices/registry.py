@@ -8,7 +8,11 @@ from typing import Any
 from tuner.devices.base import Device
 from tuner.errors import UserError
 
-DEVICE_HELP = "sim:orin, sim:h200 (digital twins), cuda:N (NVIDIA datacenter GPU), cpu"
+DEVICE_HELP = (
+    "sim:orin, sim:h200, sim:orin-nano (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
+    "py:package.module:Class or an installed powertune.devices plugin"
+)
+PLUGIN_GROUP = "powertune.devices"
 
 
 def open_device(name: str, allow_clock_changes: bool = False, space_file: str | None = None, **options: Any) -> Device:
@@ -33,7 +37,61 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
 
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return HostDevice()
+    if name.startswith("py:"):
+        _no_options(name, allow_clock_changes, {**options, "space": space_file})
+        return _plugin(name, _import_target(name[3:]))
+    entry = _entry_point(name.split(":", 1)[0])
+    if entry is not None:
+        _no_options(name, allow_clock_changes, {**options, "space": space_file})
+        try:
+            factory = entry.load()
+        except Exception as exc:
+            raise UserError(f"plugin device {entry.name!r} ({entry.value}) failed to load: {exc}") from None
+        return _plugin(name, factory)
     raise UserError(f"unknown device {name!r}: known devices are {DEVICE_HELP}")
+
+
+def _import_target(target: str) -> Any:
+    """``package.module:Class`` to the object it names; a typo is a one-line user error."""
+    import importlib
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise UserError(f"cannot read --device py:{target}: write py:package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import {module_name} for --device py:{target}: {exc}; check PYTHONPATH") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UserError(f"{module_name} has no {attr!r} for --device py:{target}: check the name") from None
+
+
+def _entry_point(name: str) -> Any:
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=PLUGIN_GROUP):
+        if entry.name == name:
+            return entry
+    return None
+
+
+def _plugin(name: str, factory: Any) -> Device:
+    """Call a plugin's factory with the device string and check that the result is a Device."""
+    try:
+        dev = factory(name)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise UserError(f"plugin device {name} failed to start: {type(exc).__name__}: {exc}") from None
+    if not isinstance(dev, Device):
+        missing = [m for m in ("name", "kind", "slug", "simulated", "space", "apply", "measure") if not hasattr(dev, m)]
+        raise UserError(
+            f"plugin {name} did not return a Device (missing {', '.join(missing) or 'protocol members'}): "
+            "see docs/plugins.md"
+        )
+    return dev
 
 
 def _no_options(name: str, allow_clock_changes: bool, options: dict[str, Any]) -> None:

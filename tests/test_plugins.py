@@ -1,0 +1,208 @@
+"""Devices from outside the repository: ``py:module:Class`` and the powertune.devices entry point group."""
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tuner.devices.registry import open_device
+from tuner.errors import UserError
+
+PLUGIN = textwrap.dedent(
+    '''
+    """A recorded table of measurements, replayed: what a third-party plugin looks like."""
+    import numpy as np
+
+    from tuner.measurement import Measurement
+    from tuner.space import Knob, SearchSpace
+
+    TABLE = {  # gpu_mhz -> (seconds per sample, board watts), as if recorded on a small board
+        300.0: (0.0040, 6.0),
+        600.0: (0.0022, 9.0),
+        900.0: (0.0016, 14.0),
+    }
+
+
+    class TableDevice:
+        simulated = True
+        kind = "table-board"
+
+        def __init__(self, name):
+            self.name = name
+            self.slug = "table-board"
+            self.applied = []
+
+        def space(self):
+            return SearchSpace(
+                kind="table-board",
+                knobs={"gpu_mhz": Knob(values=[300.0, 600.0, 900.0], default=900.0, unit="MHz")},
+                batch_sizes=[1, 2, 4, 8, 16],
+            )
+
+        def read_state(self):
+            return {}
+
+        def apply(self, config):
+            self.applied.append(config)
+
+        def restore(self, state):
+            pass
+
+        def measure(self, model, config, settings):
+            per_sample, watts = TABLE[float(config.knobs["gpu_mhz"])]
+            t = 0.003 + per_sample * config.batch_size ** 0.8
+            if settings.noise and settings.seed is not None:
+                rng = np.random.default_rng(settings.seed)
+                t *= float(rng.lognormal(0, 0.01))
+                watts *= float(rng.lognormal(0, 0.01))
+            batches = max(1, int(settings.window_s / t))
+            queries = batches * config.batch_size
+            return Measurement(
+                j_per_query=watts * t / config.batch_size,
+                p50_ms=t * 1000,
+                p90_ms=t * 1010,
+                p99_ms=t * 1030,
+                qps=config.batch_size / t,
+                avg_w=watts,
+                energy_j=watts * t * batches,
+                queries=queries,
+                duration_s=t * batches,
+                meter="table",
+                rails=["table"],
+                twin=True,
+            )
+
+        def describe(self):
+            return {"name": self.name, "kind": self.kind, "twin": True, "title": "recorded table"}
+
+
+    def not_a_device(name):
+        return object()
+    '''
+)
+
+
+@pytest.fixture
+def plugin_path(tmp_path, monkeypatch):
+    """The plugin lives in a folder outside the repo, with an installed-distribution entry point."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "tableplug.py").write_text(PLUGIN)
+    dist = folder / "tableplug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tableplug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[powertune.devices]\ntable = tableplug:TableDevice\n")
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def _env(folder: Path) -> dict:
+    return {"PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_py_and_entry_point_devices_open(plugin_path):
+    dev = open_device("py:tableplug:TableDevice")
+    assert dev.kind == "table-board" and dev.name == "py:tableplug:TableDevice"
+    assert open_device("table").name == "table"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("py:tableplug", "py:package.module:Class"),
+        ("py:nosuchmodule:X", "cannot import nosuchmodule"),
+        ("py:tableplug:Missing", "no 'Missing'"),
+        ("py:tableplug:not_a_device", "did not return a Device"),
+    ],
+)
+def test_bad_plugins_are_user_errors(plugin_path, name, message):
+    with pytest.raises(UserError, match=message):
+        open_device(name)
+
+
+def test_tune_run_on_plugin_device(plugin_path, tmp_path):
+    r = run_cli(
+        "run",
+        "--model",
+        "resnet50",
+        "--device",
+        "py:tableplug:TableDevice",
+        "--max-latency",
+        "15ms",
+        "--trials",
+        "6",
+        "--seed",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        "--json",
+        env=_env(plugin_path),
+    )
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["best"]["p99_ms"] <= 15
+    assert payload["measured"] >= 6
+
+
+def test_tune_run_on_entry_point_device(plugin_path, tmp_path):
+    r = run_cli(
+        "run",
+        "--model",
+        "resnet50",
+        "--device",
+        "table",
+        "--max-latency",
+        "15ms",
+        "--trials",
+        "4",
+        "--sampler",
+        "random",
+        "--seed",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+        "--json",
+        env=_env(plugin_path),
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["best"] is not None
+
+
+def test_tune_bench_on_plugin_device(plugin_path, tmp_path):
+    r = run_cli(
+        "bench",
+        "--devices",
+        "py:tableplug:TableDevice",
+        "--models",
+        "resnet50",
+        "--bounds",
+        "medium",
+        "--strategies",
+        "random,ours",
+        "--seeds",
+        "1",
+        "--trials",
+        "6",
+        "--random-trials",
+        "6",
+        "--jobs",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        "--json",
+        env=_env(plugin_path),
+    )
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["landscapes"] == 1 and payload["runs"] == 2
+    assert {row["strategy"] for row in payload["summary"]} == {"random", "ours"}
+    assert (tmp_path / "out" / "bench" / "search.json").is_file()
+
+
+def test_unknown_plugin_names_the_forms(tmp_path):
+    r = run_cli("run", "--model", "resnet50", "--device", "py:nowhere:Dev", "--max-latency", "5ms")
+    assert r.returncode == 2
+    assert "cannot import nowhere" in r.stderr and "Traceback" not in r.stderr

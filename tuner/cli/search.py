@@ -1,0 +1,206 @@
+"""tune bench and tune roofline: how fast strategies find the optimum, and the fitted rooflines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tuner.cli import common
+from tuner.devices.base import Device, WindowSettings
+from tuner.devices.journal import hardware_session
+from tuner.errors import UserError
+from tuner.models import check_model
+from tuner.pareto import results_dir
+from tuner.space import Config
+
+
+def _names(text: str | None, default: list[str]) -> list[str]:
+    return default if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def bench(
+        devices: str | None = typer.Option(
+            None, "--devices", help="comma list (default sim:orin,sim:h200,sim:orin-nano)"
+        ),
+        models: str | None = typer.Option(None, "--models", help="comma list (default the five zoo models)"),
+        bounds: str | None = typer.Option(None, "--bounds", help="tight,medium,loose (latency quantiles of the sweep)"),
+        strategies: str | None = typer.Option(None, "--strategies", help="random,tpe,gp,two-phase,ours"),
+        seeds: int = typer.Option(3, "--seeds", help="repetitions per landscape"),
+        trials: int = typer.Option(40, "--trials", help="measured trials per run"),
+        random_trials: int = typer.Option(200, "--random-trials", help="budget of random search (its reach is slow)"),
+        jobs: int = typer.Option(2, "--jobs", help="parallel worker processes"),
+        quick: bool = typer.Option(False, "--quick", help="one landscape, one seed, 12 trials"),
+        out: Path = common.OutOpt,
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
+        from tuner.bench import STRATEGIES, BenchSettings, markdown, quick_settings, run_bench
+
+        if min(seeds, trials, random_trials, jobs) <= 0:
+            raise UserError("--seeds, --trials, --random-trials and --jobs must be positive integers")
+        if quick:
+            settings = quick_settings(_names(devices, ["sim:orin"]), _names(strategies, list(STRATEGIES))).model_copy(
+                update={"models": _names(models, ["resnet50"])}
+            )
+        else:
+            base = BenchSettings()
+            settings = BenchSettings(
+                devices=_names(devices, base.devices),
+                models=_names(models, base.models),
+                bounds=_names(bounds, base.bounds),
+                strategies=_names(strategies, base.strategies),
+                seeds=seeds,
+                trials=trials,
+                random_trials=random_trials,
+                jobs=jobs,
+            )
+        for model in settings.models:
+            check_model(model)
+        with Progress(
+            TextColumn("bench"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} runs"),
+            TimeRemainingColumn(),
+            console=common.err_console,
+            disable=as_json,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("bench", total=None)
+            report = run_bench(settings, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        folder = out / "bench"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "search.json").write_text(report.model_dump_json(indent=1))
+        (folder / "search.md").write_text(markdown(report))
+        if as_json:
+            common.emit_json(
+                {
+                    "summary": report.summary,
+                    "landscapes": len(report.landscapes),
+                    "runs": len(report.runs),
+                    "seconds": report.seconds,
+                    "results": str(folder),
+                }
+            )
+            return
+        common.out_console.print(markdown(report))
+        common.out_console.print(
+            f"{len(report.runs)} runs in {report.seconds:.0f} s -> {folder}/search.json, search.md"
+        )
+
+    @app.command()
+    def roofline(
+        model: str = common.ModelOpt,
+        device: str = common.DeviceOpt,
+        points: int = typer.Option(12, "--points", help="configurations to measure for the fit"),
+        seed: int = typer.Option(0, "--seed", help="seed of the measured design (and of the twins' noise)"),
+        window: float = typer.Option(10.0, "--window", help="measured window per point, seconds (hardware)"),
+        out: Path = common.OutOpt,
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Fit time and energy rooflines (Pagoda's form) from measurements; print per-mode parameters, plot them."""
+        if points < 2:
+            raise UserError("--points must be at least 2")
+        check_model(model)
+        dev = common.device(device)
+        payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
+        if as_json:
+            common.emit_json(payload)
+            return
+        rows = [
+            [
+                m["mode"],
+                m["tau_flop_s"] * 1e12,
+                m["tau_mop_s"] * 1e9,
+                m["eps_flop_j"] * 1e12,
+                m["eps_mop_j"] * 1e9,
+                m["pi0_w"],
+                m["ridge_flop_per_byte"],
+            ]
+            for m in payload["modes"]
+        ]
+        common.out_console.print(
+            common.table(
+                f"roofline of {model} on {dev.name} ({payload['points']} measurements){common.twin_note(dev)}",
+                ["config", "tau_flop ps", "tau_mop ns", "eps_flop pJ", "eps_mop nJ", "pi0 W", "ridge FLOP/B"],
+                rows,
+            )
+        )
+        common.out_console.print(
+            f"fit error: time {payload['fit']['residual_time']:.1%}, energy {payload['fit']['residual_energy']:.1%}; "
+            f"median layer intensity {payload['layers']['median_intensity']:.3g} FLOP/B "
+            f"at bs {payload['layers']['batch']}"
+        )
+        common.out_console.print(f"results: {payload['results']}/ (roofline.json, roofline.png)")
+
+
+def roofline_report(dev: Device, model: str, points: int, seed: int, window: float, folder: Path) -> dict:
+    """Measure a seeded design (default mode at both batch ends, then random points), fit, plot, report."""
+    from runners.profile import load_profile
+    from tuner.roofline import features, fit_measurements, layer_intensity, plot
+
+    space = dev.space()
+    grid = space.grid()
+    rng = np.random.default_rng(seed)
+    default = space.default_config()
+    design = [
+        space.effective(default),
+        space.effective(default.model_copy(update={"batch_size": space.batch_sizes[0]})),
+    ]
+    for i in rng.permutation(len(grid))[: max(points - 2, 0)]:
+        if grid[int(i)].key() not in {c.key() for c in design}:
+            design.append(grid[int(i)])
+    measured = []
+    with hardware_session(dev):
+        for i, config in enumerate(design[:points]):
+            dev.apply(config)
+            m = dev.measure(model, config, WindowSettings(window_s=window, seed=seed * 1000 + i))
+            if m.valid:
+                measured.append((config, m))
+    if len(measured) < 2:
+        raise UserError(f"only {len(measured)} of {points} roofline points measured validly: check the device")
+    profile = load_profile(model)
+    fitted = fit_measurements(profile, space, [c for c, _ in measured], [m.model_dump() for _, m in measured])
+    modes = _modes(space)
+    params = fitted.mode_parameters(features(space, modes))
+    folder.mkdir(parents=True, exist_ok=True)
+    plot(fitted, profile, space, modes, folder / "roofline.png")
+    batch = modes[0].batch_size
+    intensity = layer_intensity(profile, batch)
+    payload = {
+        "device": dev.name,
+        "twin": dev.simulated,
+        "model": model,
+        "points": len(measured),
+        "fit": fitted.params.model_dump(),
+        "modes": [{"mode": c.label(), **p} for c, p in zip(modes, params, strict=True)],
+        "layers": {
+            "batch": batch,
+            "median_intensity": float(np.median(intensity)),
+            "per_layer": [
+                {"name": layer.name, "op": layer.op, "flop_per_byte": float(x)}
+                for layer, x in zip(profile.layers, intensity, strict=True)
+            ],
+        },
+        "results": str(folder),
+    }
+    (folder / "roofline.json").write_text(json.dumps(payload, indent=1))
+    return payload
+
+
+def _modes(space) -> list[Config]:
+    """The power modes to show: each nvpmodel mode at its caps, else the default and the lowest clocks."""
+    batch = space.batch_sizes[len(space.batch_sizes) // 2]
+    default = space.default_config(batch)
+    if space.mode_knob is not None:
+        return [
+            space.effective(Config(knobs={**default.knobs, space.mode_knob: m}, batch_size=batch))
+            for m in space.knobs[space.mode_knob].values
+        ]
+    low = {k: (v.values[0] if v.ordered and k.endswith("_mhz") else v.default) for k, v in space.knobs.items()}
+    return [default, Config(knobs=low, batch_size=batch)]
