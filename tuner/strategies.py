@@ -217,7 +217,7 @@ class RooflineSampler(GuidedSampler):
         margin = max(0.02, 2 * self._latency_error(done))
         ok = latency <= self.bound_ms * (1 - margin)
         if np.isfinite(feats.power_limit).any():
-            ok &= self.roofline.power(feats) <= feats.power_limit
+            ok &= self._uncapped(configs, feats)
         seen = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
         for key in seen:
             i = index.get(key)
@@ -226,6 +226,20 @@ class RooflineSampler(GuidedSampler):
         if not ok.any():
             return None
         return configs[int(np.argmin(np.where(ok, energy, np.inf)))]
+
+    def _uncapped(self, configs: list[Config], feats: Features) -> np.ndarray:
+        """Configurations at the highest power limit the roofline predicts they stay under.
+
+        Where clocks can be locked, a power limit that does not bind changes
+        nothing, and one that binds only lowers the clock to one the table
+        already offers: proposing the same clocks under every limit would
+        spend trials on duplicates.
+        """
+        knob = knob_roles(self.space).get("power_limit_w")
+        if knob is None or knob not in self.space.tuned_knobs:
+            return np.ones(len(configs), dtype=bool)
+        top = max(float(v) for v in self.space.knobs[knob].values)
+        return (feats.power_limit >= top) & (self.roofline.power(feats) <= feats.power_limit)
 
     def _latency_error(self, done: list[optuna.trial.FrozenTrial]) -> float:
         """Relative error of the current roofline's latency on the measured points."""
