@@ -7,7 +7,7 @@ import optuna
 from tuner.errors import UserError
 
 SAMPLERS = ("ours", "gp", "tpe", "random", "two-phase")
-DEFAULT_SAMPLER = "gp"
+DEFAULT_SAMPLER = "ours"
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
