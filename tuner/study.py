@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import socket
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +29,7 @@ from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
 from tuner.space import Config, SearchSpace
+from tuner.storage import DEFAULT_HEARTBEAT_S, QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
 from tuner.units import format_ms
 
 METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
@@ -50,6 +53,9 @@ class RunOptions(BaseModel):
     knobs: list[str] | None = None
     sampler: str = DEFAULT_SAMPLER
     storage: str | None = None
+    study_trials: int | None = None
+    worker_id: str | None = None
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
     out: Path = Path("studies")
     window: WindowSettings = Field(default_factory=WindowSettings)
 
@@ -72,34 +78,23 @@ def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[in
     return space
 
 
-def open_study(name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
-    """Create or resume a study; a bad storage URL is a user error, not a traceback."""
+def open_study(
+    name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None, heartbeat_s: int | None = None
+) -> optuna.Study:
+    """Create or resume a study; a bad storage URL is a user error, not a traceback.
+
+    Runs pass ``heartbeat_s`` so a worker that dies mid-trial has that trial
+    failed and retried (see tuner.storage); readers leave it out.
+    """
     optuna.logging.set_verbosity(logging.ERROR)
-    try:
+    with storage_errors(storage):
         return optuna.create_study(
-            study_name=name, storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
+            study_name=name,
+            storage=open_storage(storage, heartbeat_s),
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
         )
-    except (ImportError, ModuleNotFoundError) as exc:
-        raise UserError(
-            f"storage {redact(storage)} needs a driver that is not installed ({exc.name}): "
-            "install the extra, e.g. pip install 'powertune[postgres]'"
-        ) from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("sqlalchemy") or isinstance(exc, ValueError):
-            raise UserError(
-                f"cannot open study storage {redact(storage)}: {str(exc).splitlines()[0]}; check the URL"
-            ) from None
-        raise
-
-
-def redact(url: str) -> str:
-    """A storage URL without its password, for logs and outputs."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
 
 
 def trial_seed(seed: int | None, number: int) -> int | None:
@@ -129,6 +124,7 @@ class Objective:
         self.device = device
         self.space = space
         self.options = options
+        self.worker = options.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.measured = 0
         self.cache: dict[str, int] = {}
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
@@ -148,6 +144,7 @@ class Objective:
         trial.set_user_attr("device", self.device.name)
         trial.set_user_attr("device_kind", self.device.kind)
         trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("worker", self.worker)
         if key in self.cache:
             return self._reuse(trial, self.cache[key])
         measurement = self.measure(trial, effective)
@@ -216,13 +213,20 @@ def run_study(
 
     The loop ends when the requested number of configurations has been
     measured, the timeout passes, the sampler keeps proposing measured points
-    (the space is exhausted), or too many trials failed to measure.
+    (the space is exhausted), or too many trials failed to measure. With
+    ``options.study_trials`` it also ends once the study (every worker
+    together) holds that many completed trials, and never starts one beyond.
     """
     space = narrowed_space(device, options.knobs, options.batch_sizes)
     storage = options.storage or default_storage(options.out)
     name = study_name(options.model, device, options.window.scenario, options.max_latency_ms)
-    study = open_study(name, storage, sampler or make_sampler(options.sampler, options.seed))
-    _stamp(study, device, options, space)
+    deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
+    with storage_errors(storage), storage_lock(storage, name):
+        study = open_study(name, storage, sampler or make_sampler(options.sampler, options.seed), options.heartbeat_s)
+        _stamp(study, device, options, space)
+    if options.study_trials is not None:
+        poll_s = min(2.0, options.heartbeat_s / 2)
+        study = QuotaStudy(study, storage, options.study_trials, deadline, poll_s)
     objective = Objective(device, space, options, study)
     distinct = space.size()
     target = min(options.trials, max(distinct - len(objective.cache), 0))
@@ -239,14 +243,7 @@ def run_study(
 
     if target > 0:
         with hardware_session(device):
-            study.optimize(
-                objective,
-                n_trials=None,
-                timeout=options.timeout_s,
-                callbacks=[callback],
-                catch=(MeasurementRejected,),
-                gc_after_trial=False,
-            )
+            _optimize(study, objective, callback, deadline)
     best = best_feasible(study)
     summary = RunSummary(
         study=name,
@@ -257,6 +254,32 @@ def run_study(
         best=trial_record(best) if best else None,
     )
     return study, summary
+
+
+def _optimize(study: optuna.Study, objective: Objective, callback: Callable, deadline: float | None) -> None:
+    """Optuna's loop, ended quietly when the study quota is full.
+
+    If this worker stalled for longer than the heartbeat grace period (a
+    suspended laptop, a frozen board), another worker has failed its running
+    trial and queued a retry; Optuna then refuses to record the result. That
+    trial is lost to this worker but not to the study, so the loop goes on.
+    """
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            study.optimize(
+                objective,
+                n_trials=None,
+                timeout=None if deadline is None else deadline - time.monotonic(),
+                callbacks=[callback],
+                catch=(MeasurementRejected,),
+                gc_after_trial=False,
+            )
+            return
+        except StudyFull:
+            return
+        except ValueError as exc:
+            if not str(exc).startswith("Cannot tell a"):
+                raise
 
 
 def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
@@ -270,6 +293,8 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("percentile", options.window.percentile)
     study.set_user_attr("scenario", options.window.scenario)
     study.set_user_attr("tuned_knobs", space.tuned_knobs)
+    if options.study_trials is not None:
+        study.set_user_attr("study_trials", options.study_trials)
 
 
 def is_feasible(trial: optuna.trial.FrozenTrial) -> bool:

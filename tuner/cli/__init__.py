@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from tuner.cli import results, tuning
+from tuner.cli import fleet, results, tuning
 from tuner.errors import UserError
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app = typer.Typer(
 )
 tuning.register(app)
 results.register(app)
+fleet.register(app)
 
 
 def main() -> None:
