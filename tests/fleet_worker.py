@@ -5,9 +5,14 @@ workers and a known moment inside a trial. FLEET_DELAY_S adds that many
 seconds to every measurement. After FLEET_HANG_AFTER measurements the worker
 writes FLEET_MARKER and then blocks inside its next measurement until it is
 killed, so SIGKILL or SIGINT always lands in the middle of a trial.
+
+A process started in the background by a non-interactive shell (as test
+runners often are) inherits SIGINT ignored; the worker re-arms Python's
+handler so SIGINT behaves like Ctrl-C in a terminal.
 """
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -32,5 +37,6 @@ def _slow_measure(self, model, config, settings):
 TwinDevice.measure = _slow_measure
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv[0] = "tune"
     main()

@@ -42,7 +42,9 @@ PG_DIALECT = "postgresql+psycopg"
 RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
 DEFAULT_HEARTBEAT_S = 10
 MAX_RETRY = 2
-_USERINFO = re.compile(r"^(?P<scheme>[\w+.-]+)://(?P<user>[^:/@]*)(?::(?P<password>[^@]*))?@")
+# The password runs to the last "@": an unescaped "@" or "/" in it must not leave a piece of it behind.
+# (A query holding "@" is then hidden too: too much is hidden, never too little.)
+_USERINFO = re.compile(r"^(?P<scheme>[\w+.-]+)://(?P<user>[^:/@]*)(?::(?P<password>.*))?@")
 _QUERY_SECRET = re.compile(r"(?i)((?:^|[?&;])(?:ssl)?password=)[^&#;]*")
 
 

@@ -28,7 +28,7 @@ fleet.register(app)
 def main() -> None:
     """Entry point of the console script."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -46,3 +46,8 @@ def main() -> None:
             exc.show()
             sys.exit(2 if isinstance(exc, click.exceptions.UsageError) else exc.exit_code)
         raise
+    if code == 130:
+        # Typer turns Ctrl-C into a returned exit code 130 before the except clause above can see it.
+        typer.echo("interrupted: hardware state restored", err=True)
+    if isinstance(code, int) and code:
+        sys.exit(code)
