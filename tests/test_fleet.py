@@ -249,3 +249,51 @@ def test_postgres_credentials_never_leak(pg, tmp_path):
     written = [p.read_text() for p in tmp_path.rglob("*") if p.suffix in (".json", ".csv", ".yaml")]
     for text in [*written, run.stdout, run.stderr, export.stdout, export.stderr, wrong.stderr, from_env.stdout]:
         assert pgserver.PASSWORD not in text
+
+
+def test_killed_workers_board_is_restored_from_its_journal_by_the_next_run(tmp_path):
+    """SIGKILL mid-trial leaves the board changed and journaled; the next run puts it back, then finishes the study."""
+    from fakeboard import make_fake_board
+
+    from tuner.devices.jetson import JetsonDevice
+    from tuner.devices.journal import pending_journals
+    from tuner.devices.twin import TwinDevice
+
+    board = make_fake_board(tmp_path / "board", "orin-agx", "l4t35", seed=1)
+    before = board.snapshot()
+    out = tmp_path / "studies"
+    options = dict(model="resnet50", max_latency_ms=50.0, sampler="random", seed=0, study_trials=1, heartbeat_s=1)
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import time\n"
+        "from pathlib import Path\n"
+        "from tuner.devices.jetson import JetsonDevice\n"
+        "from tuner.study import RunOptions, run_study\n"
+        "def hang(*args):\n"
+        "    print('measuring', flush=True)\n"
+        "    time.sleep(600)\n"
+        f"dev = JetsonDevice('orin-agx', sysfs_root={str(board.root)!r}, nvpmodel={str(board.nvpmodel)!r},\n"
+        "                   runner_factory=lambda model, config: config, measure_fn=hang)\n"
+        f"run_study(dev, RunOptions(**{options!r}, out=Path({str(out)!r})))\n"
+    )
+    worker = subprocess.Popen([sys.executable, str(script)], env=child_env({}), stdout=subprocess.PIPE, text=True)
+    assert worker.stdout is not None and worker.stdout.readline().strip() == "measuring"
+    worker.kill()
+    worker.wait(timeout=30)
+    assert board.snapshot() != before
+    assert [j.device for j in pending_journals()] == ["orin-agx"]
+
+    twin = TwinDevice("sim:orin")
+    device = JetsonDevice(
+        "orin-agx",
+        sysfs_root=board.root,
+        nvpmodel=str(board.nvpmodel),
+        runner_factory=lambda model, config: config,
+        measure_fn=lambda config, meter, batch, settings, percentile: twin.measure("resnet50", config, settings),
+    )
+    study, _ = run_study(device, RunOptions(**options, out=out))
+    assert board.snapshot() == before
+    assert pending_journals() == []
+    (killed,) = [t for t in study.trials if t.state != TrialState.COMPLETE]
+    check_retried(study, killed)
+    assert sum(t.state == TrialState.COMPLETE for t in study.trials) == 1

@@ -114,10 +114,10 @@ def storage_errors(url: str) -> Iterator[None]:
         yield
     except ImportError as exc:
         missing = getattr(exc.__cause__, "name", None) or exc.name or "a database driver"
-        raise UserError(
-            f"storage {redact(url)} needs {missing}, which is not installed: "
-            "install the extra, e.g. pip install 'powertune[postgres]'"
-        ) from None
+        fix = (
+            "pip install 'powertune[postgres]'" if is_postgres(url) else f"install the Python driver for {scheme(url)}"
+        )
+        raise UserError(f"storage {redact(url)} needs {missing}, which is not installed: {fix}") from None
     except Exception as exc:
         if type(exc).__module__.startswith(("sqlalchemy", "psycopg")) or isinstance(exc, ValueError):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -149,7 +149,13 @@ def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str
         if heartbeat_s is not None:
             kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=3 * int(heartbeat_s))
             kwargs.update(_stale_callback_kwargs())
-        return optuna.storages.RDBStorage(driver_url(url), **kwargs)
+        storage = optuna.storages.RDBStorage(driver_url(url), **kwargs)
+    if sqlite_path(url) is not None:
+        # Write-ahead logging: one sync per commit instead of several, which pays for the heartbeat's
+        # extra writes, and readers (tune status) never block a running study. It persists in the file.
+        with storage.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    return storage
 
 
 def sqlite_path(url: str) -> Path | None:
