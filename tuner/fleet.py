@@ -9,7 +9,6 @@ failed by a running worker, never by looking at it.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import optuna
@@ -87,7 +86,7 @@ def study_status(study: optuna.Study, url: str) -> StudyStatus:
         if value is not None and (w.best_j_per_query is None or value < w.best_j_per_query):
             w.best_trial, w.best_j_per_query = t.number, value
         if t.datetime_complete is not None:
-            stamp = t.datetime_complete.replace(tzinfo=dt.timezone.utc).isoformat(timespec="seconds")
+            stamp = t.datetime_complete.astimezone().isoformat(timespec="seconds")
             w.last_finished = max(w.last_finished or "", stamp)
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
     best = best_feasible(study)

@@ -52,23 +52,21 @@ def print_status(s: StudyStatus) -> None:
         f"{s.study}: {s.complete}{target} complete, {s.running} running, {s.waiting} queued, "
         f"{s.failed} failed, {s.retried} retries; best feasible {best}"
     )
-    common.out_console.print(
-        common.table(
-            f"workers of {s.study} ({s.storage})",
-            ["worker", "host", "device", "complete", "running", "failed", "best J/query", "best trial", "last"],
+    table = common.table(
+        f"workers of {s.study} ({s.storage})",
+        ["worker", "device", "complete", "running", "failed", "best J/query", "last finished"],
+        [
             [
-                [
-                    w.worker,
-                    w.host or "-",
-                    w.device or "-",
-                    w.complete,
-                    w.running,
-                    w.failed,
-                    "-" if w.best_j_per_query is None else w.best_j_per_query,
-                    "-" if w.best_trial is None else w.best_trial,
-                    w.last_finished or "-",
-                ]
-                for w in s.workers
-            ],
-        )
+                w.worker,
+                w.device or "-",
+                w.complete,
+                w.running,
+                w.failed,
+                "-" if w.best_j_per_query is None else f"{w.best_j_per_query:.4g} (#{w.best_trial})",
+                (w.last_finished or "-")[11:19] or "-",
+            ]
+            for w in s.workers
+        ],
     )
+    table.columns[0].no_wrap = True
+    common.out_console.print(table)
