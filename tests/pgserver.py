@@ -82,7 +82,8 @@ def _server_user() -> pwd.struct_passwd | None:
 def running_server() -> Iterator[PgServer]:
     """Start a private cluster, yield it, and remove it (immediate shutdown) however the tests end."""
     user = _server_user()
-    base = Path(tempfile.mkdtemp(prefix="powertune-pg-"))
+    # /tmp, not $TMPDIR: the server user must be able to reach the folder, and root's TMPDIR may be private.
+    base = Path(tempfile.mkdtemp(prefix="powertune-pg-", dir="/tmp" if user is not None else None))
     as_user: dict = {}
     if user is not None:
         os.chown(base, user.pw_uid, user.pw_gid)

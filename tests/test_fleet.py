@@ -50,8 +50,22 @@ def pg():
         yield server
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_stray_workers():
+    """A failed assertion must not leave a parked worker sleeping for an hour."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
 def start_worker(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, str(WORKER), *args],
         cwd=cwd,
         env=child_env(env),
@@ -59,6 +73,8 @@ def start_worker(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(proc)
+    return proc
 
 
 def wait_for(path: Path, procs: list[subprocess.Popen], timeout: float = 120) -> None:
@@ -278,6 +294,7 @@ def test_killed_workers_board_is_restored_from_its_journal_by_the_next_run(tmp_p
         f"run_study(dev, RunOptions(**{options!r}, out=Path({str(out)!r})))\n"
     )
     worker = subprocess.Popen([sys.executable, str(script)], env=child_env({}), stdout=subprocess.PIPE, text=True)
+    STARTED.append(worker)
     assert worker.stdout is not None and worker.stdout.readline().strip() == "measuring"
     worker.kill()
     worker.wait(timeout=30)

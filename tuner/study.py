@@ -323,6 +323,7 @@ def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
         "meter": attrs.get("meter"),
         "device": attrs.get("device"),
         "host": attrs.get("host"),
+        "worker": attrs.get("worker"),
     }
     for key in METRIC_KEYS:
         record[key] = attrs.get(key)
