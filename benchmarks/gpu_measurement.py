@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-sizes", default="128,8", help="configurations (resnet50 fp16) to measure")
     parser.add_argument("--logs", type=Path, default=Path("/tmp/powertune-loadgen"), help="LoadGen log folder")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,7 @@ def main() -> None:
         "card_before": before,
         "configs": [],
     }
-    for batch in (128, 8):
+    for batch in (int(b) for b in args.batch_sizes.split(",")):
         config = Config(knobs={**space.default_config(batch).knobs, "precision": "fp16"}, batch_size=batch)
         dev.apply(config)
         settings = WindowSettings(window_s=args.window, warmup_s=3.0, log_dir=str(args.logs / f"bs{batch}"))

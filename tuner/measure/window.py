@@ -143,7 +143,36 @@ class _BatchingSUT:
         self.latencies_ms: list[float] = []
         self.completed = 0
         self.error = ""
+        self.outbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name="powertune-sut", daemon=True)
+        self.completer = threading.Thread(target=self._complete, name="powertune-complete", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        self.completer.start()
+
+    def join(self) -> None:
+        """Stop the worker, then the completer once every finished batch has been reported."""
+        self.inbox.put(None)
+        self.thread.join()
+        self.outbox.put(None)
+        self.completer.join()
+
+    def _complete(self) -> None:
+        """Report finished batches to LoadGen off the worker thread.
+
+        Building one response per sample and calling QuerySamplesComplete
+        costs Python time per batch; done on the worker it would sit between
+        two batches and idle the accelerator (about 4% of throughput at batch
+        128 on an H200). Here it overlaps the next batch, whose synchronize
+        releases the GIL.
+        """
+        while True:
+            batch = self.outbox.get()
+            if batch is None:
+                return
+            self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(s.id, 0, 0) for s, _ in batch])
+            self.completed += len(batch)
 
     def issue(self, samples: list[Any]) -> None:
         now = time.monotonic()
@@ -179,8 +208,7 @@ class _BatchingSUT:
             done = time.monotonic()
             since = issued if self.offline else min(t for _, t in batch)
             self.latencies_ms.append((done - since) * 1e3)
-            self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(s.id, 0, 0) for s, _ in batch])
-            self.completed += len(batch)
+            self.outbox.put(batch)
 
 
 def _test_settings(
@@ -279,7 +307,7 @@ def _run_once(
     log_settings.enable_trace = False
     sut = lg.ConstructSUT(sut_state.issue, sut_state.flush)
     qsl = lg.ConstructQSL(QSL_SIZE, QSL_SIZE, _noop, _noop)
-    sut_state.thread.start()
+    sut_state.start()
     reading = None
     started: list[Monitor] = []
     try:
@@ -295,8 +323,7 @@ def _run_once(
             reading = meter.stop()
     finally:
         telemetry = [m.stop() for m in reversed(started)][::-1]
-        sut_state.inbox.put(None)
-        sut_state.thread.join()
+        sut_state.join()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     return WindowResult(
