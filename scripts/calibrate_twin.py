@@ -6,7 +6,8 @@ Only the parameters listed in FREE are fitted (least squares on |log error|^1.5
 of time and power, which leans towards the worst row so that no row is left
 far off while others are fitted closely; the published reference rows weigh
 twice as much as this project's own H200 rows, whose launch-bound points are
-noisier, and a reference row more than 13% off is penalised steeply); every other parameter keeps its documented source. With
+noisier, and a reference row more than 13% off is penalised steeply); every
+other parameter keeps its documented source. With
 --write the fitted values go back into tuner/devices/twin_params/<kind>.json
 and the residual table into docs/twin.md.
 """

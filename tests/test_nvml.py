@@ -245,7 +245,11 @@ def test_measure_marks_a_throttled_window(fake_runners, tmp_path):
     assert result.temps_c["gpu_max"] == 41
     assert result.meter == "nvml-energy"
     assert result.avg_w == pytest.approx(300.0, rel=0.05)
-    assert device._runners._runner.device == "cuda:0" and device._runners._runner.prepared == (4, "fp16", {"channels_last": True})
+    assert device._runners._runner.device == "cuda:0" and device._runners._runner.prepared == (
+        4,
+        "fp16",
+        {"channels_last": True},
+    )
     assert nvml.write_attempts == []
 
     nvml.reasons = 0

@@ -176,7 +176,7 @@ class TwinModel:
             batch=np.array([c.batch_size for c in configs], dtype=float),
             precision=np.array(column("precision", "fp32"), dtype=object),
             power_limit_w=np.array(column("power_limit_w", np.inf), dtype=float) if n else np.zeros(0),
-            channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], dtype=bool),
+            channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], bool),
         )
 
     def _time_and_power(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> tuple[np.ndarray, ...]:
