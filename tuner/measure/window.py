@@ -19,14 +19,17 @@ import json
 import math
 import queue
 import re
+import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner.errors import UserError
+from tuner.errors import Terminated, UserError
 
 if TYPE_CHECKING:
     from tuner.devices.base import WindowSettings
@@ -146,9 +149,14 @@ class _BatchingSUT:
         self.latencies_ms: list[float] = []
         self.completed = 0
         self.error = ""
+        self.aborted = False
         self.outbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name="powertune-sut", daemon=True)
         self.completer = threading.Thread(target=self._complete, name="powertune-complete", daemon=True)
+
+    def abort(self) -> None:
+        """Stop running the model: the samples still issued complete at once, so LoadGen can finish."""
+        self.aborted = True
 
     def start(self) -> None:
         self.thread.start()
@@ -203,7 +211,7 @@ class _BatchingSUT:
                 pending.extend(item)
             batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
             issued = time.monotonic()
-            if not self.error:
+            if not self.error and not self.aborted:
                 try:
                     self.runner.infer()
                 except Exception as exc:  # the samples must still complete or LoadGen waits forever
@@ -291,6 +299,58 @@ def _too_short(summary: LoadGenSummary) -> bool:
     return not summary.valid and any("duration" in r.lower() for r in summary.invalid_reasons)
 
 
+def _run_interruptibly(call: Callable[[], Any]) -> None:
+    """Run a blocking native call on a helper thread while the main thread waits in short joins.
+
+    Python runs signal handlers only on the main thread and only between
+    bytecodes: blocked inside LoadGen's C++ StartTest it would not see Ctrl-C
+    or SIGTERM until the whole window had run.
+    """
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="powertune-loadgen", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.05)
+    if failure:
+        raise failure[0]
+
+
+@contextmanager
+def deferred_interrupts(abort: Callable[[], None]) -> Iterator[list[int]]:
+    """Hold Ctrl-C and SIGTERM while LoadGen runs; on one, end the test early and re-raise after.
+
+    An exception raised at an arbitrary point inside StartTest (a Python
+    signal handler's default) tears the SUT down under LoadGen's own threads
+    and crashes the process, and then nothing restores the hardware. Here
+    the signal only records itself and tells the SUT to stop running the
+    model (the remaining samples complete at once), so LoadGen returns within
+    a batch, everything is destroyed in order, and the caller re-raises.
+    Outside the main thread signals cannot be caught, and nothing changes.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def record(signum: int, frame: Any) -> None:
+        received.append(signum)
+        abort()
+
+    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _run_once(
     lg: Any,
     runner: Runner,
@@ -313,22 +373,25 @@ def _run_once(
     sut_state.start()
     reading = None
     started: list[Monitor] = []
-    try:
-        for monitor in monitors:
-            monitor.start()
-            started.append(monitor)
-        if meter is not None:
-            meter.start()
-        start_wall, start = time.time(), time.monotonic()
-        lg.StartTestWithLogSettings(sut, qsl, ts, log_settings)
-        end, end_wall = time.monotonic(), time.time()
-        if meter is not None:
-            reading = meter.stop()
-    finally:
-        telemetry = [m.stop() for m in reversed(started)][::-1]
-        sut_state.join()
-        lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
+    with deferred_interrupts(sut_state.abort) as interrupted:
+        try:
+            for monitor in monitors:
+                monitor.start()
+                started.append(monitor)
+            if meter is not None:
+                meter.start()
+            start_wall, start = time.time(), time.monotonic()
+            _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
+            end, end_wall = time.monotonic(), time.time()
+            if meter is not None:
+                reading = meter.stop()
+        finally:
+            telemetry = [m.stop() for m in reversed(started)][::-1]
+            sut_state.join()
+            lg.DestroyQSL(qsl)
+            lg.DestroySUT(sut)
+    if interrupted:
+        raise Terminated() if interrupted[0] == signal.SIGTERM else KeyboardInterrupt()
     return WindowResult(
         batch_latencies_ms=sut_state.latencies_ms,
         queries=sut_state.completed,
