@@ -11,7 +11,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tuner import __version__
+from tuner.devices.base import Device
+from tuner.devices.journal import write_journal
 from tuner.errors import UserError
+from tuner.space import Config
 from tuner.study import is_feasible, redact, trial_record
 from tuner.units import format_ms
 
@@ -117,3 +120,40 @@ def load_export(path: Path) -> ExportedConfig:
         raise UserError(
             f"{path} is not a powertune export ({loc}: {first['msg']}): re-create it with tune export"
         ) from None
+
+
+def deploy_config(exported: ExportedConfig, device: Device) -> Config:
+    """The configuration an export asks of ``device``, checked before anything is written.
+
+    The device kind must match, and every knob value must be one the device
+    supports now (a board's own frequency table, a GPU's supported clocks):
+    an export from another board or L4T release fails here, not half-way
+    through writing.
+    """
+    if exported.device_kind != device.kind:
+        raise UserError(
+            f"this export is for {exported.device_kind}, but {device.name} is {device.kind}: "
+            "export a configuration tuned on this kind of device"
+        )
+    space = device.space()
+    config = Config(knobs=dict(exported.knobs), batch_size=exported.batch_size)
+    space.validate_config(config)
+    return config
+
+
+def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False) -> list[str]:
+    """Apply an export for deployment; return what was (or, dry-run, would be) written.
+
+    The original state is journaled first and is not restored at exit: the
+    mode stays until ``tune restore``. Applying twice is harmless: the device
+    writes only what differs, and the journal keeps the state from before the
+    first apply.
+    """
+    config = deploy_config(exported, device)
+    plan = getattr(device, "plan_writes", None)
+    steps = [w.shell() for w in plan(config)] if plan is not None else [f"{k}={v}" for k, v in config.knobs.items()]
+    if dry_run or device.simulated:
+        return steps
+    write_journal(device, device.read_state())
+    device.apply(config)
+    return steps

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tuner.errors import UserError
 
 SPACE_VERSION = 1
-KnobValue = int | float | str
+KnobValue = bool | int | float | str
 
 
 class Knob(BaseModel):

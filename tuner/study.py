@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import random
 import socket
 import time
 import zlib
@@ -192,6 +193,35 @@ class Objective:
         return float(earlier.value)
 
 
+REPEATS_BEFORE_EXPLORING = 2
+
+
+class Explorer:
+    """Breaks a sampler's loop of re-proposing measured configurations.
+
+    Model-based samplers on a small discrete space keep suggesting the
+    incumbent; each repeat is free (the measurement is reused) but teaches
+    nothing. After a few repeats in a row the next trial is an unmeasured
+    configuration drawn at random, so every trial budget buys new points.
+    """
+
+    def __init__(self, space: SearchSpace, objective: Objective, seed: int | None) -> None:
+        self.space = space
+        self.objective = objective
+        self.rng = random.Random(seed)
+        self._grid: list[Config] | None = None
+
+    def enqueue_unmeasured(self, study: optuna.Study) -> bool:
+        """Queue a random unmeasured configuration; False when every one has been measured."""
+        if self._grid is None:
+            self._grid = self.space.grid()
+        left = [c for c in self._grid if json.dumps(c.key()) not in self.objective.cache]
+        if not left:
+            return False
+        study.enqueue_trial(self.space.params_for(self.rng.choice(left)), skip_if_exists=False)
+        return True
+
+
 class RunSummary(BaseModel):
     """What a run reports back: the study, how many trials ran, and the best feasible trial."""
 
@@ -212,10 +242,10 @@ def run_study(
     """Run ``options.trials`` measured trials (reused ones are free), holding the device safely.
 
     The loop ends when the requested number of configurations has been
-    measured, the timeout passes, the sampler keeps proposing measured points
-    (the space is exhausted), or too many trials failed to measure. With
-    ``options.study_trials`` it also ends once the study (every worker
-    together) holds that many completed trials, and never starts one beyond.
+    measured, the timeout passes, every configuration has been measured, or
+    too many trials failed to measure. With ``options.study_trials`` it also
+    ends once the study (every worker together) holds that many completed
+    trials, and never starts one beyond.
     """
     space = narrowed_space(device, options.knobs, options.batch_sizes)
     storage = options.storage or default_storage(options.out)
@@ -231,13 +261,16 @@ def run_study(
     distinct = space.size()
     target = min(options.trials, max(distinct - len(objective.cache), 0))
     state = {"reused_in_row": 0, "failed": 0}
+    explorer = Explorer(space, objective, options.seed)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
         state["failed"] += trial.state == optuna.trial.TrialState.FAIL
         if on_trial is not None:
             on_trial(study, trial, objective.measured)
-        exhausted = state["reused_in_row"] >= max(50, 5 * target)
+        exhausted = False
+        if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING:
+            exhausted = not explorer.enqueue_unmeasured(study)
         if objective.measured >= target or exhausted or state["failed"] >= max(10, target):
             study.stop()
 

@@ -10,8 +10,10 @@ import sys
 
 import typer
 
-from tuner.cli import fleet, results, tuning
+from tuner.cli import deploy, fleet, results, tuning
 from tuner.errors import UserError
+
+INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
 
 app = typer.Typer(
     name="tune",
@@ -22,6 +24,7 @@ app = typer.Typer(
 )
 tuning.register(app)
 results.register(app)
+deploy.register(app)
 fleet.register(app)
 
 
@@ -34,7 +37,7 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted: hardware state restored", err=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -46,8 +49,7 @@ def main() -> None:
             exc.show()
             sys.exit(2 if isinstance(exc, click.exceptions.UsageError) else exc.exit_code)
         raise
-    if code == 130:
-        # Typer turns Ctrl-C into a returned exit code 130 before the except clause above can see it.
+    if code == INTERRUPTED:
         typer.echo("interrupted: hardware state restored", err=True)
     if isinstance(code, int) and code:
         sys.exit(code)

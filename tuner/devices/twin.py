@@ -71,6 +71,9 @@ class TwinParams(BaseModel):
     peak_flops_per_cycle_per_tpc: dict[str, float]
     vector_flops_per_cycle_per_tpc: float
     compute_efficiency: dict[str, float]
+    conv_factor: dict[str, float] = Field(default_factory=lambda: {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0})
+    nchw_conv_factor: dict[str, float] = Field(default_factory=lambda: {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0})
+    fp32_linear_peak_per_cycle_per_tpc: float | None = None
     bytes_per_mem_mhz: float
     memory_efficiency: float
     min_kernel_us: float
@@ -109,6 +112,7 @@ class Operating:
     batch: np.ndarray
     precision: np.ndarray
     power_limit_w: np.ndarray
+    channels_last: np.ndarray
 
 
 @dataclass
@@ -172,6 +176,7 @@ class TwinModel:
             batch=np.array([c.batch_size for c in configs], dtype=float),
             precision=np.array(column("precision", "fp32"), dtype=object),
             power_limit_w=np.array(column("power_limit_w", np.inf), dtype=float) if n else np.zeros(0),
+            channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], bool),
         )
 
     def _time_and_power(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -180,6 +185,7 @@ class TwinModel:
         wbytes = np.array([layer.weight_bytes for layer in profile.layers])
         abytes = np.array([layer.act_bytes for layer in profile.layers])
         matmul = np.array([layer.matmul for layer in profile.layers])
+        conv = np.array([layer.op.startswith("conv") for layer in profile.layers])
 
         scale = np.array([PRECISION_BYTES[str(x)] / 4.0 for x in op.precision])
         eff = np.array([p.compute_efficiency[str(x)] for x in op.precision])
@@ -192,6 +198,15 @@ class TwinModel:
         b = op.batch[:, None]
         work = flops[None, :] * b
         rate = np.where(matmul[None, :], rate_mm[:, None], rate_vec[:, None])
+        conv_f = np.array([p.conv_factor[str(x)] for x in op.precision])
+        nchw_f = np.array([p.nchw_conv_factor[str(x)] for x in op.precision])
+        layout_f = np.where(op.channels_last, 1.0, nchw_f)
+        rate = np.where(conv[None, :], rate * (conv_f * layout_f)[:, None], rate)
+        if p.fp32_linear_peak_per_cycle_per_tpc is not None:
+            fp32 = np.array([str(x) == "fp32" for x in op.precision])
+            rate_fp32 = p.fp32_linear_peak_per_cycle_per_tpc * op.tpcs * ghz * 1e9 * eff
+            linear = matmul & ~conv
+            rate = np.where(fp32[:, None] & linear[None, :], rate_fp32[:, None], rate)
         t_compute = work / rate
         moved = (wbytes[None, :] + abytes[None, :] * b) * scale[:, None]
         t_memory = moved / bandwidth[:, None]
