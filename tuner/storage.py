@@ -150,10 +150,13 @@ def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str
             kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=3 * int(heartbeat_s))
             kwargs.update(_stale_callback_kwargs())
         storage = optuna.storages.RDBStorage(driver_url(url), **kwargs)
-    if sqlite_path(url) is not None:
+    if heartbeat_s is not None and sqlite_path(url) is not None:
         # Write-ahead logging: one sync per commit instead of several, which pays for the heartbeat's
-        # extra writes, and readers (tune status) never block a running study. It persists in the file.
-        with storage.engine.connect() as conn:
+        # extra writes, and readers (tune status) never block a running study. It persists in the file;
+        # where it cannot be set (a read-only file) the study still works, only slower.
+        import sqlalchemy
+
+        with contextlib.suppress(sqlalchemy.exc.OperationalError), storage.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     return storage
 
