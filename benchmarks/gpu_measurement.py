@@ -12,8 +12,9 @@ launch-bound (resnet50 fp16 bs 8) configuration:
 - repeatability: coefficient of variation of energy per query over N windows;
 - meter agreement: the sampled-power integral (50 ms polls of
   nvmlDeviceGetPowerUsage) over the energy-counter delta, in the same windows;
-- overhead: queries/s of the LoadGen window with metering against the bare
-  runner loop (infer() back to back for the same duration), same runner.
+- overhead: queries/s of the LoadGen window with metering (and the telemetry
+  monitor a trial runs) against the bare runner loop (infer() back to back for
+  the same duration), same runner.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 from tuner.devices.base import WindowSettings
-from tuner.devices.nvml import NvmlDevice
+from tuner.devices.nvml import NvmlDevice, NvmlTelemetry
 from tuner.measure.meters import EnergyReading, NvmlEnergyMeter, SampledPowerMeter
 from tuner.measure.session import measure_with
 from tuner.space import Config
@@ -120,7 +121,8 @@ def measure_config(dev, runner, config, batch, settings, args, poll_ms: float) -
     for i in range(args.repeats):
         counter = NvmlEnergyMeter(dev.nvml, dev.handle, poll_s=poll_ms / 1000)
         meter = counter if args.no_sampled else PairedMeter(counter, dev.make_meter("nvml-power"))
-        m = measure_with(runner, meter, batch, settings.model_copy(update={"log_dir": f"{settings.log_dir}-{i}"}))
+        window = settings.model_copy(update={"log_dir": f"{settings.log_dir}-{i}"})
+        m = measure_with(runner, meter, batch, window, monitors=[NvmlTelemetry(dev.nvml, dev.handle)])
         sampled = None if args.no_sampled else meter.last_sampled.energy_j
         rows.append(
             {
