@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from tuner import __version__
 from tuner.devices.base import Device
@@ -17,6 +17,7 @@ from tuner.errors import UserError
 from tuner.space import Config
 from tuner.study import is_feasible, redact, trial_record
 from tuner.units import format_ms
+from tuner.yamlfile import load_yaml_model
 
 EXPORT_VERSION = 1
 
@@ -106,20 +107,7 @@ def write_export(config: ExportedConfig, path: Path) -> None:
 
 def load_export(path: Path) -> ExportedConfig:
     """Read an exported configuration; a corrupt or foreign file is a one-line user error."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}; check the path") from None
-    except yaml.YAMLError:
-        raise UserError(f"{path} is not valid YAML: re-create it with tune export") from None
-    try:
-        return ExportedConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise UserError(
-            f"{path} is not a powertune export ({loc}: {first['msg']}): re-create it with tune export"
-        ) from None
+    return load_yaml_model(path, ExportedConfig, "exported configuration", "re-create it with tune export")
 
 
 def deploy_config(exported: ExportedConfig, device: Device) -> Config:

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import optuna
 
 from tuner.errors import UserError
 
-SAMPLERS = ("tpe", "random", "gp")
-DEFAULT_SAMPLER = "gp"
+SAMPLERS = ("auto", "tpe", "random", "gp")
+DEFAULT_SAMPLER = "auto"
+
+
+def has_torch() -> bool:
+    """Optuna's GP sampler runs on PyTorch, which the core install leaves out."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     """Build a sampler that honours the latency constraint set with trial.set_constraint."""
     name = name.lower()
+    if name == "auto":
+        name = "gp" if has_torch() else "tpe"
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
+        if not has_torch():
+            raise UserError("the gp sampler needs PyTorch: pip install 'powertune[torch]', or use --sampler tpe")
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False)
     raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")

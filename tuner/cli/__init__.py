@@ -43,11 +43,12 @@ def main() -> None:
     except typer.Abort:
         sys.exit(1)
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.exceptions.UsageError) else exc.exit_code)
+        # Click's usage errors (bad flag, missing option): Typer vendors Click in recent
+        # releases and depends on it in older ones, so they are recognised by shape.
+        show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):
+            show()
+            sys.exit(exit_code)
         raise
     if code == INTERRUPTED:
         typer.echo("interrupted: hardware state restored", err=True)

@@ -71,7 +71,9 @@ def register(app: typer.Typer) -> None:
         seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
         batch_sizes: str | None = common.BatchOpt,
         knobs: str | None = common.KnobsOpt,
-        sampler: str = typer.Option(DEFAULT_SAMPLER, "--sampler", help="tpe, gp or random"),
+        sampler: str = typer.Option(
+            DEFAULT_SAMPLER, "--sampler", help="auto (gp with PyTorch, else tpe), gp, tpe, random"
+        ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
         window: float = typer.Option(10.0, "--window", help="measured window per trial, seconds (hardware)"),

@@ -38,6 +38,7 @@ from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
 
+SWEEP_CHUNK = 4096
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
 
@@ -356,11 +357,20 @@ class TwinDevice:
         return self.model.measurement(result, 0, config.batch_size, rng, settings.window_s)
 
     def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
-        """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap."""
+        """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap.
+
+        Configurations go through in chunks, so the configurations-by-layers
+        arrays stay small (an H200 space has 145,200 points).
+        """
         profile = load_profile(model)
-        result = self.model.evaluate(profile, configs)
         rng = np.random.default_rng(settings.seed) if settings.noise else None
-        return [self.model.measurement(result, i, c.batch_size, rng, settings.window_s) for i, c in enumerate(configs)]
+        out: list[Measurement] = []
+        for start in range(0, len(configs), SWEEP_CHUNK):
+            chunk = configs[start : start + SWEEP_CHUNK]
+            result = self.model.evaluate(profile, chunk)
+            window = settings.window_s
+            out += [self.model.measurement(result, i, c.batch_size, rng, window) for i, c in enumerate(chunk)]
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "twin": True, "title": self.params.title}
