@@ -13,8 +13,8 @@ DEFAULT_SAMPLER = "auto"
 
 
 def has_torch() -> bool:
-    """Optuna's GP sampler runs on PyTorch, which the core install leaves out."""
-    return importlib.util.find_spec("torch") is not None
+    """Optuna's GP sampler runs on PyTorch and SciPy, which the core install leaves out."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "scipy"))
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -28,6 +28,6 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
         if not has_torch():
-            raise UserError("the gp sampler needs PyTorch: pip install 'powertune[torch]', or use --sampler tpe")
+            raise UserError("the gp sampler needs PyTorch and SciPy: pip install 'powertune[torch]', or --sampler tpe")
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False)
     raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
