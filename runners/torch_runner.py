@@ -107,8 +107,6 @@ class TorchRunner:
             )
         if opts["cuda_graphs"] and not self._cuda:
             raise UserError("cuda_graphs needs a CUDA device; turn it off for cpu")
-        if opts["channels_last"] and not self._spec.cnn:
-            raise UserError(f"channels_last applies to CNNs only; {self.name} is not one")
         self._release()
         try:
             self._build(batch_size, DTYPES[precision], opts)
@@ -134,7 +132,7 @@ class TorchRunner:
     def _build(self, batch_size: int, dtype: torch.dtype, opts: dict[str, bool]) -> None:
         model = copy.deepcopy(self._base).to(device=self._device, dtype=dtype)
         batch = zoo.input_for(self.name, batch_size, self._device, dtype)
-        if opts["channels_last"]:
+        if opts["channels_last"] and self._spec.cnn:
             model = model.to(memory_format=torch.channels_last)
             batch = batch.contiguous(memory_format=torch.channels_last)
         if opts["compile"]:

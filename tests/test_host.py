@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from typing import ClassVar
 
@@ -31,32 +29,6 @@ class TinyRunner:
         time.sleep(0.001)
 
     def close(self) -> None: ...
-
-
-@pytest.fixture
-def rapl_at_15w(tmp_path, monkeypatch):
-    """A package zone whose counter a thread advances as a 15 W CPU would."""
-    zone = tmp_path / "intel-rapl:0"
-    zone.mkdir()
-    (zone / "name").write_text("package-0\n")
-    (zone / "max_energy_range_uj").write_text("262143328850\n")
-    energy = zone / "energy_uj"
-    energy.write_text("0\n")
-    stop = threading.Event()
-    start = time.monotonic()
-
-    def tick() -> None:
-        while not stop.wait(0.01):
-            tmp = energy.with_suffix(".tmp")  # atomic, as a sysfs read never sees half a value
-            tmp.write_text(f"{int((time.monotonic() - start) * 15e6)}\n")
-            os.replace(tmp, energy)
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    monkeypatch.setenv("TUNE_POWERCAP_ROOT", str(tmp_path))
-    yield
-    stop.set()
-    thread.join()
 
 
 def test_cpu_device_measures_through_loadgen_with_rapl(rapl_at_15w, monkeypatch, tmp_path):

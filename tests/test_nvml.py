@@ -123,7 +123,7 @@ class FakeNVML:
 
 def _config(sm=1980, mem=3201, power=700, precision="fp16", batch=8) -> Config:
     return Config(
-        knobs={"sm_mhz": sm, "mem_mhz": mem, "power_limit_w": power, "precision": precision},
+        knobs={"sm_mhz": sm, "mem_mhz": mem, "power_limit_w": power, "precision": precision, "channels_last": True},
         batch_size=batch,
     )
 
@@ -157,7 +157,7 @@ def test_observe_only_pins_device_knobs_and_never_writes():
     assert space.knobs["sm_mhz"].values == [1980]
     assert space.knobs["mem_mhz"].values == [3201]
     assert space.knobs["power_limit_w"].values == [700]
-    assert space.tuned_knobs == ["precision"]
+    assert space.tuned_knobs == ["precision", "channels_last"]
     assert len(space.batch_sizes) > 1
 
     state = device.read_state()
@@ -245,7 +245,11 @@ def test_measure_marks_a_throttled_window(fake_runners, tmp_path):
     assert result.temps_c["gpu_max"] == 41
     assert result.meter == "nvml-energy"
     assert result.avg_w == pytest.approx(300.0, rel=0.05)
-    assert device._runners._runner.device == "cuda:0" and device._runners._runner.prepared == (4, "fp16", {})
+    assert device._runners._runner.device == "cuda:0" and device._runners._runner.prepared == (
+        4,
+        "fp16",
+        {"channels_last": True},
+    )
     assert nvml.write_attempts == []
 
     nvml.reasons = 0

@@ -157,10 +157,12 @@ def test_weights_file_errors(tmp_path):
         TorchRunner("tiny-cnn", weights=other)
 
 
-def test_channels_last_is_for_cnns_only():
+def test_channels_last_leaves_models_without_convolutions_alone():
+    """A space's channels_last knob reaches every model; for BERT it must change nothing, not fail."""
     runner = TorchRunner("bert-base")
-    with pytest.raises(UserError, match="CNNs only"):
-        runner.prepare(1, "fp32", {"channels_last": True})
+    runner.prepare(1, "fp32", {"channels_last": True})
+    assert runner._input.shape == (1, 128) and runner._input.is_contiguous()
+    runner.close()
 
 
 def test_missing_onnxruntime_names_the_extra(monkeypatch, tmp_path):

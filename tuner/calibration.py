@@ -52,12 +52,15 @@ def orin_rows(data: dict) -> list[Row]:
 
 
 def h200_rows(data: dict, key: str = "h200_default_clocks_pytorch_resnet50") -> list[Row]:
+    """H200 rows at default clocks; a row without ``channels_last`` was measured with it (the reference's setup)."""
     block = data[key]
     rows = []
     for r in block["rows"]:
         precision = DTYPES[r["dtype"]]
-        knobs = {"sm_mhz": 1980, "mem_mhz": 3201, "power_limit_w": 700, "precision": precision}
+        layout = r.get("channels_last", True)
+        knobs = {"sm_mhz": 1980, "mem_mhz": 3201, "power_limit_w": 700, "precision": precision, "channels_last": layout}
         model = r.get("model", "resnet50")
+        label = f"{model} {precision}{'' if layout else ' nchw'} bs{r['bs']}"
         rows.append(
             Row(
                 key,
@@ -66,15 +69,22 @@ def h200_rows(data: dict, key: str = "h200_default_clocks_pytorch_resnet50") -> 
                 Config(knobs=knobs, batch_size=r["bs"]),
                 1000 * r["bs"] / r["qps"],
                 r["avg_W"],
-                f"{model} {precision} bs{r['bs']}",
+                label,
             )
         )
     return rows
 
 
 def load_rows(path: Path | None = None) -> list[Row]:
+    """The published reference rows (../shared/reference/calibration.json)."""
     data = json.loads((path or CALIBRATION_DIR / "reference.json").read_text())
     return orin_rows(data) + h200_rows(data)
+
+
+def measured_rows() -> list[Row]:
+    """Rows this project measured on an H200 with its own runners (tuner/calibration_data/h200-measured.json)."""
+    data = json.loads((CALIBRATION_DIR / "h200-measured.json").read_text())
+    return h200_rows(data, "h200_measured_powertune")
 
 
 def twin_errors(rows: list[Row], devices: dict[str, TwinDevice] | None = None) -> list[dict]:

@@ -8,12 +8,16 @@ from typing import Any
 
 import optuna
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from tuner import __version__
+from tuner.devices.base import Device
+from tuner.devices.journal import write_journal
 from tuner.errors import UserError
+from tuner.space import Config
 from tuner.study import is_feasible, redact, representatives, trial_record
 from tuner.units import format_ms
+from tuner.yamlfile import load_yaml_model
 
 EXPORT_VERSION = 1
 
@@ -103,17 +107,41 @@ def write_export(config: ExportedConfig, path: Path) -> None:
 
 def load_export(path: Path) -> ExportedConfig:
     """Read an exported configuration; a corrupt or foreign file is a one-line user error."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}; check the path") from None
-    except yaml.YAMLError:
-        raise UserError(f"{path} is not valid YAML: re-create it with tune export") from None
-    try:
-        return ExportedConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "top level"
+    return load_yaml_model(path, ExportedConfig, "exported configuration", "re-create it with tune export")
+
+
+def deploy_config(exported: ExportedConfig, device: Device) -> Config:
+    """The configuration an export asks of ``device``, checked before anything is written.
+
+    The device kind must match, and every knob value must be one the device
+    supports now (a board's own frequency table, a GPU's supported clocks):
+    an export from another board or L4T release fails here, not half-way
+    through writing.
+    """
+    if exported.device_kind != device.kind:
         raise UserError(
-            f"{path} is not a powertune export ({loc}: {first['msg']}): re-create it with tune export"
-        ) from None
+            f"this export is for {exported.device_kind}, but {device.name} is {device.kind}: "
+            "export a configuration tuned on this kind of device"
+        )
+    space = device.space()
+    config = Config(knobs=dict(exported.knobs), batch_size=exported.batch_size)
+    space.validate_config(config)
+    return config
+
+
+def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False) -> list[str]:
+    """Apply an export for deployment; return what was (or, dry-run, would be) written.
+
+    The original state is journaled first and is not restored at exit: the
+    mode stays until ``tune restore``. Applying twice is harmless: the device
+    writes only what differs, and the journal keeps the state from before the
+    first apply.
+    """
+    config = deploy_config(exported, device)
+    plan = getattr(device, "plan_writes", None)
+    steps = [w.shell() for w in plan(config)] if plan is not None else [f"{k}={v}" for k, v in config.knobs.items()]
+    if dry_run or device.simulated:
+        return steps
+    write_journal(device, device.read_state())
+    device.apply(config)
+    return steps

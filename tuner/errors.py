@@ -10,3 +10,7 @@ class UserError(Exception):
     """A problem the user can fix; the message names the problem and the fix."""
 
     exit_code = 2
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so the same finally-blocks restore the hardware."""

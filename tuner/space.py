@@ -14,13 +14,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuner.errors import UserError
+from tuner.yamlfile import load_yaml_model
 
 SPACE_VERSION = 1
-KnobValue = int | float | str
+KnobValue = bool | int | float | str
 _GRID_SIZES: dict[str, int] = {}
 
 
@@ -283,24 +283,7 @@ def _is_number(text: str) -> bool:
 
 def load_space_file(path: Path) -> SearchSpace:
     """Load and validate a space file; a corrupt file is a one-line user error."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read search space {path}: {exc.strerror}; check the path") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(
-            f"search space {path} is not valid YAML{where}: fix the file or restore it from the package"
-        ) from None
-    if not isinstance(data, dict):
-        raise UserError(f"search space {path} must be a YAML mapping with version, kind, knobs and batch_sizes")
-    try:
-        return SearchSpace.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise UserError(f"search space {path} is invalid at {loc}: {first['msg']}; fix that field") from None
+    return load_yaml_model(path, SearchSpace, "search space", "fix the file or restore it from the package")
 
 
 def available_kinds() -> list[str]:

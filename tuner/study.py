@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import random
 import socket
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +30,7 @@ from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
 from tuner.space import Config, SearchSpace
+from tuner.storage import DEFAULT_HEARTBEAT_S, QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
 from tuner.units import format_ms
 
 METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
@@ -53,6 +57,9 @@ class RunOptions(BaseModel):
     knobs: list[str] | None = None
     sampler: str = DEFAULT_SAMPLER
     storage: str | None = None
+    study_trials: int | None = None
+    worker_id: str | None = None
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
     out: Path = Path("studies")
     window: WindowSettings = Field(default_factory=WindowSettings)
 
@@ -78,42 +85,25 @@ def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[in
 MEMORY_STORAGE = ":memory:"
 
 
-def open_study(name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+def open_study(
+    name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None, heartbeat_s: int | None = None
+) -> optuna.Study:
     """Create or resume a study; a bad storage URL is a user error, not a traceback.
 
-    ``:memory:`` keeps the study in process memory (benchmarks run thousands of
-    short studies through the same loop users get, without a database each).
+    Runs pass ``heartbeat_s`` so a worker that dies mid-trial has that trial
+    failed and retried (see tuner.storage); readers leave it out. ``:memory:``
+    keeps the study in process memory (benchmarks run thousands of short
+    studies through the same loop users get, without a database each).
     """
     optuna.logging.set_verbosity(logging.ERROR)
-    try:
+    with storage_errors(storage):
         return optuna.create_study(
             study_name=name,
-            storage=None if storage == MEMORY_STORAGE else storage,
+            storage=None if storage == MEMORY_STORAGE else open_storage(storage, heartbeat_s),
             sampler=sampler,
             direction="minimize",
             load_if_exists=True,
         )
-    except (ImportError, ModuleNotFoundError) as exc:
-        raise UserError(
-            f"storage {redact(storage)} needs a driver that is not installed ({exc.name}): "
-            "install the extra, e.g. pip install 'powertune[postgres]'"
-        ) from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("sqlalchemy") or isinstance(exc, ValueError):
-            raise UserError(
-                f"cannot open study storage {redact(storage)}: {str(exc).splitlines()[0]}; check the URL"
-            ) from None
-        raise
-
-
-def redact(url: str) -> str:
-    """A storage URL without its password, for logs and outputs."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
 
 
 def trial_seed(seed: int | None, number: int) -> int | None:
@@ -143,6 +133,7 @@ class Objective:
         self.device = device
         self.space = space
         self.options = options
+        self.worker = options.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.measured = 0
         self.cache: dict[str, int] = {}
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
@@ -162,6 +153,7 @@ class Objective:
         trial.set_user_attr("device", self.device.name)
         trial.set_user_attr("device_kind", self.device.kind)
         trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("worker", self.worker)
         trial.set_user_attr("latency_key", f"{self.options.window.percentile}_ms")
         repeat_of = trial.user_attrs.get("repeat_of")
         if key in self.cache and repeat_of is None:
@@ -261,6 +253,35 @@ class Objective:
         return float(earlier.value)
 
 
+REPEATS_BEFORE_EXPLORING = 2
+
+
+class Explorer:
+    """Breaks a sampler's loop of re-proposing measured configurations.
+
+    Model-based samplers on a small discrete space keep suggesting the
+    incumbent; each repeat is free (the measurement is reused) but teaches
+    nothing. After a few repeats in a row the next trial is an unmeasured
+    configuration drawn at random, so every trial budget buys new points.
+    """
+
+    def __init__(self, space: SearchSpace, objective: Objective, seed: int | None) -> None:
+        self.space = space
+        self.objective = objective
+        self.rng = random.Random(seed)
+        self._grid: list[Config] | None = None
+
+    def enqueue_unmeasured(self, study: optuna.Study) -> bool:
+        """Queue a random unmeasured configuration; False when every one has been measured."""
+        if self._grid is None:
+            self._grid = self.space.grid()
+        left = [c for c in self._grid if json.dumps(c.key()) not in self.objective.cache]
+        if not left:
+            return False
+        study.enqueue_trial(self.space.params_for(self.rng.choice(left)), skip_if_exists=False)
+        return True
+
+
 class RunSummary(BaseModel):
     """What a run reports back: the study, how many trials ran, and the best feasible trial."""
 
@@ -281,8 +302,10 @@ def run_study(
     """Run ``options.trials`` measured trials (reused ones are free), holding the device safely.
 
     The loop ends when the requested number of configurations has been
-    measured, the timeout passes, the sampler keeps proposing measured points
-    (the space is exhausted), or too many trials failed to measure.
+    measured, the timeout passes, every configuration has been measured, or
+    too many trials failed to measure. With ``options.study_trials`` it also
+    ends once the study (every worker together) holds that many completed
+    trials, and never starts one beyond.
     """
     space = narrowed_space(device, options.knobs, options.batch_sizes)
     storage = options.storage or default_storage(options.out)
@@ -290,8 +313,13 @@ def run_study(
     sampler = sampler or make_sampler(options.sampler, options.seed)
     if hasattr(sampler, "bind"):
         sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile)
-    study = open_study(name, storage, sampler)
-    _stamp(study, device, options, space)
+    deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
+    with storage_errors(storage), storage_lock(storage, name):
+        study = open_study(name, storage, sampler, options.heartbeat_s)
+        _stamp(study, device, options, space)
+    if options.study_trials is not None:
+        poll_s = min(2.0, options.heartbeat_s / 2)
+        study = QuotaStudy(study, storage, options.study_trials, deadline, poll_s)
     objective = Objective(device, space, options, study)
     distinct = space.size()
     target = min(options.trials, max(distinct - len(objective.cache), 0))
@@ -300,26 +328,22 @@ def run_study(
         top = 0
     target -= top * repeats
     state = {"reused_in_row": 0, "failed": 0}
+    explorer = Explorer(space, objective, options.seed)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
         state["failed"] += trial.state == optuna.trial.TrialState.FAIL
         if on_trial is not None:
             on_trial(study, trial, objective.measured)
-        exhausted = state["reused_in_row"] >= max(50, 5 * target)
+        exhausted = False
+        if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING:
+            exhausted = not explorer.enqueue_unmeasured(study)
         if objective.measured >= target or exhausted or state["failed"] >= max(10, target):
             study.stop()
 
     if target > 0:
         with hardware_session(device):
-            study.optimize(
-                objective,
-                n_trials=None,
-                timeout=options.timeout_s,
-                callbacks=[callback],
-                catch=(MeasurementRejected,),
-                gc_after_trial=False,
-            )
+            _optimize(study, objective, callback, deadline)
             if top:
                 remeasure_top(study, objective, space, top, repeats, on_trial)
     best = best_feasible(study)
@@ -372,6 +396,32 @@ def _rel_std(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
 
 
+def _optimize(study: optuna.Study, objective: Objective, callback: Callable, deadline: float | None) -> None:
+    """Optuna's loop, ended quietly when the study quota is full.
+
+    If this worker stalled for longer than the heartbeat grace period (a
+    suspended laptop, a frozen board), another worker has failed its running
+    trial and queued a retry; Optuna then refuses to record the result. That
+    trial is lost to this worker but not to the study, so the loop goes on.
+    """
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            study.optimize(
+                objective,
+                n_trials=None,
+                timeout=None if deadline is None else deadline - time.monotonic(),
+                callbacks=[callback],
+                catch=(MeasurementRejected,),
+                gc_after_trial=False,
+            )
+            return
+        except StudyFull:
+            return
+        except ValueError as exc:
+            if not str(exc).startswith("Cannot tell a"):
+                raise
+
+
 def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
     """Study-level attributes so results and exports can say what was tuned, and how."""
     study.set_user_attr("model", options.model)
@@ -383,6 +433,8 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("percentile", options.window.percentile)
     study.set_user_attr("scenario", options.window.scenario)
     study.set_user_attr("tuned_knobs", space.tuned_knobs)
+    if options.study_trials is not None:
+        study.set_user_attr("study_trials", options.study_trials)
 
 
 def is_feasible(trial: optuna.trial.FrozenTrial) -> bool:
@@ -455,6 +507,7 @@ def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
         "meter": attrs.get("meter"),
         "device": attrs.get("device"),
         "host": attrs.get("host"),
+        "worker": attrs.get("worker"),
     }
     for key in METRIC_KEYS:
         record[key] = attrs.get(key)

@@ -10,8 +10,10 @@ import sys
 
 import typer
 
-from tuner.cli import results, search, tuning
+from tuner.cli import deploy, fleet, results, search, tuning
 from tuner.errors import UserError
+
+INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
 
 app = typer.Typer(
     name="tune",
@@ -22,27 +24,34 @@ app = typer.Typer(
 )
 tuning.register(app)
 results.register(app)
+deploy.register(app)
+fleet.register(app)
 search.register(app)
 
 
 def main() -> None:
     """Entry point of the console script."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted: hardware state restored", err=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.exit(1)
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2 if isinstance(exc, click.exceptions.UsageError) else exc.exit_code)
+        # Click's usage errors (bad flag, missing option): Typer vendors Click in recent
+        # releases and depends on it in older ones, so they are recognised by shape.
+        show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):
+            show()
+            sys.exit(exit_code)
         raise
+    if code == INTERRUPTED:
+        typer.echo("interrupted: hardware state restored", err=True)
+    if isinstance(code, int) and code:
+        sys.exit(code)

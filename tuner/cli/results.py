@@ -12,6 +12,7 @@ from tuner.deploy import export_config, write_export
 from tuner.devices.registry import known_devices
 from tuner.errors import UserError
 from tuner.pareto import build_pareto, results_dir, write_results
+from tuner.storage import driver_url, open_storage, scrub, storage_errors
 from tuner.study import default_storage, open_study, redact
 from tuner.units import format_ms
 
@@ -24,9 +25,14 @@ def find_study(storage: str, model: str, device: str, bound_ms: float | None) ->
     results never needs the hardware present.
     """
     try:
-        summaries = optuna.get_all_study_summaries(storage=storage, include_best_trial=False)
+        with storage_errors(storage):
+            summaries = optuna.get_all_study_summaries(storage=open_storage(storage, None), include_best_trial=False)
+    except UserError:
+        raise
     except Exception as exc:
-        raise UserError(f"cannot read study storage {redact(storage)}: {str(exc).splitlines()[0]}") from None
+        raise UserError(
+            f"cannot read study storage {redact(storage)}: {scrub(str(exc).splitlines()[0], storage)}"
+        ) from None
     matches = [
         s
         for s in summaries
@@ -140,4 +146,4 @@ def register(app: typer.Typer) -> None:
             raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
         url = storage or default_storage(out)
         common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
-        optuna_dashboard.run_server(url, host=host, port=port)
+        optuna_dashboard.run_server(driver_url(url), host=host, port=port)

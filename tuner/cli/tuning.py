@@ -17,6 +17,7 @@ from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
 from tuner.space import Config, parse_assignments
+from tuner.storage import DEFAULT_HEARTBEAT_S
 from tuner.study import RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 
@@ -50,15 +51,30 @@ def register(app: typer.Typer) -> None:
         max_latency: str = typer.Option(
             ..., "--max-latency", "-l", help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us"
         ),
-        trials: int = typer.Option(
-            40, "--trials", "-n", help="configurations to measure (repeats of a measured one are free)"
+        trials: int | None = typer.Option(
+            None, "--trials", "-n", help="configurations to measure (repeats of a measured one are free) [default: 40]"
+        ),
+        study_trials: int | None = typer.Option(
+            None,
+            "--study-trials",
+            help="fleets: stop once the study holds this many completed trials from all workers together",
+        ),
+        worker_id: str | None = typer.Option(
+            None, "--worker-id", help="name of this worker in the study (default host:pid)"
+        ),
+        heartbeat: int = typer.Option(
+            DEFAULT_HEARTBEAT_S,
+            "--heartbeat",
+            help="seconds between heartbeats; a trial silent for 3 heartbeats is failed and retried",
         ),
         timeout: float | None = typer.Option(None, "--timeout", help="stop after this many seconds"),
         seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
         batch_sizes: str | None = common.BatchOpt,
         knobs: str | None = common.KnobsOpt,
         sampler: str = typer.Option(
-            DEFAULT_SAMPLER, "--sampler", help="ours (roofline-guided), gp, tpe, random or two-phase"
+            DEFAULT_SAMPLER,
+            "--sampler",
+            help="auto (ours with PyTorch and SciPy, else tpe), ours (roofline-guided), gp, tpe, random, two-phase",
         ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
@@ -75,8 +91,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Run (or resume) a study: minimum energy per query subject to the latency bound."""
+        if study_trials is not None and study_trials <= 0:
+            raise UserError("--study-trials must be a positive integer, e.g. 100")
+        trials = trials if trials is not None else study_trials or 40
         if trials <= 0:
             raise UserError("--trials must be a positive integer, e.g. 40")
+        if heartbeat <= 0:
+            raise UserError("--heartbeat must be a positive number of seconds, e.g. 10")
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         options = RunOptions(
             model=model,
@@ -88,6 +109,9 @@ def register(app: typer.Typer) -> None:
             knobs=common.knob_list(knobs),
             sampler=sampler,
             storage=storage,
+            study_trials=study_trials,
+            worker_id=worker_id,
+            heartbeat_s=heartbeat,
             out=out,
             window=window_settings(window, percentile, meter, seed, True),
         )
@@ -95,7 +119,9 @@ def register(app: typer.Typer) -> None:
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
-        with trial_progress(trials, as_json) as on_trial:
+        with trial_progress(
+            trials if study_trials is None else study_trials, as_json, study_trials is not None
+        ) as on_trial:
             study, summary = run_study(dev, options, on_trial=on_trial)
         folder = results_dir(out, dev.slug, model)
         pareto = write_results(study, folder)
@@ -306,10 +332,15 @@ def characterization(rows: list, bound: float | None, percentile: str) -> list[l
 
 
 class trial_progress:
-    """A rich progress bar on stderr: trial n/N, best feasible energy so far, ETA."""
+    """A rich progress bar on stderr: trial n/N, best feasible energy so far, ETA.
 
-    def __init__(self, total: int, quiet: bool) -> None:
+    With ``study_wide`` the count is the study's completed trials from every
+    worker, which is what ``--study-trials`` aims at.
+    """
+
+    def __init__(self, total: int, quiet: bool, study_wide: bool = False) -> None:
         self.total = total
+        self.study_wide = study_wide
         self.progress = Progress(
             TextColumn("trial {task.completed}/{task.total}"),
             BarColumn(),
@@ -332,6 +363,8 @@ class trial_progress:
 
         best = best_feasible(study)
         label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
+        if self.study_wide:
+            measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         self.progress.update(self.task, completed=min(measured, self.total), best=label)
 
     def __exit__(self, *exc: object) -> None:

@@ -347,7 +347,7 @@ class JetsonDevice:
         self.thermal_limit_c = thermal_limit_c
         self.mode_timeout_s = mode_timeout_s
         self._writable = writable
-        self._runners = RunnerCache("cuda:0")
+        self._runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
         self._runner_factory = runner_factory or (lambda model, config: self._runners.get(model, config, self.space()))
         self._measure_fn = measure_fn
         self._base_space = load_space(kind)

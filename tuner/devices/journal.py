@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from tuner.devices.base import Device
+from tuner.errors import Terminated
 
 JOURNAL_VERSION = 1
 
@@ -93,10 +94,6 @@ def restore_pending(device: Device) -> bool:
     device.restore(entry.state)
     clear_journal(device.name)
     return True
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an exception so the same finally-blocks restore the hardware."""
 
 
 @contextmanager

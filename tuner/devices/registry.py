@@ -10,7 +10,7 @@ from tuner.errors import UserError
 
 DEVICE_HELP = (
     "sim:orin, sim:h200, sim:orin-nano (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
-    "py:package.module:Class or an installed powertune.devices plugin"
+    "orin, orin-nano, xavier, tx2 (Jetson boards), py:package.module:Class or a powertune.devices plugin"
 )
 PLUGIN_GROUP = "powertune.devices"
 
@@ -37,6 +37,13 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
 
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return HostDevice()
+    from tuner.devices.jetson import DEVICE_KINDS, jetson_device
+
+    if name in DEVICE_KINDS:
+        _no_options(name, allow_clock_changes, {k: v for k, v in options.items() if k != "sysfs_root"})
+        if space_file is not None:
+            raise UserError(f"--space is not supported for {name}: its space is read from the board")
+        return jetson_device(name, sysfs_root=options.get("sysfs_root"))
     if name.startswith("py:"):
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return _plugin(name, _import_target(name[3:]))
@@ -49,6 +56,16 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
             raise UserError(f"plugin device {entry.name!r} ({entry.value}) failed to load: {exc}") from None
         return _plugin(name, factory)
     raise UserError(f"unknown device {name!r}: known devices are {DEVICE_HELP}")
+
+
+def device_name_for_kind(kind: str) -> str:
+    """The --device name that opens hardware of a space kind (for `tune apply` of an export)."""
+    from tuner.devices.jetson import DEVICE_KINDS
+
+    for name, jetson_kind in DEVICE_KINDS.items():
+        if jetson_kind == kind:
+            return name
+    raise UserError(f"exports for {kind} are applied with --device (e.g. --device cuda:0): name the device")
 
 
 def _import_target(target: str) -> Any:

@@ -38,6 +38,7 @@ from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
 
+SWEEP_CHUNK = 4096
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
 
 
@@ -71,6 +72,9 @@ class TwinParams(BaseModel):
     peak_flops_per_cycle_per_tpc: dict[str, float]
     vector_flops_per_cycle_per_tpc: float
     compute_efficiency: dict[str, float]
+    conv_factor: dict[str, float] = Field(default_factory=lambda: {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0})
+    nchw_conv_factor: dict[str, float] = Field(default_factory=lambda: {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0})
+    fp32_linear_peak_per_cycle_per_tpc: float | None = None
     bytes_per_mem_mhz: float
     memory_efficiency: float
     min_kernel_us: float
@@ -109,6 +113,7 @@ class Operating:
     batch: np.ndarray
     precision: np.ndarray
     power_limit_w: np.ndarray
+    channels_last: np.ndarray
 
 
 @dataclass
@@ -172,6 +177,7 @@ class TwinModel:
             batch=np.array([c.batch_size for c in configs], dtype=float),
             precision=np.array(column("precision", "fp32"), dtype=object),
             power_limit_w=np.array(column("power_limit_w", np.inf), dtype=float) if n else np.zeros(0),
+            channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], bool),
         )
 
     def _time_and_power(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -180,6 +186,7 @@ class TwinModel:
         wbytes = np.array([layer.weight_bytes for layer in profile.layers])
         abytes = np.array([layer.act_bytes for layer in profile.layers])
         matmul = np.array([layer.matmul for layer in profile.layers])
+        conv = np.array([layer.op.startswith("conv") for layer in profile.layers])
 
         scale = np.array([PRECISION_BYTES[str(x)] / 4.0 for x in op.precision])
         eff = np.array([p.compute_efficiency[str(x)] for x in op.precision])
@@ -192,6 +199,15 @@ class TwinModel:
         b = op.batch[:, None]
         work = flops[None, :] * b
         rate = np.where(matmul[None, :], rate_mm[:, None], rate_vec[:, None])
+        conv_f = np.array([p.conv_factor[str(x)] for x in op.precision])
+        nchw_f = np.array([p.nchw_conv_factor[str(x)] for x in op.precision])
+        layout_f = np.where(op.channels_last, 1.0, nchw_f)
+        rate = np.where(conv[None, :], rate * (conv_f * layout_f)[:, None], rate)
+        if p.fp32_linear_peak_per_cycle_per_tpc is not None:
+            fp32 = np.array([str(x) == "fp32" for x in op.precision])
+            rate_fp32 = p.fp32_linear_peak_per_cycle_per_tpc * op.tpcs * ghz * 1e9 * eff
+            linear = matmul & ~conv
+            rate = np.where(fp32[:, None] & linear[None, :], rate_fp32[:, None], rate)
         t_compute = work / rate
         moved = (wbytes[None, :] + abytes[None, :] * b) * scale[:, None]
         t_memory = moved / bandwidth[:, None]
@@ -341,11 +357,20 @@ class TwinDevice:
         return self.model.measurement(result, 0, config.batch_size, rng, settings.window_s)
 
     def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
-        """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap."""
+        """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap.
+
+        Configurations go through in chunks, so the configurations-by-layers
+        arrays stay small (an H200 space has 145,200 points).
+        """
         profile = load_profile(model)
-        result = self.model.evaluate(profile, configs)
         rng = np.random.default_rng(settings.seed) if settings.noise else None
-        return [self.model.measurement(result, i, c.batch_size, rng, settings.window_s) for i, c in enumerate(configs)]
+        out: list[Measurement] = []
+        for start in range(0, len(configs), SWEEP_CHUNK):
+            chunk = configs[start : start + SWEEP_CHUNK]
+            result = self.model.evaluate(profile, chunk)
+            window = settings.window_s
+            out += [self.model.measurement(result, i, c.batch_size, rng, window) for i, c in enumerate(chunk)]
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "twin": True, "title": self.params.title}

@@ -1,0 +1,42 @@
+"""``tune`` as a separate process whose twin takes real time per trial, so a test can kill it mid-trial.
+
+Twins answer in microseconds; a fleet test needs trials that overlap across
+workers and a known moment inside a trial. FLEET_DELAY_S adds that many
+seconds to every measurement. After FLEET_HANG_AFTER measurements the worker
+writes FLEET_MARKER and then blocks inside its next measurement until it is
+killed, so SIGKILL or SIGINT always lands in the middle of a trial.
+
+A process started in the background by a non-interactive shell (as test
+runners often are) inherits SIGINT ignored; the worker re-arms Python's
+handler so SIGINT behaves like Ctrl-C in a terminal.
+"""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tuner.cli import main
+from tuner.devices.twin import TwinDevice
+
+_measure = TwinDevice.measure
+_done = 0
+
+
+def _slow_measure(self, model, config, settings):
+    global _done
+    if "FLEET_HANG_AFTER" in os.environ and _done >= int(os.environ["FLEET_HANG_AFTER"]):
+        Path(os.environ["FLEET_MARKER"]).write_text(str(os.getpid()))
+        time.sleep(3600)
+    time.sleep(float(os.environ.get("FLEET_DELAY_S", "0")))
+    _done += 1
+    return _measure(self, model, config, settings)
+
+
+TwinDevice.measure = _slow_measure
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv[0] = "tune"
+    main()

@@ -1,0 +1,84 @@
+"""The real measurement path end to end on the CPU: CLI -> torch runner -> MLPerf LoadGen -> RAPL meter."""
+
+import json
+
+import pytest
+from conftest import run_cli
+
+pytest.importorskip("torch")
+pytest.importorskip("mlperf_loadgen")
+
+
+def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
+    out = tmp_path / "studies"
+    r = run_cli(
+        "run",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "cpu",
+        "--max-latency",
+        "200ms",
+        "--trials",
+        "3",
+        "--window",
+        "1",
+        "--seed",
+        "0",
+        "--sampler",
+        "random",
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["measured"] == 3 and payload["twin"] is False
+    best = payload["best"]
+    assert best["meter"] == "rapl"
+    assert best["avg_w"] == pytest.approx(15.0, rel=0.15)  # the fake package draws 15 W
+    assert best["j_per_query"] == pytest.approx(best["avg_w"] / best["qps"], rel=0.05)
+    folder = out / "cpu" / "tiny-cnn"
+    summaries = sorted(folder.glob("loadgen/trial-*/mlperf_log_summary.txt"))
+    assert len(summaries) == 3
+    assert "Result is : VALID" in summaries[0].read_text()
+    assert (folder / "pareto.json").exists() and (folder / "trials.csv").exists()
+
+
+def test_tune_measure_on_the_cpu(tmp_path, rapl_at_15w):
+    r = run_cli(
+        "measure",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "4",
+        "--set",
+        "precision=bf16",
+        "--window",
+        "1",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    m = json.loads(r.stdout)["measurements"][0]
+    assert m["valid"] and m["queries"] > 0 and m["p99_ms"] >= m["p50_ms"] > 0
+    assert m["meter"] == "rapl" and not m["twin"]
+
+
+def test_no_power_sensor_is_exit_2(tmp_path):
+    r = run_cli(
+        "measure",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "1",
+        "--window",
+        "1",
+        env={"TUNE_POWERCAP_ROOT": str(tmp_path / "none")},
+    )
+    assert r.returncode == 2
+    assert "RAPL" in r.stderr or "powercap" in r.stderr
+    assert "Traceback" not in r.stderr

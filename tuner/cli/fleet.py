@@ -1,0 +1,72 @@
+"""tune status: how far a (fleet's) study is, per worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tuner.cli import common
+from tuner.cli.results import find_study
+from tuner.errors import UserError
+from tuner.fleet import StudyStatus, all_statuses, study_status
+from tuner.study import default_storage
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def status(
+        model: str | None = typer.Option(None, "--model", "-m", help="the study's model (default: every study)"),
+        device: str | None = typer.Option(
+            None, "--device", "-d", help="the study's device, results folder or kind, e.g. sim:orin, orin-agx"
+        ),
+        max_latency: str | None = typer.Option(
+            None, "--max-latency", "-l", help="which study, when several bounds were tuned"
+        ),
+        storage: str | None = common.StorageOpt,
+        out: Path = common.OutOpt,
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Progress of a study across workers: trials done, running, failed, best feasible so far."""
+        if (model is None) != (device is None):
+            raise UserError("give both --model and --device to pick a study, or neither to list every study")
+        url = storage or default_storage(out)
+        if model is not None and device is not None:
+            bound = common.latency(max_latency) if max_latency else None
+            statuses = [study_status(find_study(url, model, device, bound), url)]
+        else:
+            statuses = all_statuses(url)
+        if as_json:
+            common.emit_json({"studies": [s.model_dump(mode="json") for s in statuses]})
+            return
+        if not statuses:
+            common.out_console.print("no studies in this storage yet: start one with tune run")
+        for s in statuses:
+            print_status(s)
+
+
+def print_status(s: StudyStatus) -> None:
+    target = f"/{s.target}" if s.target else ""
+    best = "-" if s.best is None else f"{s.best['j_per_query']:.4g} J/query (trial {s.best['trial']})"
+    common.out_console.print(
+        f"{s.study}: {s.complete}{target} complete, {s.running} running, {s.waiting} queued, "
+        f"{s.failed} failed, {s.retried} retries; best feasible {best}"
+    )
+    table = common.table(
+        f"workers of {s.study} ({s.storage})",
+        ["worker", "device", "complete", "running", "failed", "best J/query", "last finished"],
+        [
+            [
+                w.worker,
+                w.device or "-",
+                w.complete,
+                w.running,
+                w.failed,
+                "-" if w.best_j_per_query is None else f"{w.best_j_per_query:.4g} (#{w.best_trial})",
+                (w.last_finished or "-")[11:19] or "-",
+            ]
+            for w in s.workers
+        ],
+    )
+    table.columns[0].no_wrap = True
+    common.out_console.print(table)

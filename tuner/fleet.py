@@ -1,0 +1,117 @@
+"""A study's progress across the workers of a fleet, for ``tune status``.
+
+Every trial carries the worker (host:pid unless ``--worker-id`` named it),
+host and device that ran it, so one storage read tells how far the study is,
+who is doing the work, whose trials fail, and how many stale trials were
+queued for a retry. Reading never changes the study: a stale trial is only
+failed by a running worker, never by looking at it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.storage import open_storage, redact, storage_errors
+from tuner.study import best_feasible, is_feasible, trial_record
+
+STATUS_VERSION = 1
+
+
+class WorkerStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str
+    host: str | None
+    device: str | None
+    complete: int = 0
+    running: int = 0
+    failed: int = 0
+    pruned: int = 0
+    best_trial: int | None = None
+    best_j_per_query: float | None = None
+    last_finished: str | None = None
+
+
+class StudyStatus(BaseModel):
+    """What ``tune status --json`` prints for one study."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = STATUS_VERSION
+    study: str
+    storage: str
+    model: str | None
+    device_kind: str | None
+    max_latency_ms: float | None
+    target: int | None
+    complete: int
+    running: int
+    waiting: int
+    failed: int
+    pruned: int
+    retried: int
+    best: dict | None
+    workers: list[WorkerStatus] = Field(default_factory=list)
+
+
+def worker_of(trial: FrozenTrial) -> str:
+    attrs = trial.user_attrs
+    return str(attrs.get("worker") or attrs.get("host") or "unknown")
+
+
+def _feasible_value(trial: FrozenTrial) -> float | None:
+    ok = trial.state == TrialState.COMPLETE and trial.value is not None and math.isfinite(trial.value)
+    return trial.value if ok and is_feasible(trial) else None
+
+
+def study_status(study: optuna.Study, url: str) -> StudyStatus:
+    """Counts by state for the study and for each worker, and the best feasible trial of each."""
+    trials = study.get_trials(deepcopy=False)
+    workers: dict[str, WorkerStatus] = {}
+    for t in trials:
+        if t.state == TrialState.WAITING:
+            continue
+        name = worker_of(t)
+        w = workers.setdefault(name, WorkerStatus(worker=name, host=t.user_attrs.get("host"), device=None))
+        w.device = t.user_attrs.get("device", w.device)
+        field = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running", TrialState.FAIL: "failed"}.get(
+            t.state, "pruned"
+        )
+        setattr(w, field, getattr(w, field) + 1)
+        value = _feasible_value(t)
+        if value is not None and (w.best_j_per_query is None or value < w.best_j_per_query):
+            w.best_trial, w.best_j_per_query = t.number, value
+        if t.datetime_complete is not None:
+            stamp = t.datetime_complete.astimezone().isoformat(timespec="seconds")
+            w.last_finished = max(w.last_finished or "", stamp)
+    by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
+    best = best_feasible(study)
+    attrs = study.user_attrs
+    return StudyStatus(
+        study=study.study_name,
+        storage=redact(url),
+        model=attrs.get("model"),
+        device_kind=attrs.get("device_kind"),
+        max_latency_ms=attrs.get("max_latency_ms"),
+        target=attrs.get("study_trials"),
+        complete=by_state[TrialState.COMPLETE],
+        running=by_state[TrialState.RUNNING],
+        waiting=by_state[TrialState.WAITING],
+        failed=by_state[TrialState.FAIL],
+        pruned=by_state[TrialState.PRUNED],
+        retried=sum("failed_trial" in t.system_attrs for t in trials),
+        best=trial_record(best) if best else None,
+        workers=sorted(workers.values(), key=lambda w: w.worker),
+    )
+
+
+def all_statuses(url: str) -> list[StudyStatus]:
+    """The status of every study in a storage, for ``tune status`` without a model and device."""
+    with storage_errors(url):
+        storage = open_storage(url, None)
+        names = optuna.get_all_study_names(storage=storage)
+        return [study_status(optuna.load_study(study_name=n, storage=storage), url) for n in names]
