@@ -20,11 +20,12 @@ from pathlib import Path
 
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
-from tuner.sampling import DEFAULT_SAMPLER
+from tuner.sampling import DEFAULT_SAMPLER, has_torch
 from tuner.study import MEMORY_STORAGE, RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 
 MODEL, DEVICE, BOUND_MS, TRIALS = "resnet50", "sim:orin", 50.0, 40
+TORCHLESS = "no, as after a plain `pip install .` (the guided strategy refines with TPE)"
 
 
 def main() -> None:
@@ -46,6 +47,8 @@ def main() -> None:
         "",
         f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
         f"({platform.machine()}, Python {platform.python_version()})",
+        "",
+        "PyTorch installed: " + ("yes (the guided strategy refines with GP)" if has_torch() else TORCHLESS),
         "",
         f"tune sweep optimum (noise-free): {best.config.label()}, {opt:.4f} J/query, "
         f"p99 {best.measurement.p99_ms:.1f} ms",

@@ -261,10 +261,8 @@ def fit(
     the first measurement (all time attributed to compute, or to memory), so a
     roofline exists from the first trial and sharpens as trials arrive.
     """
-    try:
-        from scipy.optimize import least_squares, nnls
-    except ImportError:
-        raise UserError("the roofline fit needs SciPy: pip install 'powertune[torch]' (or pip install scipy)") from None
+    from scipy.optimize import least_squares, nnls
+
     if len(time_s) == 0:
         raise UserError("the roofline needs at least one measurement: run some trials first")
     w, q = layers.work(f)

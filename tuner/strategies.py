@@ -5,7 +5,8 @@ loop as the stock ones. They are bound to the (narrowed) space and the run's
 options by run_study before the first trial (``bind``): proposing a
 configuration needs the space's grid and the latency bound, which a sampler
 does not otherwise see. A proposal is returned for every parameter of the
-trial; when a strategy has nothing to propose, an inner GP sampler does.
+trial; when a strategy has nothing to propose, an inner model-based sampler
+does (GP where PyTorch is installed, multivariate TPE otherwise).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 
 from runners.profile import load_profile
 from tuner.roofline import Features, Roofline, features, fit_measurements, knob_roles
+from tuner.sampling import model_sampler
 from tuner.space import Config, SearchSpace
 
 _GRIDS: dict[str, tuple[list[Config], Features, dict[str, int]]] = {}
@@ -67,13 +69,13 @@ def _draw(dist: BaseDistribution, rng: np.random.Generator) -> Any:
 
 
 class GuidedSampler(optuna.samplers.BaseSampler):
-    """A sampler that proposes whole configurations when it can, and otherwise asks a GP sampler."""
+    """A sampler that proposes whole configurations when it can, and otherwise asks a model-based sampler."""
 
     remeasure: tuple[int, int] = (0, 0)
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
-        self.inner = optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False)
+        self.inner = model_sampler(seed, startup=10)
         self.space: SearchSpace | None = None
         self.model = ""
         self.bound_ms = float("inf")
@@ -189,7 +191,7 @@ class RooflineSampler(GuidedSampler):
     def __init__(self, seed: int | None = None, stall: int = 4) -> None:
         super().__init__(seed)
         self.stall = stall
-        self.inner = optuna.samplers.GPSampler(seed=seed, n_startup_trials=4, deterministic_objective=False)
+        self.inner = model_sampler(seed, startup=4)
         self.roofline: Roofline | None = None
 
     def propose(self, study: optuna.Study) -> Config | None:

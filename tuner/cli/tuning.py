@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         sampler: str = typer.Option(
             DEFAULT_SAMPLER,
             "--sampler",
-            help="auto (ours with PyTorch and SciPy, else tpe), ours (roofline-guided), gp, tpe, random, two-phase",
+            help="auto (= ours, roofline-guided), ours, gp, tpe, random, two-phase",
         ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
