@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tuner.devices.base import Device
@@ -30,6 +31,14 @@ OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study 
 StorageOpt = typer.Option(None, "--storage", help="Optuna storage URL (default sqlite:///<out>/tune.db)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
 BatchOpt = typer.Option(None, "--batch-sizes", help="narrow batch sizes, e.g. 1,8,32")
+PercentileOpt = typer.Option("p99", "--percentile", help="latency percentile the bound applies to: p50, p90 or p99")
+MeterOpt = typer.Option(
+    None, "--meter", help="energy meter: nvml-energy, nvml-power, rapl, rails, jtop (device default if omitted)"
+)
+ClockOpt = typer.Option(
+    False, "--allow-clock-changes", help="datacenter GPUs: let the tuner lock clocks and set the power limit"
+)
+SysfsOpt = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root (containers, tests)")
 SpaceOpt = typer.Option(None, "--space", help="a search-space YAML to use instead of the packaged one")
 KnobsOpt = typer.Option(
     None, "--knobs", help="tune only these knobs (others stay at their default), e.g. gpu_mhz,emc_mhz"
@@ -76,3 +85,16 @@ def fmt(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+def count_progress(label: str, unit: str, quiet: bool) -> Progress:
+    """A transient progress bar on stderr that counts ``unit`` done out of a total, with ETA."""
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}" + (f" {unit}" if unit else "")),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=quiet,
+        transient=True,
+    )

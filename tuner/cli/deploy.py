@@ -20,12 +20,8 @@ def register(app: typer.Typer) -> None:
             None, "--device", "-d", help="device to apply to (default: from the export's kind)"
         ),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every write and change nothing"),
-        allow_clock_changes: bool = typer.Option(
-            False, "--allow-clock-changes", help="datacenter GPUs: allow clock and power-limit writes"
-        ),
-        sysfs_root: Path | None = typer.Option(
-            None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root"
-        ),
+        allow_clock_changes: bool = common.ClockOpt,
+        sysfs_root: Path | None = common.SysfsOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Apply an exported best mode at deploy time (idempotent; undo with tune restore)."""
@@ -56,9 +52,7 @@ def register(app: typer.Typer) -> None:
         device: str | None = typer.Option(
             None, "--device", "-d", help="device to restore (default: every journaled one)"
         ),
-        sysfs_root: Path | None = typer.Option(
-            None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root"
-        ),
+        sysfs_root: Path | None = common.SysfsOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Put a device back as it was before tune apply or a crashed run, from the journal."""

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
@@ -62,15 +61,7 @@ def register(app: typer.Typer) -> None:
             )
         for model in settings.models:
             check_model(model)
-        with Progress(
-            TextColumn("bench"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} runs"),
-            TimeRemainingColumn(),
-            console=common.err_console,
-            disable=as_json,
-            transient=True,
-        ) as bar:
+        with common.count_progress("bench", "runs", as_json) as bar:
             task = bar.add_task("bench", total=None)
             report = run_bench(settings, progress=lambda done, total: bar.update(task, completed=done, total=total))
         folder = out / "bench"

@@ -79,14 +79,10 @@ def register(app: typer.Typer) -> None:
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
         window: float = typer.Option(10.0, "--window", help="measured window per trial, seconds (hardware)"),
-        percentile: str = typer.Option("p99", "--percentile", help="latency percentile the bound applies to"),
-        meter: str | None = typer.Option(None, "--meter", help="energy meter (device default if omitted)"),
-        allow_clock_changes: bool = typer.Option(
-            False, "--allow-clock-changes", help="datacenter GPUs: let the tuner lock clocks and set the power limit"
-        ),
-        sysfs_root: Path | None = typer.Option(
-            None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root (containers, tests)"
-        ),
+        percentile: str = common.PercentileOpt,
+        meter: str | None = common.MeterOpt,
+        allow_clock_changes: bool = common.ClockOpt,
+        sysfs_root: Path | None = common.SysfsOpt,
         space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
@@ -169,10 +165,10 @@ def register(app: typer.Typer) -> None:
         ),
         out: Path = common.OutOpt,
         window: float = typer.Option(10.0, "--window", help="measured window per point, seconds (hardware)"),
-        percentile: str = typer.Option("p99", "--percentile"),
-        meter: str | None = typer.Option(None, "--meter"),
-        allow_clock_changes: bool = typer.Option(False, "--allow-clock-changes"),
-        sysfs_root: Path | None = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT"),
+        percentile: str = common.PercentileOpt,
+        meter: str | None = common.MeterOpt,
+        allow_clock_changes: bool = common.ClockOpt,
+        sysfs_root: Path | None = common.SysfsOpt,
         space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
@@ -183,15 +179,7 @@ def register(app: typer.Typer) -> None:
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         settings = window_settings(window, percentile, meter, seed, seed is not None)
         total = space.size()
-        with Progress(
-            TextColumn("sweep"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeRemainingColumn(),
-            console=common.err_console,
-            disable=as_json,
-            transient=True,
-        ) as bar:
+        with common.count_progress("sweep", "", as_json) as bar:
             task = bar.add_task("sweep", total=total)
             rows = run_sweep(dev, space, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
         folder = results_dir(out, dev.slug, model)
@@ -252,10 +240,10 @@ def register(app: typer.Typer) -> None:
         repeat: int = typer.Option(1, "--repeat", help="measure this many times"),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)"),
         window: float = typer.Option(10.0, "--window"),
-        percentile: str = typer.Option("p99", "--percentile"),
-        meter: str | None = typer.Option(None, "--meter"),
-        allow_clock_changes: bool = typer.Option(False, "--allow-clock-changes"),
-        sysfs_root: Path | None = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT"),
+        percentile: str = common.PercentileOpt,
+        meter: str | None = common.MeterOpt,
+        allow_clock_changes: bool = common.ClockOpt,
+        sysfs_root: Path | None = common.SysfsOpt,
         space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
