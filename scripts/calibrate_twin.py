@@ -133,7 +133,7 @@ def flat(params: dict, prefix: str = "") -> dict[str, object]:
 def write_doc(rows: list) -> None:
     """docs/twin.md: the model, each parameter with its source, and the error on each row."""
     lines = [(ROOT / "docs" / "twin-model.md").read_text().rstrip(), ""]
-    for kind in ("orin-agx", "h200"):
+    for kind in ("orin-agx", "h200", "orin-nano"):
         params = json.loads((PARAMS / f"{kind}.json").read_text())
         lines += [f"## Parameters: {params['title']}", "", "| parameter | value | source |", "|---|---|---|"]
         sources = params["sources"]
