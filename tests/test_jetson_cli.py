@@ -153,3 +153,9 @@ def test_killed_mid_trial_and_the_board_comes_back_byte_for_byte(board, tmp_path
     else:
         assert proc.returncode != 0
     assert board.snapshot() == original
+
+
+def test_devices_finds_the_board(board):
+    r = run_cli("devices", "--json")
+    boards = [d for d in json.loads(r.stdout)["devices"] if not d["twin"] and d["kind"] == "orin-agx"]
+    assert [d["name"] for d in boards] == ["orin"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from tuner.devices.base import Device
@@ -143,4 +145,9 @@ def known_devices() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
     except Exception:
         pass
+    from tuner.devices.jetson import detect_kind
+
+    board = detect_kind(Path(os.environ.get("TUNE_SYSFS_ROOT") or "/"))
+    if board is not None:
+        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": "Jetson board"})
     return found
