@@ -262,7 +262,9 @@ class Explorer:
     Model-based samplers on a small discrete space keep suggesting the
     incumbent; each repeat is free (the measurement is reused) but teaches
     nothing. After a few repeats in a row the next trial is an unmeasured
-    configuration drawn at random, so every trial budget buys new points.
+    configuration drawn at random, so every trial budget buys new points. Not
+    in a fleet with a study quota: a queued trial in shared storage would be
+    left waiting when the quota ends the study.
     """
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int | None) -> None:
@@ -336,7 +338,7 @@ def run_study(
         if on_trial is not None:
             on_trial(study, trial, objective.measured)
         exhausted = False
-        if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING:
+        if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING and options.study_trials is None:
             exhausted = not explorer.enqueue_unmeasured(study)
         if objective.measured >= target or exhausted or state["failed"] >= max(10, target):
             study.stop()
