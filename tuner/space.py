@@ -198,8 +198,28 @@ class SearchSpace(BaseModel):
             params["batch_size_index"] = self.batch_sizes.index(config.batch_size)
         return params
 
+    def _free_knobs(self) -> list[str]:
+        """Tuned knobs no mode caps: each value is its own effective configuration, whatever the mode."""
+        if self.mode_knob is None:
+            return []
+        capped = {name for mode in self.modes.values() for name in mode.caps}
+        return [n for n in self.tuned_knobs if n != self.mode_knob and n not in capped]
+
     def grid(self) -> list[Config]:
-        """Every distinct effective configuration of the (narrowed) space, in a stable order."""
+        """Every distinct effective configuration of the (narrowed) space, in a stable order.
+
+        Knobs no mode caps (a serving knob such as the batching timeout) are
+        crossed with the grid of the rest, not enumerated through ``effective``.
+        """
+        free = self._free_knobs()
+        if free:
+            rest = self.model_copy(update={"tuned": [n for n in self.tuned_knobs if n not in free]})
+            combos = list(itertools.product(*(self.knobs[n].values for n in free)))
+            return [
+                Config(knobs={**c.knobs, **dict(zip(free, combo, strict=True))}, batch_size=c.batch_size)
+                for c in rest.grid()
+                for combo in combos
+            ]
         names = list(self.knobs)
         axes = [self.knobs[n].values if n in self.tuned_knobs else [self.knobs[n].default] for n in names]
         seen: set[tuple] = set()
@@ -220,7 +240,12 @@ class SearchSpace(BaseModel):
         """
         key = self.model_dump_json()
         if key not in _GRID_SIZES:
-            _GRID_SIZES[key] = len(self.grid())
+            free = self._free_knobs()
+            rest = self.model_copy(update={"tuned": [n for n in self.tuned_knobs if n not in free]})
+            count = len(rest.grid())
+            for name in free:
+                count *= len(self.knobs[name].values)
+            _GRID_SIZES[key] = count
         return _GRID_SIZES[key]
 
 

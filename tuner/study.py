@@ -29,6 +29,7 @@ from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
+from tuner.scenario import label, serving_space, split
 from tuner.space import Config, SearchSpace
 from tuner.storage import DEFAULT_HEARTBEAT_S, QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
 from tuner.units import format_ms
@@ -70,6 +71,7 @@ def default_storage(out: Path) -> str:
 
 
 def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> str:
+    """A study per model, device, scenario (with its rate, see tuner.scenario.label) and bound."""
     return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
 
 
@@ -181,10 +183,12 @@ class Objective:
             )
             update["log_dir"] = str(folder)
             trial.set_user_attr("loadgen_logs", str(folder))
-        settings = self.options.window.model_copy(update=update)
+        hardware, serving = split(effective)
+        settings = self.options.window
+        settings = settings.model_copy(update={**update, "options": {**settings.options, **serving}})
         try:
-            self.device.apply(effective)
-            measurement = self.device.measure(self.options.model, effective, settings)
+            self.device.apply(hardware)
+            measurement = self.device.measure(self.options.model, hardware, settings)
         except MeasurementRejected as exc:
             trial.set_user_attr("fail_reason", str(exc))
             raise
@@ -309,9 +313,9 @@ def run_study(
     ends once the study (every worker together) holds that many completed
     trials, and never starts one beyond.
     """
-    space = narrowed_space(device, options.knobs, options.batch_sizes)
+    space = serving_space(narrowed_space(device, options.knobs, options.batch_sizes), options.window)
     storage = options.storage or default_storage(options.out)
-    name = study_name(options.model, device, options.window.scenario, options.max_latency_ms)
+    name = study_name(options.model, device, label(options.window), options.max_latency_ms)
     sampler = sampler or make_sampler(options.sampler, options.seed)
     if hasattr(sampler, "bind"):
         sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile)
@@ -434,6 +438,8 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("max_latency_ms", options.max_latency_ms)
     study.set_user_attr("percentile", options.window.percentile)
     study.set_user_attr("scenario", options.window.scenario)
+    if options.window.scenario == "server":
+        study.set_user_attr("target_qps", options.window.options["server_target_qps"])
     study.set_user_attr("tuned_knobs", space.tuned_knobs)
     if options.study_trials is not None:
         study.set_user_attr("study_trials", options.study_trials)

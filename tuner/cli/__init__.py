@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from tuner.cli import deploy, fleet, results, search, tuning
+from tuner.cli import deploy, fleet, results, search, serve, tuning
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -27,6 +27,7 @@ results.register(app)
 deploy.register(app)
 fleet.register(app)
 search.register(app)
+serve.register(app)
 
 
 def main() -> None:

@@ -16,12 +16,21 @@ from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
+from tuner.scenario import label as scenario_label
+from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
 from tuner.study import RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 
 PERCENTILES = ("p50", "p90", "p99")
+ScenarioOpt = typer.Option(
+    "offline",
+    "--scenario",
+    help="MLPerf LoadGen scenario: offline, server (Poisson arrivals at --target-qps, bound on p99, "
+    "dynamic batching tuned) or singlestream (one query at a time, bound on p90)",
+)
+TargetQpsOpt = typer.Option(None, "--target-qps", help="server scenario: arrival rate, queries/s")
 
 
 def window_settings(window: float, percentile: str, meter: str | None, seed: int | None, noise: bool) -> WindowSettings:
@@ -84,6 +93,8 @@ def register(app: typer.Typer) -> None:
         allow_clock_changes: bool = common.ClockOpt,
         sysfs_root: Path | None = common.SysfsOpt,
         space: Path | None = common.SpaceOpt,
+        scenario: str = ScenarioOpt,
+        target_qps: float | None = TargetQpsOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Run (or resume) a study: minimum energy per query subject to the latency bound."""
@@ -109,7 +120,7 @@ def register(app: typer.Typer) -> None:
             worker_id=worker_id,
             heartbeat_s=heartbeat,
             out=out,
-            window=window_settings(window, percentile, meter, seed, True),
+            window=window_for(window_settings(window, percentile, meter, seed, True), scenario, target_qps),
         )
         check_model(model)
         narrowed_space(dev, options.knobs, options.batch_sizes)
@@ -120,6 +131,8 @@ def register(app: typer.Typer) -> None:
         ) as on_trial:
             study, summary = run_study(dev, options, on_trial=on_trial)
         folder = results_dir(out, dev.slug, model)
+        if options.window.scenario != "offline":
+            folder = folder / scenario_label(options.window).replace("@", "-")
         pareto = write_results(study, folder)
         payload = {
             **summary.model_dump(),
@@ -127,6 +140,7 @@ def register(app: typer.Typer) -> None:
             "twin": dev.simulated,
             "model": model,
             "max_latency_ms": options.max_latency_ms,
+            "scenario": scenario_label(options.window),
             "results": str(folder),
             "seconds": round(time.monotonic() - started, 2),
             "pareto_points": len(pareto.fronts.get("global", [])),
@@ -146,7 +160,8 @@ def register(app: typer.Typer) -> None:
             b = summary.best
             common.out_console.print(
                 common.table(
-                    f"best power mode for {model} on {dev.name} (p99 <= {options.max_latency_ms:g} ms){note}",
+                    f"best power mode for {model} on {dev.name} ({options.window.percentile} <= "
+                    f"{options.max_latency_ms:g} ms, {scenario_label(options.window)}){note}",
                     ["trial", "config", "batch", "J/query", "p99 ms", "queries/s", "avg W"],
                     [[b["trial"], b["config"], b["batch_size"], b["j_per_query"], b["p99_ms"], b["qps"], b["avg_w"]]],
                 )
@@ -245,6 +260,11 @@ def register(app: typer.Typer) -> None:
         allow_clock_changes: bool = common.ClockOpt,
         sysfs_root: Path | None = common.SysfsOpt,
         space: Path | None = common.SpaceOpt,
+        scenario: str = ScenarioOpt,
+        target_qps: float | None = TargetQpsOpt,
+        batch_timeout: float = typer.Option(
+            0.0, "--batch-timeout", help="server scenario: dynamic batching timeout, ms (0: greedy)"
+        ),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Measure one configuration (repeatably, with --repeat)."""
@@ -257,28 +277,31 @@ def register(app: typer.Typer) -> None:
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)
         space.validate_config(config)
         effective = space.effective(config)
-        results = measure_repeats(
-            dev, model, effective, window_settings(window, percentile, meter, seed, seed is not None), repeat
-        )
+        if batch_timeout < 0:
+            raise UserError("--batch-timeout must be zero or a positive number of ms, e.g. 10")
+        settings = window_for(window_settings(window, percentile, meter, seed, seed is not None), scenario, target_qps)
+        settings.options["batch_timeout_ms"] = batch_timeout
+        results = measure_repeats(dev, model, effective, settings, repeat)
         payload = {
             "device": dev.name,
             "twin": dev.simulated,
             "model": model,
             "config": effective.knobs,
             "batch_size": batch_size,
+            "scenario": scenario_label(settings),
             "measurements": [m.model_dump() for m in results],
         }
         if as_json:
             common.emit_json(payload)
             return
         rows = [
-            [i + 1, m.j_per_query, m.p50_ms, m.p99_ms, m.qps, m.avg_w, m.meter, "yes" if m.valid else m.reason]
+            [i + 1, m.j_per_query, m.p50_ms, m.p90_ms, m.p99_ms, m.qps, m.avg_w, m.meter, "yes" if m.valid else m.reason]
             for i, m in enumerate(results)
         ]
         common.out_console.print(
             common.table(
-                f"{model} on {dev.name}: {effective.label()}{common.twin_note(dev)}",
-                ["#", "J/query", "p50 ms", "p99 ms", "queries/s", "avg W", "meter", "valid"],
+                f"{model} on {dev.name} ({scenario_label(settings)}): {effective.label()}{common.twin_note(dev)}",
+                ["#", "J/query", "p50 ms", "p90 ms", "p99 ms", "queries/s", "avg W", "meter", "valid"],
                 rows,
             )
         )

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runners.profile import ModelProfile, load_profile
 from tuner.devices.base import WindowSettings
+from tuner.devices.queueing import server_measurement
 from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
@@ -352,6 +353,8 @@ class TwinDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """Simulate a window; noise is drawn from a generator seeded by the settings' seed."""
         profile = load_profile(model)
+        if settings.scenario == "server":
+            return server_measurement(self.model, profile, config, settings)
         result = self.model.evaluate(profile, [config])
         rng = np.random.default_rng(settings.seed) if settings.noise else None
         return self.model.measurement(result, 0, config.batch_size, rng, settings.window_s)
@@ -362,6 +365,8 @@ class TwinDevice:
         Configurations go through in chunks, so the configurations-by-layers
         arrays stay small (an H200 space has 145,200 points).
         """
+        if settings.scenario == "server":
+            return [self.measure(model, c, settings) for c in configs]
         profile = load_profile(model)
         rng = np.random.default_rng(settings.seed) if settings.noise else None
         out: list[Measurement] = []

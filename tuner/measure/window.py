@@ -140,11 +140,12 @@ class _BatchingSUT:
     any wait for the runner, as a user's query would see it.
     """
 
-    def __init__(self, lg: Any, runner: Runner, batch_size: int, scenario: str) -> None:
+    def __init__(self, lg: Any, runner: Runner, batch_size: int, scenario: str, timeout_s: float = 0.0) -> None:
         self.lg = lg
         self.runner = runner
         self.batch_size = batch_size
         self.offline = scenario == "offline"
+        self.timeout_s = 0.0 if self.offline else max(timeout_s, 0.0)
         self.inbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.latencies_ms: list[float] = []
         self.completed = 0
@@ -192,6 +193,26 @@ class _BatchingSUT:
     def flush(self) -> None:
         """Nothing is held back between issues, so there is nothing to flush."""
 
+    def _fill(self, pending: deque[tuple[Any, float]]) -> bool:
+        """Dynamic batching: wait for more samples until the batch is full or the oldest waited the timeout.
+
+        Returns False if the end-of-test marker arrived while waiting (the
+        caller puts it back so the loop ends after this batch).
+        """
+        deadline = pending[0][1] + self.timeout_s
+        while len(pending) < self.batch_size and not self.aborted:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                item = self.inbox.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is None:
+                return False
+            pending.extend(item)
+        return True
+
     def _work(self) -> None:
         pending: deque[tuple[Any, float]] = deque()
         while True:
@@ -209,6 +230,8 @@ class _BatchingSUT:
                     self.inbox.put(None)
                     break
                 pending.extend(item)
+            if not self._fill(pending):
+                self.inbox.put(None)
             batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
             issued = time.monotonic()
             if not self.error and not self.aborted:
@@ -362,7 +385,8 @@ def _run_once(
     meter: Meter | None,
     monitors: Any,
 ) -> WindowResult:
-    sut_state = _BatchingSUT(lg, runner, batch_size, scenario)
+    timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
+    sut_state = _BatchingSUT(lg, runner, batch_size, scenario, timeout_s)
     ts = _test_settings(lg, scenario, settings.window_s, qps, batch_size / qps, settings.options)
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_path)

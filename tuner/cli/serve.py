@@ -1,0 +1,229 @@
+"""tune plan, tune govern, tune replay: serving under a load that changes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import typer
+
+from tuner.cli import common
+from tuner.cli.tuning import open_for, window_settings
+from tuner.devices.journal import hardware_session
+from tuner.errors import UserError
+from tuner.models import check_model
+from tuner.sampling import DEFAULT_SAMPLER
+from tuner.serve.governor import (
+    DEFAULT_DWELL_S,
+    DEFAULT_HEADROOM,
+    DEFAULT_HYSTERESIS,
+    Governor,
+    Switch,
+    journal_line,
+    run_governor,
+    write_state,
+)
+from tuner.serve.plan import PlanOptions, build_policy, parse_rates, plan_rates, plot_policy
+from tuner.serve.policy import Band, check_policy, load_policy, write_policy
+from tuner.serve.rates import open_rate_source
+from tuner.serve.replay import load_trace, plot_replay, replay
+
+HeadroomOpt = typer.Option(DEFAULT_HEADROOM, "--headroom", help="choose the band for the rate x (1 + this)")
+HysteresisOpt = typer.Option(
+    DEFAULT_HYSTERESIS, "--hysteresis", help="switch down only this fraction below the band's lower edge"
+)
+DwellOpt = typer.Option(DEFAULT_DWELL_S, "--min-dwell", help="seconds a band is held before switching down")
+
+
+def _fraction(value: float, flag: str) -> None:
+    if not 0 <= value < 1:
+        raise UserError(f"{flag} must be a fraction in [0, 1), e.g. 0.1")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def plan(
+        model: str = common.ModelOpt,
+        device: str = common.DeviceOpt,
+        max_latency: str = typer.Option(..., "--max-latency", "-l", help="p99 bound of the Server scenario, e.g. 50ms"),
+        rates: str = typer.Option(
+            ..., "--rates", help="arrival rates to plan, queries/s: start:stop:step (e.g. 25:300:25) or a list"
+        ),
+        trials: int = typer.Option(40, "--trials", "-n", help="trials per rate that no existing study covers"),
+        seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
+        sampler: str = typer.Option(DEFAULT_SAMPLER, "--sampler", help="as tune run"),
+        batch_sizes: str | None = common.BatchOpt,
+        knobs: str | None = common.KnobsOpt,
+        storage: str | None = common.StorageOpt,
+        out: Path = common.OutOpt,
+        window: float = typer.Option(10.0, "--window", help="measured window per trial, seconds (hardware)"),
+        meter: str | None = common.MeterOpt,
+        allow_clock_changes: bool = common.ClockOpt,
+        sysfs_root: Path | None = common.SysfsOpt,
+        output: Path = typer.Option(Path("policy.yaml"), "--output", "-o", help="the policy file to write"),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Cheapest feasible Server configuration per arrival rate, as a policy (reuses existing studies)."""
+        if trials <= 0:
+            raise UserError("--trials must be a positive integer, e.g. 40")
+        dev = open_for(device, allow_clock_changes, sysfs_root)
+        check_model(model)
+        options = PlanOptions(
+            model=model,
+            max_latency_ms=common.latency(max_latency),
+            rates=parse_rates(rates),
+            trials=trials,
+            seed=seed,
+            sampler=sampler,
+            batch_sizes=common.batch_list(batch_sizes),
+            knobs=common.knob_list(knobs),
+            storage=storage,
+            out=out,
+            window=window_settings(window, "p99", meter, seed, True),
+        )
+        note = common.twin_note(dev)
+
+        def progress(result) -> None:
+            how = "measured" if result.measured_by_plan else "from an existing study"
+            best = "infeasible" if result.record is None else f"{result.record['j_per_query']:.4g} J/query"
+            common.err_console.print(f"{result.rate:g} q/s: {best} ({how})")
+
+        results = plan_rates(dev, options, on_rate=progress)
+        policy = build_policy(dev, options, results, "p99")
+        write_policy(policy, output)
+        plot = output.with_suffix(".png")
+        plot_policy(policy, plot)
+        if as_json:
+            common.emit_json({"policy": str(output), "plot": str(plot), **policy.model_dump(mode="json")})
+            return
+        rows = [
+            [f"{b.min_qps:g}-{b.max_qps:g}", b.label(), b.j_per_query, b.latency_ms, b.avg_w] for b in policy.bands
+        ]
+        common.out_console.print(
+            common.table(
+                f"policy for {model} on {dev.name} (p99 <= {options.max_latency_ms:g} ms){note}",
+                ["rate q/s", "config", "J/query", "p99 ms", "avg W"],
+                rows,
+            )
+        )
+        common.out_console.print(f"policy: {output}, plot: {plot}")
+
+    @app.command()
+    def govern(
+        policy_file: Path = typer.Argument(..., help="a policy written by tune plan"),
+        device: str = common.DeviceOpt,
+        rate_source: str = typer.Option(
+            ...,
+            "--rate-source",
+            help="file:PATH (last line = rate), unix:PATH (datagram socket), "
+            "or http://127.0.0.1:PORT/metrics#METRIC (Prometheus text, loopback only)",
+        ),
+        model: str | None = typer.Option(None, "--model", "-m", help="refuse a policy planned for another model"),
+        observe_only: bool = typer.Option(False, "--observe-only", help="print what it would switch to; write nothing"),
+        interval: float = typer.Option(1.0, "--interval", help="seconds between rate reads"),
+        headroom: float = HeadroomOpt,
+        hysteresis: float = HysteresisOpt,
+        min_dwell: float = DwellOpt,
+        duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds (default never)"),
+        log: Path | None = typer.Option(None, "--log", help="append every switch as a JSON line here"),
+        state_file: Path | None = typer.Option(
+            None, "--state-file", help="write the current band (batch size, timeout) here for the serving process"
+        ),
+        allow_clock_changes: bool = common.ClockOpt,
+        sysfs_root: Path | None = common.SysfsOpt,
+    ) -> None:
+        """Follow the observed arrival rate through the policy's bands (hysteresis, dwell, journaled device)."""
+        if interval <= 0:
+            raise UserError("--interval must be a positive number of seconds, e.g. 1")
+        if min_dwell < 0 or (duration is not None and duration <= 0):
+            raise UserError("--min-dwell must be >= 0 and --duration positive")
+        _fraction(headroom, "--headroom")
+        _fraction(hysteresis, "--hysteresis")
+        policy = load_policy(policy_file)
+        dev = open_for(device, allow_clock_changes, sysfs_root)
+        check_policy(policy, dev.kind, model)
+        space = dev.space()
+        for band in policy.bands:
+            space.validate_config(band.config())
+        if policy.twin:
+            common.err_console.print("warning: this policy was planned on a digital twin, not on hardware")
+        source = open_rate_source(rate_source)
+
+        def record(switch: Switch) -> None:
+            when = dt.datetime.fromtimestamp(switch.time, dt.timezone.utc).isoformat(timespec="seconds")
+            common.out_console.print(f"{when} {switch.line()}")
+            if log is not None:
+                with open(log, "a") as fh:
+                    fh.write(journal_line(switch) + "\n")
+
+        def warn(message: str) -> None:
+            common.err_console.print(f"warning: {message}")
+
+        def apply(band: Band) -> None:
+            dev.apply(band.config())
+
+        governor = Governor(
+            policy,
+            apply=None if observe_only else apply,
+            headroom=headroom,
+            hysteresis=hysteresis,
+            min_dwell_s=min_dwell,
+            log=record,
+            warn=warn,
+        )
+        tick = None if state_file is None else (lambda: write_state(state_file, governor))
+        mode = "observe-only: nothing is written" if observe_only else f"governing {dev.name}"
+        common.err_console.print(f"{mode}; rate from {source.description}, every {interval:g} s")
+        try:
+            if observe_only:
+                run_governor(governor, source, interval, duration, on_tick=tick)
+            else:
+                with hardware_session(dev):
+                    run_governor(governor, source, interval, duration, on_tick=tick)
+                common.err_console.print(f"{dev.name} restored")
+        finally:
+            source.close()
+
+    @app.command(name="replay")
+    def replay_cmd(
+        policy_file: Path = typer.Argument(..., help="a policy written by tune plan"),
+        trace: Path = typer.Option(..., "--trace", help="CSV t_s,rate_qps (tuner/serve/traces/ ships two)"),
+        device: str = common.DeviceOpt,
+        scale: float = typer.Option(1.0, "--rate-scale", help="multiply the trace's rates (fit it to the device)"),
+        seed: int = typer.Option(0, "--seed", help="seed of arrivals and the governor's rate estimates"),
+        interval: float = typer.Option(1.0, "--interval", help="the governor's seconds between rate reads"),
+        headroom: float = HeadroomOpt,
+        hysteresis: float = HysteresisOpt,
+        min_dwell: float = DwellOpt,
+        plot: Path | None = typer.Option(None, "--plot", help="rate, band and power over time (default <trace>.png)"),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Replay an arrival-rate trace on a twin: default mode vs static peak-tuned vs the governor."""
+        if not scale > 0:
+            raise UserError("--rate-scale must be positive, e.g. 10")
+        _fraction(headroom, "--headroom")
+        _fraction(hysteresis, "--hysteresis")
+        policy = load_policy(policy_file)
+        dev = open_for(device, False, None)
+        rates = load_trace(trace, scale)
+        report = replay(policy, dev, rates, seed, interval, headroom, hysteresis, min_dwell)  # type: ignore[arg-type]
+        figure = plot or Path(f"replay-{rates.name}-{dev.slug}.png")
+        plot_replay(report, figure)
+        summary = {**report.summary(), "plot": str(figure)}
+        if as_json:
+            common.emit_json(summary)
+            return
+        rows = [
+            [r["strategy"], r["energy_kj"], r["j_per_query"], r["queries"], r["over_bound_pct"], r["switches"]]
+            for r in summary["strategies"]
+        ]
+        common.out_console.print(
+            common.table(
+                f"{policy.model} on {dev.name}, trace {rates.name} ({summary['hours']:g} h, peak "
+                f"{summary['peak_qps']:g} q/s), {summary['bound']}{common.twin_note(dev)}",
+                ["strategy", "energy kJ", "J/query", "queries", "% over bound", "switches"],
+                rows,
+            )
+        )
+        common.out_console.print(json.dumps(report.savings()) + f"  plot: {figure}")

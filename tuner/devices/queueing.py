@@ -1,0 +1,198 @@
+"""Queueing and dynamic batching on a twin: MLPerf's Server scenario as a seeded discrete-event simulation.
+
+Queries arrive as a Poisson process at the target rate (LoadGen's Server
+scenario draws its issue times the same way). One model instance serves
+them: when it is free and a query waits, it starts a batch as soon as the
+maximum batch size has queued or the oldest query has waited the batching
+timeout, whichever comes first, and then takes every waiting query up to the
+maximum (the policy of Triton's dynamic batcher and of ``_BatchingSUT`` in
+tuner/measure/window.py). A batch of n takes the twin's time per batch at
+batch size n, times the twin's run-to-run noise, plus exponential host jitter
+(mean ``p50_jitter_ms``); the board draws the twin's power at batch n while
+busy and its idle power between batches (static, leakage and memory
+background at the configured clocks: no dynamic power).
+
+Per-query latency runs from arrival to the completion of its batch, as LoadGen
+measures it. Energy is busy energy plus idle power over the idle time of the
+window, which is why the cheapest mode at 50 queries/s is not the one at 500.
+The simulation runs one batch per loop turn over NumPy arrival arrays, so a
+10 s window at a few hundred queries/s costs milliseconds. docs/twin.md
+("Queueing and batching") says what it leaves out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tuner.devices.base import WindowSettings
+from tuner.measurement import Measurement
+from tuner.space import Config
+
+if TYPE_CHECKING:
+    from runners.profile import ModelProfile
+    from tuner.devices.twin import TwinModel
+
+# Enough queries for a stable p99 (about 200 above it) without simulating
+# a fast card's whole window one query at a time.
+MAX_SIMULATED_QUERIES = 20_000
+
+
+@dataclass
+class ServingProfile:
+    """A configuration's batch costs: index n holds batch size n (index 0 unused)."""
+
+    service_s: np.ndarray
+    busy_w: np.ndarray
+    idle_w: float
+    jitter_s: float = 0.0
+    noise: float = 0.0
+
+    @property
+    def max_batch(self) -> int:
+        return len(self.service_s) - 1
+
+    def capacity_qps(self, max_batch: int | None = None) -> float:
+        """Throughput with full batches back to back: no rate above it can be served."""
+        b = max_batch or self.max_batch
+        return b / float(self.service_s[b])
+
+
+@dataclass
+class QueueOutcome:
+    """What one simulated window saw."""
+
+    latencies_s: np.ndarray
+    duration_s: float
+    busy_s: float
+    energy_j: float
+    batches: int
+
+    @property
+    def queries(self) -> int:
+        return len(self.latencies_s)
+
+    def over(self, bound_s: float) -> int:
+        return int(np.count_nonzero(self.latencies_s > bound_s))
+
+
+def poisson_arrivals(rate_qps: float, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of a Poisson process of ``rate_qps`` over ``[0, duration_s)``."""
+    if rate_qps <= 0 or duration_s <= 0:
+        return np.zeros(0)
+    expected = rate_qps * duration_s
+    n = int(expected + 6 * np.sqrt(expected) + 16)
+    times = np.cumsum(rng.exponential(1.0 / rate_qps, size=n))
+    while times[-1] < duration_s:
+        more = times[-1] + np.cumsum(rng.exponential(1.0 / rate_qps, size=n))
+        times = np.concatenate([times, more])
+    return times[times < duration_s]
+
+
+def simulate(
+    arrivals: np.ndarray,
+    serving: ServingProfile,
+    max_batch: int,
+    timeout_s: float,
+    duration_s: float,
+    rng: np.random.Generator | None = None,
+) -> QueueOutcome:
+    """Serve ``arrivals`` (sorted seconds) with dynamic batching; see the module docstring."""
+    n = len(arrivals)
+    latencies = np.empty(n)
+    free_at, i, busy, busy_j, batches = 0.0, 0, 0.0, 0.0, 0
+    max_batch = max(1, min(max_batch, serving.max_batch))
+    while i < n:
+        ready = max(free_at, arrivals[i])
+        fill_at = arrivals[i + max_batch - 1] if i + max_batch - 1 < n else np.inf
+        start = max(ready, min(arrivals[i] + timeout_s, fill_at))
+        size = min(max_batch, int(np.searchsorted(arrivals, start, side="right")) - i)
+        t = float(serving.service_s[size])
+        if rng is not None:
+            t *= float(rng.lognormal(0.0, serving.noise)) if serving.noise else 1.0
+            t += float(rng.exponential(serving.jitter_s)) if serving.jitter_s else 0.0
+        done = start + t
+        latencies[i : i + size] = done - arrivals[i : i + size]
+        busy += t
+        busy_j += t * float(serving.busy_w[size])
+        batches += 1
+        free_at = done
+        i += size
+    end = max(duration_s, free_at)
+    energy = busy_j + serving.idle_w * max(end - busy, 0.0)
+    return QueueOutcome(latencies_s=latencies, duration_s=end, busy_s=busy, energy_j=energy, batches=batches)
+
+
+def idle_power_w(model: TwinModel, config: Config, gpu_mhz: float) -> float:
+    """The twin's power with nothing running: board static, GPU and CPU leakage, memory background.
+
+    The same terms as the twin's busy power with every activity at zero; the
+    GPU sits at its configured (or power-capped) clock, as a locked clock does.
+    """
+    p = model.params
+    op = model.operating([config])
+    volts = float(p.gpu_vf.volts(np.array([gpu_mhz]))[0])
+    tpc_frac = float(op.tpcs[0]) / p.tpcs_max
+    mem_max = max(float(v) for v in model._mem_values())
+    watts = p.base_w + p.gpu_leak_w_per_v * volts * tpc_frac + p.mem_static_w * float(op.mem_mhz[0]) / mem_max
+    if p.cpu_vf is not None and p.cpu_metered:
+        cv = float(p.cpu_vf.volts(op.cpu_mhz)[0])
+        watts += p.cpu_leak_w_per_core_v * cv * float(op.cores[0])
+    return watts
+
+
+def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> ServingProfile:
+    """Time and power of every batch size up to the configuration's (maximum) batch size."""
+    sizes = list(range(1, config.batch_size + 1))
+    configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
+    result = model.evaluate(profile, configs)
+    p = model.params
+    return ServingProfile(
+        service_s=np.concatenate([[np.inf], result.time_s]),
+        busy_w=np.concatenate([[0.0], result.power_w]),
+        idle_w=idle_power_w(model, configs[0], float(result.gpu_mhz[0])),
+        jitter_s=p.p50_jitter_ms / 1000.0,
+        noise=p.noise_time,
+    )
+
+
+def server_measurement(model: TwinModel, profile: ModelProfile, config: Config, settings: WindowSettings) -> Measurement:
+    """One simulated Server window at ``settings.options['server_target_qps']``.
+
+    Arrivals and service noise are seeded by the settings' seed (0 when none);
+    with ``noise`` off the service times are exact and only arrivals are random.
+    """
+    rate = float(settings.options["server_target_qps"])
+    timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
+    serving = serving_profile(model, profile, config)
+    duration = min(settings.window_s, max(1.0, MAX_SIMULATED_QUERIES / rate))
+    rng = np.random.default_rng(settings.seed if settings.seed is not None else 0)
+    arrivals = poisson_arrivals(rate, duration, rng)
+    out = simulate(arrivals, serving, config.batch_size, timeout_s, duration, rng if settings.noise else None)
+    lat_ms = out.latencies_s * 1000.0 if out.queries else np.array([np.inf])
+    p50, p90, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 90, 99))
+    queries = max(out.queries, 1)
+    return Measurement(
+        j_per_query=out.energy_j / queries,
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+        qps=out.queries / out.duration_s,
+        avg_w=out.energy_j / out.duration_s,
+        energy_j=out.energy_j,
+        queries=out.queries,
+        duration_s=out.duration_s,
+        meter="twin",
+        rails=["twin:board"],
+        twin=True,
+        extra={
+            "scenario": "server",
+            "target_qps": rate,
+            "batch_timeout_ms": timeout_s * 1000.0,
+            "mean_batch": out.queries / max(out.batches, 1),
+            "utilization": out.busy_s / out.duration_s,
+            "idle_w": serving.idle_w,
+        },
+    )

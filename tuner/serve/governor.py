@@ -1,0 +1,197 @@
+"""The run-time governor: follows the observed arrival rate through a policy's bands.
+
+Switching rules (why each):
+
+- The band is chosen for the observed rate raised by ``headroom`` (10% by
+  default): the rate is measured over the last interval and the next one may
+  be higher, and a band too slow for its load breaks the latency promise.
+- Up (a faster band): at once, whatever the dwell time; being under-provisioned
+  costs queries over the bound.
+- Down (a cheaper band): only when the rate (with headroom) is below the
+  current band's lower edge by ``hysteresis`` (10%) and the current band has
+  been held ``min_dwell_s`` (30 s), so a rate hovering at an edge or a short
+  lull does not flap the device between modes.
+- A rate that cannot be read, or one above every band, selects the
+  highest-throughput band, and the reason is logged.
+
+Every switch is logged (time, rate, from, to, reason). The governor holds no
+hardware: it calls ``apply`` with the new band, or in observe-only mode
+(``apply`` is None) only logs what it would do. ``run_governor`` is the loop
+``tune govern`` runs under ``hardware_session``, which journals the device
+before the first switch and restores it however the loop ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.serve.policy import Band, Policy
+from tuner.serve.rates import RateSource, RateUnavailable
+
+DEFAULT_HEADROOM = 0.10
+DEFAULT_HYSTERESIS = 0.10
+DEFAULT_DWELL_S = 30.0
+
+
+@dataclass
+class Switch:
+    """One band change (or, observe-only, one that would have been made)."""
+
+    time: float
+    rate_qps: float | None
+    from_band: int | None
+    to_band: int
+    to: str
+    reason: str
+    applied: bool
+
+    def line(self) -> str:
+        rate = "unknown" if self.rate_qps is None else f"{self.rate_qps:.4g} q/s"
+        verb = "switch" if self.applied else "would switch"
+        source = "start" if self.from_band is None else f"band {self.from_band}"
+        return f"{verb} at rate {rate}: {source} -> band {self.to_band} ({self.to}); {self.reason}"
+
+
+class Governor:
+    """Chooses a band per observation; ``observe`` is the API for servers that embed it."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        apply: Callable[[Band], None] | None = None,
+        headroom: float = DEFAULT_HEADROOM,
+        hysteresis: float = DEFAULT_HYSTERESIS,
+        min_dwell_s: float = DEFAULT_DWELL_S,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[Switch], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.apply = apply
+        self.headroom = headroom
+        self.hysteresis = hysteresis
+        self.min_dwell_s = min_dwell_s
+        self.clock = clock
+        self.log = log
+        self.warn = warn
+        self.current: int | None = None
+        self.since = 0.0
+        self.switches: list[Switch] = []
+
+    @property
+    def observe_only(self) -> bool:
+        return self.apply is None
+
+    @property
+    def band(self) -> Band | None:
+        return None if self.current is None else self.policy.bands[self.current]
+
+    def observe(self, rate_qps: float | None, now: float | None = None) -> Switch | None:
+        """Take one rate observation (queries/s); switch bands if the rules say so. None: unreadable."""
+        now = self.clock() if now is None else now
+        if rate_qps is None or not math.isfinite(rate_qps) or rate_qps < 0:
+            return self.fallback(f"unreadable rate {rate_qps!r}", now)
+        wanted = rate_qps * (1 + self.headroom)
+        target = self.policy.band_for(wanted)
+        if target is None:
+            top = self.policy.bands[-1].max_qps
+            self._warn(f"rate {rate_qps:.4g} q/s is above every band (top {top:g} q/s): highest-throughput band")
+            return self._switch(self.policy.top, rate_qps, now, "rate above every band: highest-throughput band")
+        if self.current is None:
+            return self._switch(target, rate_qps, now, "first observation")
+        if target > self.current:
+            return self._switch(target, rate_qps, now, "rate rose above the band")
+        if target < self.current:
+            edge = self.policy.bands[self.current].min_qps
+            if wanted > edge * (1 - self.hysteresis):
+                return None
+            if now - self.since < self.min_dwell_s:
+                return None
+            return self._switch(target, rate_qps, now, "rate fell below the band")
+        return None
+
+    def fallback(self, reason: str, now: float | None = None) -> Switch | None:
+        """The safe choice when the rate is unknown: the highest-throughput band."""
+        now = self.clock() if now is None else now
+        self._warn(f"{reason}: running the highest-throughput band")
+        return self._switch(self.policy.top, None, now, f"{reason}: highest-throughput band")
+
+    def _warn(self, message: str) -> None:
+        if self.warn is not None:
+            self.warn(message)
+
+    def _switch(self, target: int, rate: float | None, now: float, reason: str) -> Switch | None:
+        if target == self.current:
+            return None
+        band = self.policy.bands[target]
+        if self.apply is not None:
+            self.apply(band)
+        switch = Switch(
+            time=now,
+            rate_qps=rate,
+            from_band=self.current,
+            to_band=target,
+            to=band.label(),
+            reason=reason,
+            applied=self.apply is not None,
+        )
+        self.current, self.since = target, now
+        self.switches.append(switch)
+        if self.log is not None:
+            self.log(switch)
+        return switch
+
+
+def write_state(path: Path, governor: Governor) -> None:
+    """The current band for the serving process (batch size, timeout), replaced atomically."""
+    band = governor.band
+    if band is None:
+        return
+    state: dict[str, Any] = {
+        "band": governor.current,
+        "batch_size": band.batch_size,
+        "batch_timeout_ms": band.batch_timeout_ms,
+        "knobs": band.knobs,
+        "since": governor.since,
+        "observe_only": governor.observe_only,
+    }
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(path)
+
+
+def journal_line(switch: Switch) -> str:
+    """One JSON line per switch for ``--log``."""
+    return json.dumps(asdict(switch))
+
+
+def run_governor(
+    governor: Governor,
+    source: RateSource,
+    interval_s: float,
+    duration_s: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_tick: Callable[[], None] | None = None,
+) -> None:
+    """Read the rate every ``interval_s`` and hand it to the governor, until ``duration_s`` (or forever).
+
+    Signals end the loop as exceptions (KeyboardInterrupt, Terminated) raised
+    in ``sleep``; the caller's hardware session restores the device.
+    """
+    end = None if duration_s is None else time.monotonic() + duration_s
+    while end is None or time.monotonic() < end:
+        try:
+            rate = source.read()
+        except RateUnavailable as exc:
+            governor.fallback(str(exc))
+        else:
+            governor.observe(rate)
+        if on_tick is not None:
+            on_tick()
+        sleep(interval_s if end is None else max(0.0, min(interval_s, end - time.monotonic())))

@@ -1,0 +1,202 @@
+"""``tune plan``: the cheapest feasible Server configuration at each arrival rate, as a policy.
+
+Each planned rate is its own study (model, device, ``server@<rate>qps``,
+bound), so a plan reuses every study already in the storage and measures only
+the rates it lacks: a rate whose study holds a feasible trial is taken from it,
+any other is tuned with ``run_study`` (the same loop as ``tune run``). Bands
+then run from one planned rate to the next, each with the configuration chosen
+at its upper edge; neighbouring bands with the same configuration merge.
+Rates above the last feasible one have no band: the governor runs the top
+band there and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.devices.base import Device, WindowSettings
+from tuner.errors import UserError
+from tuner.sampling import DEFAULT_SAMPLER
+from tuner.scenario import TIMEOUT_KNOB, format_rate, label, window_for
+from tuner.serve.policy import Band, BandProvenance, PlanPoint, Policy, stamp
+from tuner.storage import open_storage, redact, storage_errors
+from tuner.study import RunOptions, best_feasible, default_storage, open_study, run_study, study_name, trial_record
+
+
+class PlanOptions(BaseModel):
+    """Everything ``tune plan`` needs; the CLI only fills this in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_latency_ms: float
+    rates: list[float] = Field(min_length=1)
+    trials: int = 40
+    seed: int | None = None
+    sampler: str = DEFAULT_SAMPLER
+    batch_sizes: list[int] | None = None
+    knobs: list[str] | None = None
+    storage: str | None = None
+    out: Path = Path("studies")
+    window: WindowSettings = Field(default_factory=WindowSettings)
+
+
+@dataclass
+class RateResult:
+    """One planned rate: the best feasible trial of its study, if any."""
+
+    rate: float
+    study: str
+    record: dict | None
+    measured_by_plan: bool
+
+
+def parse_rates(text: str) -> list[float]:
+    """``50,100,200`` or ``start:stop:step`` (inclusive), in queries/s."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            count = int(round((stop - start) / step)) + 1
+            rates = [start + i * step for i in range(count)]
+        else:
+            rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"cannot read --rates {text!r}: write e.g. 25:300:25 (start:stop:step) or 50,100,200") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise UserError(f"--rates {text!r} must be positive arrival rates, e.g. 25:300:25")
+    return sorted(set(rates))
+
+
+def plan_rates(
+    device: Device,
+    options: PlanOptions,
+    on_rate: Callable[[RateResult], None] | None = None,
+) -> list[RateResult]:
+    """Best feasible configuration per rate: from an existing study, else by running one."""
+    storage = options.storage or default_storage(options.out)
+    with storage_errors(storage):
+        existing = set(optuna.get_all_study_names(storage=open_storage(storage, None)))
+    results = []
+    for rate in options.rates:
+        window = window_for(options.window, "server", rate)
+        name = study_name(options.model, device, label(window), options.max_latency_ms)
+        best = best_feasible(open_study(name, storage)) if name in existing else None
+        measured = False
+        if best is None:
+            run = RunOptions(
+                model=options.model,
+                max_latency_ms=options.max_latency_ms,
+                trials=options.trials,
+                seed=options.seed,
+                sampler=options.sampler,
+                batch_sizes=options.batch_sizes,
+                knobs=options.knobs,
+                storage=storage,
+                out=options.out,
+                window=window,
+            )
+            study, _ = run_study(device, run)
+            best = best_feasible(study)
+            measured = True
+        result = RateResult(rate, name, trial_record(best) if best else None, measured)
+        results.append(result)
+        if on_rate is not None:
+            on_rate(result)
+    return results
+
+
+def build_policy(device: Device, options: PlanOptions, results: list[RateResult], percentile: str) -> Policy:
+    """Bands from the per-rate winners, up to the highest feasible rate."""
+    storage = redact(options.storage or default_storage(options.out))
+    feasible = [r for r in results if r.record is not None]
+    if not feasible:
+        raise UserError(
+            f"no configuration met the bound at any planned rate (lowest {format_rate(results[0].rate)} queries/s): "
+            "relax --max-latency, plan lower --rates, or run more --trials"
+        )
+    bands: list[Band] = []
+    for r in results:
+        if r.record is None:
+            break
+        rec = r.record
+        knobs = {k: v for k, v in rec["config"].items() if k != TIMEOUT_KNOB}
+        band = Band(
+            min_qps=bands[-1].max_qps if bands else 0.0,
+            max_qps=r.rate,
+            knobs=knobs,
+            batch_size=int(rec["batch_size"]),
+            batch_timeout_ms=float(rec["config"].get(TIMEOUT_KNOB, 0.0)),
+            j_per_query=float(rec["j_per_query"]),
+            latency_ms=float(rec[f"{percentile}_ms"]),
+            avg_w=float(rec["avg_w"]),
+            provenance=BandProvenance(
+                study=r.study, storage=storage, trial=int(rec["trial"]), measured_by_plan=r.measured_by_plan
+            ),
+        )
+        if bands and bands[-1].label() == band.label():
+            band = band.model_copy(update={"min_qps": bands[-1].min_qps})
+            bands[-1] = band
+        else:
+            bands.append(band)
+    points = [
+        PlanPoint(
+            rate_qps=r.rate,
+            feasible=r.record is not None,
+            j_per_query=None if r.record is None else float(r.record["j_per_query"]),
+            latency_ms=None if r.record is None else float(r.record[f"{percentile}_ms"]),
+            label="" if r.record is None else _label(r.record),
+        )
+        for r in results
+    ]
+    return Policy(
+        model=options.model,
+        device=device.name,
+        device_kind=device.kind,
+        twin=device.simulated,
+        percentile=percentile,
+        max_latency_ms=options.max_latency_ms,
+        bands=bands,
+        points=points,
+        created_at=stamp(),
+    )
+
+
+def _label(record: dict) -> str:
+    return " ".join([*(f"{k}={v}" for k, v in record["config"].items()), f"bs={record['batch_size']}"])
+
+
+def plot_policy(policy: Policy, path: Path) -> None:
+    """Energy per query against arrival rate: the planned points, coloured by band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    feasible = [p for p in policy.points if p.feasible]
+    for i, band in enumerate(policy.bands):
+        pts = [p for p in feasible if band.min_qps < p.rate_qps <= band.max_qps]
+        ax.plot(
+            [p.rate_qps for p in pts],
+            [p.j_per_query for p in pts],
+            "o-",
+            label=f"band {i}: <= {band.max_qps:g} q/s",
+        )
+    missed = [p.rate_qps for p in policy.points if not p.feasible]
+    if missed:
+        ax.axvspan(min(missed), max(missed), color="0.9", label="no feasible configuration")
+    ax.set_xlabel("arrival rate (queries/s)")
+    ax.set_ylabel("energy per query (J)")
+    twin = " [digital twin]" if policy.twin else ""
+    ax.set_title(f"{policy.model} on {policy.device}, {policy.percentile} <= {policy.max_latency_ms:g} ms{twin}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,143 @@
+"""The serving policy: arrival-rate bands, each with the configuration to run and what it measured.
+
+Written by ``tune plan``, read by ``tune govern`` and ``tune replay``. Bands are
+contiguous from 0 queries/s up to the highest rate the plan found feasible;
+each holds the cheapest feasible Server configuration at its upper edge (the
+hardest rate it must serve), with that configuration's energy per query and
+tail latency there and the study trial it came from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tuner import __version__
+from tuner.errors import UserError
+from tuner.scenario import TIMEOUT_KNOB
+from tuner.space import Config
+from tuner.yamlfile import load_yaml_model
+
+POLICY_VERSION = 1
+
+
+class BandProvenance(BaseModel):
+    """Where a band's configuration came from: a study trial, found there or measured by the plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    storage: str
+    trial: int
+    measured_by_plan: bool
+
+
+class Band(BaseModel):
+    """Rates in (min_qps, max_qps] run ``knobs`` with dynamic batching up to ``batch_size``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_qps: float = Field(ge=0)
+    max_qps: float = Field(gt=0)
+    knobs: dict[str, Any]
+    batch_size: int = Field(gt=0)
+    batch_timeout_ms: float = Field(ge=0)
+    j_per_query: float
+    latency_ms: float
+    avg_w: float
+    provenance: BandProvenance
+
+    def config(self) -> Config:
+        """The device's configuration (the serving knobs are not device knobs)."""
+        return Config(knobs=dict(self.knobs), batch_size=self.batch_size)
+
+    def label(self) -> str:
+        return f"{self.config().label()} timeout={self.batch_timeout_ms:g}ms"
+
+
+class PlanPoint(BaseModel):
+    """The cheapest feasible configuration found at one planned rate (for the plot and the record)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate_qps: float
+    feasible: bool
+    j_per_query: float | None = None
+    latency_ms: float | None = None
+    label: str = ""
+
+
+class Policy(BaseModel):
+    """A versioned rate-to-configuration table for one model, device kind, scenario and bound."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = POLICY_VERSION
+    model: str
+    device: str
+    device_kind: str
+    twin: bool
+    scenario: str = "server"
+    percentile: str
+    max_latency_ms: float
+    bands: list[Band] = Field(min_length=1)
+    points: list[PlanPoint] = Field(default_factory=list)
+    created_at: str = ""
+    tool_version: str = __version__
+
+    @model_validator(mode="after")
+    def _contiguous(self) -> Policy:
+        edge = 0.0
+        for band in self.bands:
+            if abs(band.min_qps - edge) > 1e-9 or band.max_qps <= band.min_qps:
+                raise ValueError(f"bands must be contiguous from 0 and increasing; a band starts at {band.min_qps}")
+            edge = band.max_qps
+        return self
+
+    @property
+    def top(self) -> int:
+        """The highest-throughput band: the safe choice when the rate is unknown or above every band."""
+        return len(self.bands) - 1
+
+    def band_for(self, rate_qps: float) -> int | None:
+        """The band whose (min, max] holds the rate; None above every band."""
+        for i, band in enumerate(self.bands):
+            if rate_qps <= band.max_qps:
+                return i
+        return None
+
+
+def stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_policy(policy: Policy, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "# powertune serving policy: arrival-rate bands -> configuration"
+    if policy.twin:
+        header += " (planned on a digital twin, not hardware)"
+    path.write_text(header + "\n" + yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False))
+
+
+def load_policy(path: Path) -> Policy:
+    """Read a policy; a missing, corrupt or foreign file is a one-line user error."""
+    return load_yaml_model(path, Policy, "serving policy", "re-create it with tune plan")
+
+
+def check_policy(policy: Policy, device_kind: str, model: str | None = None) -> None:
+    """Refuse a policy planned for another kind of device or another model, before anything is applied."""
+    if policy.device_kind != device_kind:
+        raise UserError(
+            f"this policy is for {policy.device_kind}, but the device is {device_kind}: "
+            "plan one on this kind of device with tune plan"
+        )
+    if model is not None and model != policy.model:
+        raise UserError(f"this policy is for model {policy.model}, not {model}: plan one for {model} with tune plan")
+
+
+def serving_options(band: Band) -> dict[str, float]:
+    return {TIMEOUT_KNOB: band.batch_timeout_ms}
