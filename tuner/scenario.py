@@ -52,7 +52,9 @@ def window_for(
             raise UserError("the server scenario needs an arrival rate: pass --target-qps, e.g. --target-qps 300")
         options["server_target_qps"] = float(target_qps)
     elif target_qps is not None:
-        raise UserError(f"--target-qps applies to the server scenario only, not {name}: drop it or use --scenario server")
+        raise UserError(
+            f"--target-qps applies to the server scenario only, not {name}: drop it or use --scenario server"
+        )
     rule = SCENARIO_PERCENTILE.get(name)
     if rule is not None and percentile is not None and percentile != rule:
         raise UserError(f"the {name} scenario bounds {rule} (MLPerf's rule): drop --percentile {percentile}")

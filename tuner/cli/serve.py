@@ -13,7 +13,6 @@ from tuner.cli.tuning import open_for, window_settings
 from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.models import check_model
-from tuner.sampling import DEFAULT_SAMPLER
 from tuner.serve.governor import (
     DEFAULT_DWELL_S,
     DEFAULT_HEADROOM,
@@ -24,7 +23,7 @@ from tuner.serve.governor import (
     run_governor,
     write_state,
 )
-from tuner.serve.plan import PlanOptions, build_policy, parse_rates, plan_rates, plot_policy
+from tuner.serve.plan import PLAN_SAMPLER, PlanOptions, build_policy, parse_rates, plan_rates, plot_policy
 from tuner.serve.policy import Band, check_policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
 from tuner.serve.replay import load_trace, plot_replay, replay
@@ -52,7 +51,7 @@ def register(app: typer.Typer) -> None:
         ),
         trials: int = typer.Option(40, "--trials", "-n", help="trials per rate that no existing study covers"),
         seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
-        sampler: str = typer.Option(DEFAULT_SAMPLER, "--sampler", help="as tune run"),
+        sampler: str = typer.Option(PLAN_SAMPLER, "--sampler", help="as tune run (default tpe: fast per trial)"),
         batch_sizes: str | None = common.BatchOpt,
         knobs: str | None = common.KnobsOpt,
         storage: str | None = common.StorageOpt,
@@ -97,9 +96,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json({"policy": str(output), "plot": str(plot), **policy.model_dump(mode="json")})
             return
-        rows = [
-            [f"{b.min_qps:g}-{b.max_qps:g}", b.label(), b.j_per_query, b.latency_ms, b.avg_w] for b in policy.bands
-        ]
+        rows = [[f"{b.min_qps:g}-{b.max_qps:g}", b.label(), b.j_per_query, b.latency_ms, b.avg_w] for b in policy.bands]
         common.out_console.print(
             common.table(
                 f"policy for {model} on {dev.name} (p99 <= {options.max_latency_ms:g} ms){note}",

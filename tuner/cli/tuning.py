@@ -295,7 +295,7 @@ def register(app: typer.Typer) -> None:
             common.emit_json(payload)
             return
         rows = [
-            [i + 1, m.j_per_query, m.p50_ms, m.p90_ms, m.p99_ms, m.qps, m.avg_w, m.meter, "yes" if m.valid else m.reason]
+            [i + 1, m.j_per_query, m.p50_ms, m.p90_ms, m.p99_ms, m.qps, m.avg_w, m.meter, m.valid or m.reason]
             for i, m in enumerate(results)
         ]
         common.out_console.print(

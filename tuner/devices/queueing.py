@@ -158,7 +158,9 @@ def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> 
     )
 
 
-def server_measurement(model: TwinModel, profile: ModelProfile, config: Config, settings: WindowSettings) -> Measurement:
+def server_measurement(
+    model: TwinModel, profile: ModelProfile, config: Config, settings: WindowSettings
+) -> Measurement:
     """One simulated Server window at ``settings.options['server_target_qps']``.
 
     Arrivals and service noise are seeded by the settings' seed (0 when none);

@@ -21,11 +21,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
-from tuner.sampling import DEFAULT_SAMPLER
-from tuner.scenario import TIMEOUT_KNOB, format_rate, label, window_for
+from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
 from tuner.serve.policy import Band, BandProvenance, PlanPoint, Policy, stamp
+from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
-from tuner.study import RunOptions, best_feasible, default_storage, open_study, run_study, study_name, trial_record
+from tuner.study import (
+    RunOptions,
+    best_feasible,
+    default_storage,
+    narrowed_space,
+    open_study,
+    run_study,
+    study_name,
+    trial_record,
+)
+
+# The sampler a plan uses unless told: the roofline-guided default models
+# Offline physics, not queueing, and a plan runs a study per rate.
+PLAN_SAMPLER = "tpe"
+SEED_TIMEOUTS_MS = (0.0, 10.0)
 
 
 class PlanOptions(BaseModel):
@@ -38,7 +52,7 @@ class PlanOptions(BaseModel):
     rates: list[float] = Field(min_length=1)
     trials: int = 40
     seed: int | None = None
-    sampler: str = DEFAULT_SAMPLER
+    sampler: str = PLAN_SAMPLER
     batch_sizes: list[int] | None = None
     knobs: list[str] | None = None
     storage: str | None = None
@@ -63,7 +77,7 @@ def parse_rates(text: str) -> list[float]:
             start, stop, step = (float(x) for x in text.split(":"))
             if step <= 0 or stop < start:
                 raise ValueError
-            count = int(round((stop - start) / step)) + 1
+            count = round((stop - start) / step) + 1
             rates = [start + i * step for i in range(count)]
         else:
             rates = [float(x) for x in text.split(",") if x.strip()]
@@ -83,13 +97,18 @@ def plan_rates(
     storage = options.storage or default_storage(options.out)
     with storage_errors(storage):
         existing = set(optuna.get_all_study_names(storage=open_storage(storage, None)))
-    results = []
+    results: list[RateResult] = []
+    space = serving_space(
+        narrowed_space(device, options.knobs, options.batch_sizes), window_for(options.window, "server", 1.0)
+    )
     for rate in options.rates:
         window = window_for(options.window, "server", rate)
         name = study_name(options.model, device, label(window), options.max_latency_ms)
         best = best_feasible(open_study(name, storage)) if name in existing else None
         measured = False
         if best is None:
+            previous = next((r.record for r in reversed(results) if r.record is not None), None)
+            seed_study(open_study(name, storage), space, previous)
             run = RunOptions(
                 model=options.model,
                 max_latency_ms=options.max_latency_ms,
@@ -110,6 +129,26 @@ def plan_rates(
         if on_rate is not None:
             on_rate(result)
     return results
+
+
+def seed_study(study: optuna.Study, space: SearchSpace, previous: dict | None) -> None:
+    """Queue the first trials of a rate's study: the full-speed default at every batch size, and the last winner.
+
+    The default (MAXN, the card's default clocks) is the configuration most
+    likely to be feasible, so every rate the device can serve starts with a
+    feasible point; the winner of the rate below is often close to this one's.
+    """
+    if study.trials:
+        return
+    default = space.default_config()
+    timeouts = [t for t in SEED_TIMEOUTS_MS if t in TIMEOUTS_MS]
+    for batch in space.batch_sizes:
+        for timeout in timeouts:
+            config = Config(knobs={**default.knobs, TIMEOUT_KNOB: timeout}, batch_size=batch)
+            study.enqueue_trial(space.params_for(config), skip_if_exists=True)
+    if previous is not None:
+        config = Config(knobs=dict(previous["config"]), batch_size=int(previous["batch_size"]))
+        study.enqueue_trial(space.params_for(config), skip_if_exists=True)
 
 
 def build_policy(device: Device, options: PlanOptions, results: list[RateResult], percentile: str) -> Policy:

@@ -1,0 +1,135 @@
+"""tune govern against a fake AGX Orin: switches, journal, restore on SIGTERM / SIGINT / kill -9, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import run_cli
+from fakeboard import make_fake_board
+
+from tuner.serve.policy import Band, BandProvenance, Policy, write_policy
+
+
+@pytest.fixture
+def board(tmp_path, monkeypatch):
+    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1)
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    return fake
+
+
+def board_policy(path, kind="orin-agx", model="resnet50"):
+    """Two bands the fake board supports: 15W below 100 q/s, MAXN at a lower GPU clock above."""
+    from tuner.devices.registry import open_device
+
+    space = open_device("orin").space()
+    base = space.default_config().knobs
+
+    def band(lo, hi, **knobs):
+        return Band(
+            min_qps=lo,
+            max_qps=hi,
+            knobs={**base, **knobs},
+            batch_size=8,
+            batch_timeout_ms=5.0,
+            j_per_query=0.2,
+            latency_ms=30.0,
+            avg_w=20.0,
+            provenance=BandProvenance(study="s", storage="x", trial=0, measured_by_plan=True),
+        )
+
+    low = space.effective(band(0, 1, nvpmodel="15W").config()).knobs
+    policy = Policy(
+        model=model,
+        device="orin",
+        device_kind=kind,
+        twin=False,
+        percentile="p99",
+        max_latency_ms=50.0,
+        bands=[band(0, 100, **low), band(100, 300, gpu_mhz=318.75)],
+    )
+    write_policy(policy, path)
+    return policy
+
+
+def start(tmp_path, policy, rate, *extra):
+    cmd = [sys.executable, "-m", "tuner", "govern", str(policy), "--device", "orin", "--rate-source", str(rate)]
+    cmd += ["--interval", "0.05", "--min-dwell", "0", "--log", str(tmp_path / "switches.jsonl"), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(check, proc, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError("the governor never got there")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(board, tmp_path, sig):
+    original = board.snapshot()
+    policy, rate = tmp_path / "policy.yaml", tmp_path / "rate"
+    board_policy(policy)
+    rate.write_text("50\n")
+    proc = start(tmp_path, policy, rate, "--state-file", str(tmp_path / "state.json"))
+    wait_for(lambda: board.mode_id() == 1, proc)  # band 0: 15W
+    rate.write_text("250\n")
+    wait_for(lambda: board.mode_id() == 0 and int((board.gpu_dir / "max_freq").read_text()) == 318750000, proc)
+    wait_for(lambda: json.loads((tmp_path / "state.json").read_text())["band"] == 1, proc)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=60)
+    switches = [json.loads(line) for line in (tmp_path / "switches.jsonl").read_text().splitlines()]
+    assert [(s["from_band"], s["to_band"]) for s in switches[:2]] == [(None, 0), (0, 1)]
+    assert switches[1]["rate_qps"] == 250 and switches[1]["applied"]
+    if sig == signal.SIGKILL:
+        assert board.snapshot() != original  # nobody restored it: the journal must
+        r = run_cli("restore")
+        assert r.returncode == 0 and "restored: orin" in r.stdout
+    else:
+        assert proc.returncode != 0
+    assert board.snapshot() == original
+
+
+def test_observe_only_prints_what_it_would_do_and_writes_nothing(board, tmp_path):
+    original = board.snapshot()
+    policy, rate = tmp_path / "policy.yaml", tmp_path / "rate"
+    board_policy(policy)
+    rate.write_text("50\n")
+    r = run_cli(
+        "govern", str(policy), "--device", "orin", "--rate-source", f"file:{rate}", "--observe-only",
+        "--interval", "0.05", "--duration", "0.3",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "would switch at rate 50 q/s: start -> band 0" in r.stdout
+    assert board.snapshot() == original
+
+
+def test_bad_input_is_one_line_exit_2_and_the_board_untouched(board, tmp_path):
+    original = board.snapshot()
+    rate = tmp_path / "rate"
+    rate.write_text("50\n")
+    other = tmp_path / "h200.yaml"
+    board_policy(other, kind="h200")
+    mine = tmp_path / "policy.yaml"
+    board_policy(mine)
+    cases = [
+        (("govern", str(other), "--device", "orin", "--rate-source", str(rate)), "for h200, but the device is"),
+        (
+            ("govern", str(mine), "--device", "orin", "--rate-source", str(rate), "--model", "bert-base"),
+            "not bert-base",
+        ),
+        (("govern", str(mine), "--device", "orin", "--rate-source", str(tmp_path / "none")), "unreadable rate source"),
+        (("govern", str(tmp_path / "missing.yaml"), "--device", "orin", "--rate-source", str(rate)), "cannot read"),
+    ]
+    for args, message in cases:
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert board.snapshot() == original

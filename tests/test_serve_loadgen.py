@@ -1,0 +1,83 @@
+"""Server and SingleStream windows for real on the CPU: CLI -> torch runner -> MLPerf LoadGen -> RAPL meter."""
+
+import json
+
+import pytest
+from conftest import run_cli
+
+pytest.importorskip("torch")
+pytest.importorskip("mlperf_loadgen")
+
+
+def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp_path, rapl_at_15w):
+    out = tmp_path / "studies"
+    r = run_cli(
+        "run",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "cpu",
+        "--scenario",
+        "server",
+        "--target-qps",
+        "150",
+        "--max-latency",
+        "500ms",
+        "--batch-sizes",
+        "1,4",
+        "--trials",
+        "2",
+        "--window",
+        "1",
+        "--seed",
+        "0",
+        "--sampler",
+        "random",
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["measured"] == 2 and payload["scenario"] == "server@150qps"
+    assert payload["study"] == "tiny-cnn|cpu|server@150qps|500ms"
+    best = payload["best"]
+    assert "batch_timeout_ms" in best["config"]
+    assert best["qps"] == pytest.approx(150, rel=0.3)  # arrivals at the target rate, not as fast as it can
+    folder = out / "cpu" / "tiny-cnn"
+    summaries = sorted(folder.glob("loadgen/trial-*/mlperf_log_summary.txt"))
+    assert len(summaries) == 2
+    text = summaries[0].read_text()
+    assert "Scenario : Server" in text and "Result is : VALID" in text
+    assert (folder / "server-150qps" / "pareto.json").exists()
+
+
+def test_singlestream_measure_on_the_cpu_reports_loadgen_per_query_latency(tmp_path, rapl_at_15w):
+    r = run_cli(
+        "measure",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "cpu",
+        "--scenario",
+        "singlestream",
+        "--batch-size",
+        "1",
+        "--window",
+        "1",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["scenario"] == "singlestream"
+    m = payload["measurements"][0]
+    assert m["valid"] and m["extra"]["loadgen_scenario"] == "SingleStream" and m["extra"]["percentile"] == "p90"
+    assert m["p99_ms"] >= m["p90_ms"] >= m["p50_ms"] > 0 and m["meter"] == "rapl"
+
+
+def test_scenario_mistakes_are_one_line_and_exit_2():
+    base = ("run", "--model", "tiny-cnn", "--device", "sim:orin", "--max-latency", "50ms", "--trials", "1")
+    r = run_cli(*base, "--scenario", "server")
+    assert r.returncode == 2 and "--target-qps" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli(*base, "--scenario", "bogus")
+    assert r.returncode == 2 and "unknown scenario" in r.stderr
