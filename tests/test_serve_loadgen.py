@@ -45,7 +45,7 @@ def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp
     assert "batch_timeout_ms" in best["config"]
     assert best["qps"] == pytest.approx(150, rel=0.3)  # arrivals at the target rate, not as fast as it can
     folder = out / "cpu" / "tiny-cnn"
-    summaries = sorted(folder.glob("loadgen/trial-*/mlperf_log_summary.txt"))
+    summaries = sorted(folder.glob("loadgen/server-150qps/trial-*/mlperf_log_summary.txt"))
     assert len(summaries) == 2
     text = summaries[0].read_text()
     assert "Scenario : Server" in text and "Result is : VALID" in text

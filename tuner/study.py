@@ -174,13 +174,10 @@ class Objective:
     def measure(self, trial: optuna.Trial, effective: Config) -> Measurement:
         update: dict = {"seed": trial_seed(self.options.seed, trial.number)}
         if not self.device.simulated:
-            folder = (
-                self.options.out
-                / self.device.slug
-                / Path(self.options.model).stem
-                / "loadgen"
-                / f"trial-{trial.number:04d}"
-            )
+            folder = self.options.out / self.device.slug / Path(self.options.model).stem / "loadgen"
+            if self.options.window.scenario != "offline":
+                folder = folder / label(self.options.window).replace("@", "-")
+            folder = folder / f"trial-{trial.number:04d}"
             update["log_dir"] = str(folder)
             trial.set_user_attr("loadgen_logs", str(folder))
         hardware, serving = split(effective)
