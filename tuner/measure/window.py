@@ -50,7 +50,7 @@ QSL_SIZE = 1024
 SERVER_MIN_QUERIES = 500
 # The same rule for SingleStream's p90 needs about 64 queries.
 SINGLESTREAM_MIN_QUERIES = 64
-SINGLESTREAM_MARGIN = 4.0
+SINGLESTREAM_MARGIN = 1.5
 
 
 class Runner(Protocol):
