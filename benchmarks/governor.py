@@ -26,7 +26,7 @@ from tuner.serve.policy import write_policy
 from tuner.serve.replay import load_trace, plot_replay, replay
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BASE_RATES = [float(r) for r in range(20, 301, 20)]
+BASE_RATES = [float(r) for r in range(20, 181, 20)]
 
 
 def main() -> None:

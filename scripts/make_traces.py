@@ -2,13 +2,14 @@
 
 diurnal.csv: one day at one-minute steps. The shape is the common one of
 user-facing inference traffic: a night trough at about 6% of the peak around
-04:00, a morning ramp, a plateau with a peak of 300 queries/s at 13:00, a
+04:00, a morning ramp, a plateau with a peak of 150 queries/s at 13:00 (about what the AGX Orin twin serves
+resnet50 within a 50 ms p99; ``tune replay --rate-scale`` fits it to other devices), a
 second evening bump at 20:00, and minute-to-minute wobble of a few percent
 (a log-normal AR(1) process, so neighbouring minutes stay alike).
 
-bursty.csv: one hour at ten-second steps: a base load of about 40 queries/s
+bursty.csv: one hour at ten-second steps: a base load of about 20 queries/s
 with wobble, and bursts (flash crowds, batch jobs) that start at random times
-(Poisson, about one every 6 minutes), jump within one step to 150-300
+(Poisson, about one every 6 minutes), jump within one step to 75-150
 queries/s and decay over 30-120 s.
 
     python scripts/make_traces.py            # rewrites both files
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 OUT = Path(__file__).resolve().parent.parent / "tuner" / "serve" / "traces"
-PEAK_QPS = 300.0
+PEAK_QPS = 150.0
 
 
 def diurnal(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -43,11 +44,11 @@ def diurnal(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 def bursty(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     steps = np.arange(360)
     t = steps * 10.0
-    base = 40.0 * np.exp(rng.normal(0.0, 0.05, len(steps)))
+    base = 20.0 * np.exp(rng.normal(0.0, 0.05, len(steps)))
     rate = base.copy()
     start = rng.exponential(360.0)
     while start < 3600.0:
-        height = rng.uniform(110.0, 260.0)
+        height = rng.uniform(55.0, 130.0)
         decay = rng.uniform(30.0, 120.0)
         after = t - start
         rate += np.where(after >= 0, height * np.exp(-np.clip(after, 0, None) / decay), 0.0)
@@ -63,8 +64,8 @@ def write(path: Path, times: np.ndarray, rates: np.ndarray, note: str) -> None:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    write(OUT / "diurnal.csv", *diurnal(np.random.default_rng(15)), "diurnal day, 1-minute steps, peak 300 q/s")
-    write(OUT / "bursty.csv", *bursty(np.random.default_rng(16)), "bursty hour, 10-second steps, base 40 q/s")
+    write(OUT / "diurnal.csv", *diurnal(np.random.default_rng(15)), "diurnal day, 1-minute steps, peak 150 q/s")
+    write(OUT / "bursty.csv", *bursty(np.random.default_rng(16)), "bursty hour, 10-second steps, base 20 q/s")
 
 
 if __name__ == "__main__":

@@ -148,8 +148,8 @@ def test_the_shipped_traces_load():
     folder = resources.files("tuner.serve") / "traces"
     day = load_trace(folder / "diurnal.csv")
     hour = load_trace(folder / "bursty.csv")
-    assert day.durations.sum() == 24 * 3600 and day.rates.max() == pytest.approx(300, rel=0.01)
-    assert hour.durations.sum() == 3600 and hour.rates.min() < 50 < 250 < hour.rates.max()
+    assert day.durations.sum() == 24 * 3600 and day.rates.max() == pytest.approx(150, rel=0.01)
+    assert hour.durations.sum() == 3600 and hour.rates.min() < 25 < 100 < hour.rates.max()
 
 
 def test_singlestream_on_the_twin_is_batch_one_bounded_on_p90():
