@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from opclass_microbench import graph_time  # noqa: E402
+from opclass_microbench import graph_time
 
 from runners import zoo
 
