@@ -41,7 +41,8 @@ FREE = {
         "hosts": ["reference", "issue3"],
     },
     "sim:orin": {
-        "params": ["gpu_dyn_w_per_v2_ghz", "gpu_clock_w_per_v2_ghz", "host_factor", "cpu_dyn_w_per_v2_ghz"],
+        "params": ["gpu_dyn_w_per_v2_ghz", "gpu_clock_w_per_v2_ghz", "host_factor", "cpu_dyn_w_per_v2_ghz",
+                   "runtimes.tensorrt-int8.kernel_floor_scale"],
         "hosts": [],
     },
 }  # fmt: skip
@@ -149,6 +150,7 @@ TRT = {
     "precision": "int8",
     "fused_ops": ["batchnorm", "relu", "relu6", "silu", "gelu", "add", "scale", "mul", "sigmoid"],
     "launch_scale": 0.1,
+    "kernel_floor_scale": 1.0,
     "module_overhead": False,
 }
 
@@ -171,7 +173,7 @@ def orin_params(previous: dict | None) -> dict:
         "host_factor": keep.get("host_factor", 2.5),
         "host_ref_mhz": 2201.6,
         "runtimes": {"pytorch": {"description": "eager PyTorch fp32 (as Pagoda measured)"}, "tensorrt-int8": TRT},
-        "gpu_vf": {"v_min": 0.6, "v_max": 1.0, "f_knee_mhz": 420.0, "f_max_mhz": 1300.5},
+        "gpu_vf": {"v_min": 0.6, "v_max": 1.0, "f_knee_mhz": 520.0, "f_max_mhz": 1300.5},
         "gpu_leak_w_per_v_tpc": 0.3,
         "gpu_clock_w_per_v2_ghz": keep.get("gpu_clock_w_per_v2_ghz", 6.0),
         "gpu_dyn_w_per_v2_ghz": keep.get("gpu_dyn_w_per_v2_ghz", 40.0),
@@ -202,8 +204,10 @@ def orin_params(previous: dict | None) -> dict:
             "host_factor": FITTED + ": Cortex-A78AE at host_ref_mhz against the microbenchmarked x86 host",
             "host_ref_mhz": "Orin CPU maximum (launch cost scales with 1/CPU clock below it)",
             "runtimes": "pytorch: eager; tensorrt-int8 (sim:orin-trt): assumptions named in its description; "
-            "launch_scale 0.1 is an assumption (C++ enqueue of a prebuilt engine)",
-            "gpu_vf": "assumption: 0.6 V flat to 420 MHz, then linear to 1.0 V at 1300.5 MHz (Ampere mobile "
+            "launch_scale 0.1 is an assumption (C++ enqueue of a prebuilt engine); kernel_floor_scale (TensorRT's "
+            "kernel floors against the eager cuDNN floors microbenchmarked on the H200) is "
+            + FITTED + " (the two SingleStream rows)",
+            "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the issue-3 twin assumed), then linear to 1.0 V at 1300.5 MHz (Ampere mobile "
             "curves; not published)",
             "gpu_leak_w_per_v_tpc": "assumption: GPU leakage about 2.4 W at MAXN, per powered TPC (TPC_PG_MASK "
             "gates the others)",
@@ -277,12 +281,19 @@ def load_previous(kind: str) -> dict | None:
     return data if data.get("version") == 2 else None
 
 
+def dotted(params: dict, path: str) -> float:
+    node = params
+    for part in path.split("."):
+        node = node[part]
+    return float(node)
+
+
 def fit(twin: str, params: dict, rows: list, host_values: dict[str, float]) -> tuple[dict, dict[str, float]]:
     """Least squares on log errors of the fitted rows of this twin (and its runtime variants)."""
     names = FREE[twin]["params"]
     host_names = FREE[twin]["hosts"]
     base = TwinParams.model_validate(params)
-    x0 = np.log([params[n] for n in names] + [host_values.get(h, 1.5) for h in host_names])
+    x0 = np.log([dotted(params, n) for n in names] + [host_values.get(h, 1.5) for h in host_names])
     mine = [r for r in rows if r.twin.startswith(twin) and r.fitted]
     devices = {name: TwinDevice(name) for name in {r.twin for r in mine}}
 
@@ -310,7 +321,10 @@ def fit(twin: str, params: dict, rows: list, host_values: dict[str, float]) -> t
     hosts_fit = apply(solution.x)
     fitted = json.loads(json.dumps(params))
     for name, value in zip(names, np.exp(solution.x[: len(names)]), strict=True):
-        fitted[name] = round(float(value), 6)
+        node = fitted
+        for part in name.split(".")[:-1]:
+            node = node[part]
+        node[name.split(".")[-1]] = round(float(value), 6)
     return fitted, {k: round(v, 6) for k, v in hosts_fit.items()}
 
 

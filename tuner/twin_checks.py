@@ -67,9 +67,9 @@ def maxq_saving(batch: int = 64) -> dict:
     }
 
 
-def clock_curve(model: str = "efficientnet_b0", batch: int = 1) -> list[tuple[float, float]]:
+def clock_curve(model: str = "efficientnet_b0", batch: int = 1, twin: str = "sim:orin") -> list[tuple[float, float]]:
     """Energy per query against the GPU clock at MAXN (other knobs at default)."""
-    orin = TwinDevice("sim:orin")
+    orin = TwinDevice(twin)
     space = orin.space()
     configs = [
         Config(knobs={**space.default_config().knobs, "gpu_mhz": f}, batch_size=batch)
@@ -97,9 +97,12 @@ def published_checks() -> list[str]:
             f"{q['maxn_wall_w']:.1f} W; {q['maxq_qps']:.0f} vs {q['maxn_qps']:.0f} images/s (MLPerf Offline "
             "3463 vs 6438 with the DLAs: the twin models the GPU only)."
         )
-    curve = clock_curve()
-    best = min(range(len(curve)), key=lambda i: curve[i][1])
-    shown = ", ".join(f"{f:g}: {e * 1000:.1f}" for f, e in curve)
-    lines.append(f"- efficientnet_b0 batch 1 at MAXN, mJ per query by GPU MHz: {shown}; minimum at "
-                 f"{curve[best][0]:g} MHz (interior: {0 < best < len(curve) - 1}).")  # fmt: skip
+    for twin, model in (("sim:orin", "efficientnet_b0"), ("sim:orin-trt", "efficientnet_b0"), ("sim:orin", "resnet50")):
+        curve = clock_curve(model, 1, twin)
+        best = min(range(len(curve)), key=lambda i: curve[i][1])
+        shown = ", ".join(f"{f:g}: {e * 1000:.1f}" for f, e in curve)
+        lines.append(
+            f"- {twin} {model} batch 1 at MAXN, mJ per query by GPU MHz: {shown}; minimum at "
+            f"{curve[best][0]:g} MHz (interior: {0 < best < len(curve) - 1})."
+        )
     return lines

@@ -86,6 +86,7 @@ class Runtime(BaseModel):
     precision: str | None = None
     fused_ops: list[str] = Field(default_factory=list)
     launch_scale: float = 1.0
+    kernel_floor_scale: float = 1.0
     module_overhead: bool = True
 
 
@@ -272,7 +273,7 @@ class TwinModel:
             ]
         ).reshape(len(precisions), len(classes))
         bw_eff = np.array([p.op_classes[c].bw_eff for c in classes])
-        kmin = np.array([p.op_classes[c].kernel_min_cycles for c in classes])
+        kmin = np.array([p.op_classes[c].kernel_min_cycles for c in classes]) * runtime.kernel_floor_scale
         scale = np.array([PRECISION_BYTES[x] / 4.0 for x in precisions])
 
         conv = np.array([c.startswith("conv") for c in classes])
