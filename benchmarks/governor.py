@@ -65,7 +65,7 @@ def main() -> None:
             seed=args.seed,
             out=out,
         )
-        results = plan_rates(device, options, on_rate=lambda r: print(f"{twin} {r.rate:g} q/s done", flush=True))
+        results = plan_rates(device, options, on_rate=lambda r, t=twin: print(f"{t} {r.rate:g} q/s done", flush=True))
         policy = build_policy(device, options, results, "p99")
         stem = f"governor-{device.slug}"
         write_policy(policy, RESULTS / f"{stem}-policy.yaml")

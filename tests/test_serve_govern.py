@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import run_cli
+from clirun import run_cli
 from fakeboard import make_fake_board
 
 from tuner.serve.policy import Band, BandProvenance, Policy, write_policy

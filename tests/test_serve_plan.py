@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from conftest import run_cli
+from clirun import run_cli
 from typer.testing import CliRunner
 
 from tuner.cli import app

@@ -125,24 +125,6 @@ def simulate(
     return QueueOutcome(latencies_s=latencies, duration_s=end, busy_s=busy, energy_j=energy, batches=batches)
 
 
-def idle_power_w(model: TwinModel, config: Config, gpu_mhz: float) -> float:
-    """The twin's power with nothing running: board static, GPU and CPU leakage, memory background.
-
-    The same terms as the twin's busy power with every activity at zero; the
-    GPU sits at its configured (or power-capped) clock, as a locked clock does.
-    """
-    p = model.params
-    op = model.operating([config])
-    volts = float(p.gpu_vf.volts(np.array([gpu_mhz]))[0])
-    tpc_frac = float(op.tpcs[0]) / p.tpcs_max
-    mem_max = max(float(v) for v in model._mem_values())
-    watts = p.base_w + p.gpu_leak_w_per_v * volts * tpc_frac + p.mem_static_w * float(op.mem_mhz[0]) / mem_max
-    if p.cpu_vf is not None and p.cpu_metered:
-        cv = float(p.cpu_vf.volts(op.cpu_mhz)[0])
-        watts += p.cpu_leak_w_per_core_v * cv * float(op.cores[0])
-    return watts
-
-
 def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> ServingProfile:
     """Time and power of every batch size up to the configuration's (maximum) batch size."""
     sizes = list(range(1, config.batch_size + 1))
@@ -152,7 +134,7 @@ def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> 
     return ServingProfile(
         service_s=np.concatenate([[np.inf], result.time_s]),
         busy_w=np.concatenate([[0.0], result.power_w]),
-        idle_w=idle_power_w(model, configs[0], float(result.gpu_mhz[0])),
+        idle_w=float(model.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
         jitter_s=p.p50_jitter_ms / 1000.0,
         noise=p.noise_time,
     )
