@@ -206,8 +206,7 @@ def orin_params(previous: dict | None) -> dict:
             "runtimes": "pytorch: eager; tensorrt-int8 (sim:orin-trt): assumptions named in its description; "
             "launch_scale 0.1 is an assumption (C++ enqueue of a prebuilt engine); kernel_floor_scale (TensorRT's "
             "kernel floors against the eager cuDNN floors microbenchmarked on the H200) is "
-            + FITTED
-            + " (the two SingleStream rows)",
+            + FITTED + " (the two SingleStream rows)",
             "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the issue-3 twin assumed), then linear to 1.0 V at 1300.5 MHz (Ampere mobile "
             "curves; not published)",
             "gpu_leak_w_per_v_tpc": "assumption: GPU leakage about 2.4 W at MAXN, per powered TPC (TPC_PG_MASK "
