@@ -23,7 +23,7 @@ def board(tmp_path, monkeypatch):
 
 
 def board_policy(path, kind="orin-agx", model="resnet50"):
-    """Two bands the fake board supports: 15W below 100 q/s, MAXN at a lower GPU clock above."""
+    """Two bands the fake board supports: 15W below 100 q/s, MAXN above."""
     from tuner.devices.registry import open_device
 
     space = open_device("orin").space()
@@ -50,7 +50,7 @@ def board_policy(path, kind="orin-agx", model="resnet50"):
         twin=False,
         percentile="p99",
         max_latency_ms=50.0,
-        bands=[band(0, 100, **low), band(100, 300, gpu_mhz=318.75)],
+        bands=[band(0, 100, **low), band(100, 300)],
     )
     write_policy(policy, path)
     return policy
@@ -81,7 +81,7 @@ def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(boar
     proc = start(tmp_path, policy, rate, "--state-file", str(tmp_path / "state.json"))
     wait_for(lambda: board.mode_id() == 1, proc)  # band 0: 15W
     rate.write_text("250\n")
-    wait_for(lambda: board.mode_id() == 0 and int((board.gpu_dir / "max_freq").read_text()) == 318750000, proc)
+    wait_for(lambda: board.mode_id() == 0, proc)
     wait_for(lambda: json.loads((tmp_path / "state.json").read_text())["band"] == 1, proc)
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
