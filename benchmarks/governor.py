@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--h200-scale", type=float, default=30.0)
     parser.add_argument("--twins", default="sim:orin,sim:h200")
+    parser.add_argument("--md", default="governor.md", help="results file under benchmarks/results/")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="governor-bench-"))
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ def main() -> None:
             ]
         lines.append("")
     lines.append(f"Wall time: {time.monotonic() - started:.0f} s.")
-    (RESULTS / "governor.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / args.md).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -45,6 +45,7 @@ def find_study(storage: str, model: str, device: str, bound_ms: float | None) ->
         )
     if bound_ms is not None:
         exact = [s for s in matches if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
+        exact.sort(key=lambda s: s.user_attrs.get("scenario", "offline") != "offline")  # Offline before Server
         chosen = exact[0] if exact else max(matches, key=lambda s: s.n_trials)
     elif len(matches) == 1:
         chosen = matches[0]
