@@ -12,6 +12,7 @@ band there and says so.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,54 @@ def plan_rates(
         results.append(result)
         if on_rate is not None:
             on_rate(result)
-    return results
+    return cross_check(device, options, storage, space, results)
+
+
+def cross_check(
+    device: Device, options: PlanOptions, storage: str, space: SearchSpace, results: list[RateResult]
+) -> list[RateResult]:
+    """Measure each rate's winner at every lower rate too, and keep the cheaper.
+
+    A configuration that serves a higher rate within the bound is a strong
+    candidate at a lower one, and a study per rate can miss it (each search
+    is short). Measured once per pair, in the lower rate's own study, so a
+    re-run finds them there and measures nothing.
+    """
+    out = list(results)
+    for i, low in enumerate(results):
+        if low.record is None:
+            continue
+        study = open_study(low.study, storage)
+        measured = {t.user_attrs.get("effective_key") for t in study.trials}
+        queued = 0
+        for high in results[i + 1 :]:
+            if high.record is None:
+                continue
+            config = space.effective(
+                Config(knobs=dict(high.record["config"]), batch_size=int(high.record["batch_size"]))
+            )
+            if json.dumps(config.key()) in measured:
+                continue
+            study.enqueue_trial(space.params_for(config), skip_if_exists=True)
+            measured.add(json.dumps(config.key()))
+            queued += 1
+        if queued:
+            run = RunOptions(
+                model=options.model,
+                max_latency_ms=options.max_latency_ms,
+                trials=queued,
+                seed=options.seed,
+                sampler=options.sampler,
+                batch_sizes=options.batch_sizes,
+                knobs=options.knobs,
+                storage=storage,
+                out=options.out,
+                window=window_for(options.window, "server", low.rate),
+            )
+            study, _ = run_study(device, run)
+            best = best_feasible(study)
+            out[i] = RateResult(low.rate, low.study, trial_record(best) if best else None, True)
+    return out
 
 
 def seed_study(study: optuna.Study, space: SearchSpace, previous: dict | None) -> None:
