@@ -46,9 +46,9 @@ def register(app: typer.Typer) -> None:
         name = device or default_device(exported.device, exported.device_kind)
         options = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
         dev = open_device(name, allow_clock_changes=allow_clock_changes, **options)
+        steps = apply_export(exported, dev, dry_run=dry_run)
         if exported.twin:
             common.err_console.print("warning: this configuration was measured on a digital twin, not on hardware")
-        steps = apply_export(exported, dev, dry_run=dry_run)
         if as_json:
             common.emit_json(
                 {"device": dev.name, "dry_run": dry_run, "writes": steps, "batch_size": exported.batch_size}

@@ -43,8 +43,9 @@ def find_study(storage: str, model: str, device: str, bound_ms: float | None, ex
         and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
     ]
     if not matches:
-        known = {str(s.user_attrs.get(k)) for s in summaries for k in ("model", "device", "device_slug", "device_kind")}
-        hint = did_you_mean(model, known) or did_you_mean(device, known)
+        models = {str(s.user_attrs.get("model")) for s in summaries}
+        devices = {str(s.user_attrs.get(k)) for s in summaries for k in ("device", "device_slug", "device_kind")}
+        hint = did_you_mean(model, models) if model not in models else did_you_mean(device, devices)
         raise UserError(
             f"no study of {model} on {device} in {redact(storage)}{hint}: run tune run first, or pass --storage/--out"
         )
@@ -169,10 +170,10 @@ def register(app: typer.Typer) -> None:
         """Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."""
         if not 0 < port < 65536:
             raise UserError(f"--port {port} is not a TCP port: give 1..65535, e.g. 8080")
-        url = common.read_storage(storage, out)
         try:
             import optuna_dashboard
         except ImportError:
             raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
+        url = common.read_storage(storage, out)
         common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
         optuna_dashboard.run_server(driver_url(url), host=host, port=port)
