@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from clirun import run_cli
 
 from tuner.cli import main
 from tuner.deploy import export_config, write_export
