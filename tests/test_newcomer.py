@@ -191,3 +191,49 @@ def test_quick_start_artifacts_are_ignored_by_git():
     if r.returncode == 128:
         pytest.skip("not a git checkout")
     assert sorted(r.stdout.split()) == sorted(names)
+
+
+class _Board:
+    """Just enough of a Jetson device for provenance: describe() as the real backend returns it."""
+
+    name, kind, slug, simulated = "orin", "orin-agx", "orin", False
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "backend": "jetson", "sysfs_root": str(self.root)}
+
+
+class _Gpu:
+    name, kind, slug, simulated = "cuda:0", "h200", "h200", False
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "gpu": "NVIDIA H200", "driver": "580.159.04"}
+
+
+def test_provenance_names_the_board_and_l4t_release_or_the_gpu_and_driver(tmp_path):
+    from tuner.provenance import device_provenance
+
+    (tmp_path / "proc" / "device-tree").mkdir(parents=True)
+    (tmp_path / "proc" / "device-tree" / "model").write_bytes(b"NVIDIA Jetson AGX Orin Developer Kit\x00")
+    (tmp_path / "etc").mkdir()
+    release = "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64"
+    (tmp_path / "etc" / "nv_tegra_release").write_text(release + "\n")
+    board = device_provenance(_Board(tmp_path))
+    assert board["hardware"] == "NVIDIA Jetson AGX Orin Developer Kit" and board["l4t"] == release
+    assert board["twin"] is False
+    gpu = device_provenance(_Gpu())
+    assert gpu["hardware"] == "NVIDIA H200" and gpu["driver"] == "580.159.04"
+
+
+def test_unwritable_out_folder_is_refused_before_anything_is_created(tmp_path, monkeypatch):
+    import tuner.cli.common as common
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(common.os, "access", lambda path, mode: False)  # as if the folder were read-only
+    code, _, err = cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", "new/studies")
+    assert code == 2 and "is not writable by this user" in err
+    code, _, err = cli("export", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-o", "best.yaml")
+    assert code == 2 and "not writable" in err
+    assert list(tmp_path.iterdir()) == []

@@ -14,6 +14,7 @@ from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.provenance import provenance
 from tuner.space import Config
 from tuner.units import check_count, check_seconds
 
@@ -186,6 +187,7 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
             ],
         },
         "results": str(folder),
+        "provenance": provenance(dev),
     }
     (folder / "roofline.json").write_text(json.dumps(payload, indent=1))
     return payload
