@@ -27,7 +27,9 @@ from tuner.deploy import export_config, write_export
 from tuner.devices.twin import TwinDevice
 from tuner.study import RunOptions, run_study
 
-SPACE = yaml.safe_load((Path(__import__("search_spaces").__file__).parent / "orin-agx.yaml").read_text())
+SPACES = Path(__import__("search_spaces").__file__).parent
+SPACE = yaml.safe_load((SPACES / "orin-agx.yaml").read_text())
+H200 = yaml.safe_load((SPACES / "h200.yaml").read_text())
 
 
 def _space(**changes) -> str:
@@ -100,6 +102,10 @@ def folder(tmp_path_factory) -> Path:
         "space-default.yaml": _space(knob_gpu_mhz__default=1.0),
         "space-extra.yaml": _space(warp=9),
         "space-big.yaml": _big_space(),
+        "space-str.yaml": _space(knob_gpu_mhz__values=["fast", 114.75], knob_gpu_mhz__default=114.75),
+        "space-noknob.yaml": yaml.safe_dump(
+            {**H200, "knobs": {k: v for k, v in H200["knobs"].items() if k != "precision"}}
+        ),
         "text.onnx": "this is not a model\n",
         "afile": "a file where a folder is expected\n",
     }
@@ -228,6 +234,8 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     # measure
     ((*MEASURE, "--set", "gpu_mhz=fast"), "choose one of 114.75"),
     ((*MEASURE, "--space", "space-neg.yaml", "--set", "gpu_mhz=fast"), "positive numbers"),
+    ((*MEASURE, "--space", "space-str.yaml", "--set", "gpu_mhz=fast"), "must be a number"),
+    (("measure", "-m", "resnet50", "-d", "sim:h200", "-b", "8", "--space", "space-noknob.yaml"), "must list the knobs"),
     ((*MEASURE, "--set", "gpu_mhz=-5"), "choose one of 114.75"),
     ((*MEASURE, "--set", "gpu_mhz=nan"), "choose one of 114.75"),
     ((*MEASURE, "--set", "gpu_mhz=999"), "choose one of 114.75"),

@@ -237,3 +237,19 @@ def test_unwritable_out_folder_is_refused_before_anything_is_created(tmp_path, m
     code, _, err = cli("export", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-o", "best.yaml")
     assert code == 2 and "not writable" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_onnx_path_is_checked_before_anything_is_created(tmp_path):
+    from tuner.models import check_model
+
+    text = tmp_path / "text.onnx"
+    text.write_text("not a model\n")
+    with pytest.raises(UserError, match="not an ONNX model"):
+        check_model(str(text))
+    with pytest.raises(UserError, match="is a folder"):
+        (tmp_path / "dir.onnx").mkdir()
+        check_model(str(tmp_path / "dir.onnx"))
+    with pytest.raises(UserError, match="cannot be read"):
+        check_model(str(tmp_path / "absent.onnx"))
+    with pytest.raises(UserError, match="zoo models only"):
+        check_model(str(text), simulated=True)

@@ -336,10 +336,41 @@ def _is_number(text: str) -> bool:
 
 
 def load_space_file(path: Path) -> SearchSpace:
-    """Load and validate a space file; a corrupt file is a one-line user error."""
+    """Load and validate a user's space file; a corrupt file is a one-line user error.
+
+    A file for a kind the package knows must keep that kind's knobs and their
+    types (a clock stays a number): the device decodes values by knob, so
+    ``gpu_mhz: [fast]`` would otherwise pass here and fail inside a trial.
+    """
+    space = _load_file(path)
+    if space.kind in available_kinds():
+        _check_like(space, load_space(space.kind), path)
+    return space
+
+
+def _load_file(path: Path) -> SearchSpace:
     return load_yaml_model(
         path, SearchSpace, "search space", "fix the file or restore it from the package", version=SPACE_VERSION
     )
+
+
+def _family(value: KnobValue) -> str:
+    return "a number" if _is_numeric(value) else "true/false" if isinstance(value, bool) else "a name"
+
+
+def _check_like(space: SearchSpace, packaged: SearchSpace, path: Path) -> None:
+    if set(space.knobs) != set(packaged.knobs):
+        raise UserError(
+            f"search space {path} must list the knobs of {space.kind} ({', '.join(packaged.knobs)}), "
+            f"not {', '.join(space.knobs)}: fix the file or restore it from the package"
+        )
+    for name, knob in space.knobs.items():
+        want = {_family(v) for v in packaged.knobs[name].values}
+        wrong = [v for v in knob.values if _family(v) not in want]
+        if wrong:
+            raise UserError(
+                f"search space {path}: {name} value {wrong[0]!r} must be {' or '.join(sorted(want))}: fix the file"
+            )
 
 
 def available_kinds() -> list[str]:
@@ -354,4 +385,4 @@ def load_space(kind: str) -> SearchSpace:
     if not resource.is_file():
         raise UserError(f"no search space for device kind {kind!r}: known kinds are {', '.join(available_kinds())}")
     with resources.as_file(resource) as path:
-        return load_space_file(path)
+        return _load_file(path)
