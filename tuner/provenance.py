@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import platform
 import socket
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,13 @@ from tuner.devices.base import Device
 PACKAGES = {"torch": "torch", "onnxruntime": "onnxruntime", "loadgen": "mlcommons-loadgen", "optuna": "optuna"}
 
 
+@cache
 def software_versions() -> dict[str, str | None]:
-    """The tool's version and each runtime library's installed version (None: not installed)."""
+    """The tool's version and each runtime library's installed version (None: not installed).
+
+    Cached: a benchmark opens thousands of studies in one process, and the
+    installed packages do not change under it.
+    """
     found: dict[str, str | None] = {"powertune": __version__, "python": platform.python_version()}
     for key, dist in PACKAGES.items():
         try:
@@ -71,4 +77,4 @@ def device_provenance(device: Device) -> dict[str, Any]:
 
 def provenance(device: Device) -> dict[str, Any]:
     """Everything a result file records about where and with what it was measured."""
-    return {**device_provenance(device), "software": software_versions()}
+    return {**device_provenance(device), "software": dict(software_versions())}
