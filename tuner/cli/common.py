@@ -148,10 +148,13 @@ def twin_note(device: Device) -> str:
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     t = Table(title=title)
     for c in columns:
-        t.add_column(c, justify="right" if c not in ("config", "front") else "left")
+        t.add_column(c, justify="left" if c in _TEXT_COLUMNS else "right")
     for r in rows:
         t.add_row(*[fmt(v) for v in r])
     return t
+
+
+_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "usable here", "worker", "device")
 
 
 def fmt(value: Any) -> str:

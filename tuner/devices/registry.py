@@ -152,7 +152,7 @@ def known_devices() -> list[dict[str, Any]]:
 
         RaplMeter()
     except UserError as exc:
-        found[-1]["usable"] = f"no: {exc}"
+        found[-1]["usable"] = f"no: {str(exc).split(':')[0]}"
     try:
         import pynvml
 
