@@ -22,13 +22,20 @@ from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 from tuner.units import MAX_BATCH, check_count, check_seconds
 
 PERCENTILES = ("p50", "p90", "p99")
-METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "jtop")
+METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
+
+
+def check_meter(meter: str | None, device: str) -> None:
+    """Built-in devices take the built-in meters; a plugin may name meters of its own."""
+    from tuner.devices.jetson import DEVICE_KINDS
+
+    builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
+    if meter is not None and builtin:
+        common.choice(meter, METERS, "--meter")
 
 
 def window_settings(window: float, percentile: str, meter: str | None, seed: int | None, noise: bool) -> WindowSettings:
     common.choice(percentile, PERCENTILES, "--percentile")
-    if meter is not None:
-        common.choice(meter, METERS, "--meter")
     check_seconds(window, "--window", "10", maximum=3600.0)
     return WindowSettings(window_s=window, percentile=percentile, meter=meter, seed=seed, noise=noise)
 
@@ -95,6 +102,7 @@ def register(app: typer.Typer) -> None:
         check_seconds(timeout, "--timeout", "600")
         bound = common.latency(max_latency)
         common.choice(sampler, SAMPLERS, "--sampler")
+        check_meter(meter, device)
         url = common.run_storage(storage, out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         options = RunOptions(
@@ -177,6 +185,7 @@ def register(app: typer.Typer) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
         bound = common.latency(max_latency) if max_latency is not None else None
         settings = window_settings(window, percentile, meter, seed, seed is not None)
+        check_meter(meter, device)
         common.check_out_dir(out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         check_model(model, dev.simulated)
@@ -254,6 +263,7 @@ def register(app: typer.Typer) -> None:
         check_count(repeat, "--repeat", 3, maximum=1000)
         check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
         settings = window_settings(window, percentile, meter, seed, seed is not None)
+        check_meter(meter, device)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         check_model(model, dev.simulated)
         space = dev.space()

@@ -11,7 +11,7 @@ from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
 
 DEVICE_HELP = (
-    "sim:orin, sim:h200, sim:orin-nano (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
+    "sim:orin, sim:h200, sim:orin-nano, sim:orin-trt (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
     "orin, orin-nano, xavier, tx2 (Jetson boards), py:package.module:Class or a powertune.devices plugin"
 )
 PLUGIN_GROUP = "powertune.devices"
