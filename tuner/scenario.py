@@ -23,9 +23,10 @@ from tuner.space import Config, Knob, SearchSpace
 SCENARIOS = ("offline", "server", "singlestream")
 SCENARIO_PERCENTILE = {"server": "p99", "singlestream": "p90"}
 TIMEOUT_KNOB = "batch_timeout_ms"
-# Batching timeouts searched in Server: 0 batches whatever is queued when the
-# model is free (greedy); longer waits fill batches at low rates.
-TIMEOUTS_MS: list[float] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0]
+# Batching timeouts searched in Server: 0.1 ms is in effect greedy (whatever is
+# queued when the model is free; knob values must be positive); longer waits
+# fill batches at low rates.
+TIMEOUTS_MS: list[float] = [0.1, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0]
 SERVING_KNOBS = (TIMEOUT_KNOB,)
 
 
@@ -88,7 +89,7 @@ def serving_space(space: SearchSpace, settings: WindowSettings) -> SearchSpace:
         out = space.model_copy(deep=True)
         out.knobs[TIMEOUT_KNOB] = Knob(
             values=list(TIMEOUTS_MS),
-            default=0.0,
+            default=TIMEOUTS_MS[0],
             group="runner",
             unit="ms",
             description="dynamic batching: longest wait for a batch to fill before it is run",

@@ -40,7 +40,7 @@ from tuner.study import (
 # The sampler a plan uses unless told: the roofline-guided default models
 # Offline physics, not queueing, and a plan runs a study per rate.
 PLAN_SAMPLER = "tpe"
-SEED_TIMEOUTS_MS = (0.0, 10.0)
+SEED_TIMEOUTS_MS = (0.1, 10.0)
 
 
 class PlanOptions(BaseModel):
