@@ -59,7 +59,7 @@ def git_head() -> str:
     return done.stdout.strip()
 
 
-def one_fleet(url: str, env: dict[str, str], folder: Path, opts: argparse.Namespace) -> dict:
+def one_fleet(url: str, read_url: str, env: dict[str, str], folder: Path, opts: argparse.Namespace) -> dict:
     """One repetition: start the fleet, kill one worker mid-trial, wait for the rest, read the study back."""
     common = [
         "run",
@@ -107,7 +107,7 @@ def one_fleet(url: str, env: dict[str, str], folder: Path, opts: argparse.Namesp
         codes.append(p.returncode)
         if p.returncode != 0:
             errors.append(err.strip().splitlines()[-1:] if err.strip() else ["(no output)"])
-    study = optuna.load_study(study_name=STUDY, storage=open_storage(url, None))
+    study = optuna.load_study(study_name=STUDY, storage=open_storage(read_url, None))
     states = [t.state for t in study.trials]
     result = {
         "seconds": round(time.monotonic() - began, 1),
@@ -153,10 +153,12 @@ def main() -> int:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-kill-")))
             if server is not None:
                 server.create_database(f"rep{rep}")
-                url, env = "postgresql://", server.env(f"rep{rep}")
+                # Workers read the credentials from PG* variables, as the README's fleet command does.
+                url, read_url, env = "postgresql://", server.url(f"rep{rep}"), server.env(f"rep{rep}")
             else:
-                url, env = f"sqlite:///{folder / 'tune.db'}", {}
-            result = one_fleet(url, env, folder, opts)
+                url = read_url = f"sqlite:///{folder / 'tune.db'}"
+                env = {}
+            result = one_fleet(url, read_url, env, folder, opts)
             results.append(result)
             print(json.dumps({"rep": rep, **result}), flush=True)
             if not result["ok"] and not opts.keep_going:
