@@ -51,17 +51,23 @@ def pg():
 
 
 STARTED: list[subprocess.Popen] = []
+OPENED: list[optuna.storages.RDBStorage] = []
 
 
 @pytest.fixture(autouse=True)
 def no_stray_workers():
-    """A failed assertion must not leave a parked worker sleeping for an hour."""
+    """A failed assertion must not leave a parked worker sleeping for an hour, nor pipes or connections open."""
     yield
     while STARTED:
         proc = STARTED.pop()
         if proc.poll() is None:
             proc.kill()
-            proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    while OPENED:
+        OPENED.pop().engine.dispose()
 
 
 def start_worker(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen:
@@ -88,7 +94,9 @@ def wait_for(path: Path, procs: list[subprocess.Popen], timeout: float = 120) ->
 
 
 def load(url: str) -> optuna.Study:
-    return optuna.load_study(study_name=STUDY, storage=open_storage(url, None))
+    storage = open_storage(url, None)
+    OPENED.append(storage)
+    return optuna.load_study(study_name=STUDY, storage=storage)
 
 
 def check_retried(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> None:
