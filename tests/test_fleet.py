@@ -176,13 +176,13 @@ def test_sqlite_run_killed_mid_trial_keeps_its_trials_and_resumes(tmp_path, sig)
 
 
 def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
-    """Four twin workers (default sampler) share a 24-trial study; one dies mid-trial; exactly 24 complete.
+    """Four twin workers (default sampler) share a 16-trial study; one dies mid-trial; exactly 16 complete.
 
     The killed trial is retried, the quota's last slots re-measure the best candidates, and nothing is left
     WAITING or RUNNING (issue 13: StudyFull through the re-measurement, and a retry left waiting).
     """
     pg.create_database("fleet")
-    total = 24
+    total = 16
     marker = tmp_path / "parked"
     env = pg.env("fleet")
     # Heartbeat 2 s (grace 6 s): a loaded CI machine must not starve a live worker's heartbeat into staleness.
