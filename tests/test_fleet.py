@@ -176,13 +176,13 @@ def test_sqlite_run_killed_mid_trial_keeps_its_trials_and_resumes(tmp_path, sig)
 
 
 def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
-    """Four twin workers (default sampler) share a 16-trial study; one dies mid-trial; exactly 16 complete.
+    """Four twin workers (default sampler) share a 24-trial study; one dies mid-trial; exactly 24 complete.
 
     The killed trial is retried, the quota's last slots re-measure the best candidates, and nothing is left
     WAITING or RUNNING (issue 13: StudyFull through the re-measurement, and a retry left waiting).
     """
     pg.create_database("fleet")
-    total = 16
+    total = 24
     marker = tmp_path / "parked"
     env = pg.env("fleet")
     # Heartbeat 2 s (grace 6 s): a loaded CI machine must not starve a live worker's heartbeat into staleness.
@@ -196,7 +196,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
         "victim",
         "--storage",
         pg.url("fleet"),
-        env={**env, "FLEET_DELAY_S": "0.2", "FLEET_HANG_AFTER": "3", "FLEET_MARKER": str(marker)},
+        env={**env, "FLEET_DELAY_S": "0.2", "FLEET_HANG_AFTER": "2", "FLEET_MARKER": str(marker)},
         cwd=tmp_path,
     )
     others = [
@@ -214,11 +214,12 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
         )
         for i in (1, 2, 3)
     ]
-    wait_for(marker, [victim])
+    # Generous: on a loaded CI machine four workers starting and proposing one at a time are slow.
+    wait_for(marker, [victim], timeout=600)
     victim.kill()
     outputs = [victim.communicate(timeout=30)]
     for p in others:
-        outputs.append(p.communicate(timeout=300))
+        outputs.append(p.communicate(timeout=1200))
         assert p.returncode == 0, outputs[-1][1]
 
     study = load(pg.url("fleet"))
@@ -243,7 +244,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
     (report,) = json.loads(status.stdout)["studies"]
     assert (report["complete"], report["target"], report["running"], report["retried"]) == (total, total, 0, 1)
     per_worker = {w["worker"]: w for w in report["workers"]}
-    assert per_worker["victim"]["failed"] == 1 and per_worker["victim"]["complete"] >= 3
+    assert per_worker["victim"]["failed"] == 1 and per_worker["victim"]["complete"] >= 2
     assert sum(w["complete"] for w in per_worker.values()) == total
     outputs.append((status.stdout, status.stderr))
 
