@@ -91,7 +91,7 @@ def one_fleet(url: str, read_url: str, env: dict[str, str], folder: Path, opts: 
         start([*common, "--seed", str(i), "--worker-id", f"w{i}"], {**env, **delay}, folder)
         for i in range(1, opts.workers)
     ]
-    end = time.monotonic() + 300
+    end = time.monotonic() + 900  # a cap for a loaded machine, where four workers start slowly
     while not marker.exists() and victim.poll() is None and time.monotonic() < end:
         time.sleep(0.05)
     killed = marker.exists()
@@ -133,6 +133,30 @@ def one_fleet(url: str, read_url: str, env: dict[str, str], folder: Path, opts: 
     return result
 
 
+def write_report(opts: argparse.Namespace, results: list[dict]) -> int:
+    """Write the results so far (after every repetition, so a run stopped early keeps them); passed count."""
+    passed = sum(r["ok"] for r in results)
+    in_a_row = next((i for i, r in enumerate(results) if not r["ok"]), len(results))
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "commit": os.environ.get("FLEET_KILL_COMMIT") or git_head(),
+        "storage": opts.storage,
+        "workers": opts.workers,
+        "study_trials": opts.trials,
+        "sampler": "default (auto)",
+        "passed": passed,
+        "repetitions": len(results),
+        "passed_in_a_row": in_a_row,
+        "median_seconds": sorted(r["seconds"] for r in results)[len(results) // 2] if results else None,
+        "results": results,
+    }
+    opts.out.mkdir(parents=True, exist_ok=True)
+    (opts.out / f"fleet_kill-{opts.storage}.json").write_text(json.dumps(report, indent=2) + "\n")
+    return passed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--storage", choices=("sqlite", "postgres"), required=True)
@@ -161,27 +185,11 @@ def main() -> int:
             result = one_fleet(url, read_url, env, folder, opts)
             results.append(result)
             print(json.dumps({"rep": rep, **result}), flush=True)
+            write_report(opts, results)
             if not result["ok"] and not opts.keep_going:
                 break
-    passed = sum(r["ok"] for r in results)
+    passed = write_report(opts, results)
     in_a_row = next((i for i, r in enumerate(results) if not r["ok"]), len(results))
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "commit": os.environ.get("FLEET_KILL_COMMIT") or git_head(),
-        "storage": opts.storage,
-        "workers": opts.workers,
-        "study_trials": opts.trials,
-        "sampler": "default (auto)",
-        "passed": passed,
-        "repetitions": len(results),
-        "passed_in_a_row": in_a_row,
-        "median_seconds": sorted(r["seconds"] for r in results)[len(results) // 2] if results else None,
-        "results": results,
-    }
-    opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / f"fleet_kill-{opts.storage}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"{opts.storage}: {passed}/{len(results)} repetitions passed, {in_a_row} in a row")
     return 0 if passed == len(results) == opts.reps else 1
 
