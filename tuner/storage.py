@@ -392,8 +392,13 @@ class QuotaStudy(optuna.Study):
         """Create or take the trial and sample it, beating meanwhile: a slow proposal is not a dead worker."""
         trial = super().ask(fixed_distributions)
         if self.propose is not None:
-            with get_heartbeat_thread(trial._trial_id, self._storage):
-                self.propose(trial)
+            try:
+                with get_heartbeat_thread(trial._trial_id, self._storage):
+                    self.propose(trial)
+            except BaseException:
+                # Ctrl-C or a sampler error before the objective ran: no trial left RUNNING behind.
+                self.tell(trial, state=TrialState.FAIL)
+                raise
         return trial
 
     def _fail_stale(self) -> None:
