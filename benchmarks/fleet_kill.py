@@ -3,7 +3,7 @@
 Each repetition starts ``--workers`` real ``tune run`` processes on one study
 (``--study-trials N``, the default sampler, twins whose measurements take
 ``--delay`` seconds, via tests/fleet_worker.py), kills one of them with
-SIGKILL in the middle of its fourth trial, waits for the others and checks
+SIGKILL in the middle of its third trial, waits for the others and checks
 what issue 13 asks: exactly N COMPLETE trials, nothing WAITING or RUNNING,
 every surviving worker exited 0. PostgreSQL runs on a private loopback
 cluster (tests/pgserver.py); SQLite on one file. The run stops at the first
@@ -84,7 +84,7 @@ def one_fleet(url: str, read_url: str, env: dict[str, str], folder: Path, opts: 
     began = time.monotonic()
     victim = start(
         [*common, "--seed", "0", "--worker-id", "victim"],
-        {**env, **delay, "FLEET_HANG_AFTER": "3", "FLEET_MARKER": str(marker)},
+        {**env, **delay, "FLEET_HANG_AFTER": "2", "FLEET_MARKER": str(marker)},
         folder,
     )
     others = [
