@@ -335,13 +335,20 @@ def rail_watts(c):
     return {{"VDD_GPU_SOC": 2.5 + gpu, "VDD_CPU_CV": cpu, "VIN_SYS_5V0": 3.0 + mem, "VDDQ_VDD2_1V8AO": mem}}
 
 
+def sensor(path, value):
+    """A sensor changes at once: a reader never sees it half written (temporary name, then rename)."""
+    tmp = path.with_name(f".{{path.name}}.tmp_input")
+    tmp.write_text(f"{{value}}\n")
+    os.replace(tmp, path)
+
+
 def refresh():
     c = clocks()
-    (ROOT / EXTRA["devfreq"] / "cur_freq").write_text(read(f"{{EXTRA['devfreq']}}/max_freq") + "\n")
+    sensor(ROOT / EXTRA["devfreq"] / "cur_freq", read(f"{{EXTRA['devfreq']}}/max_freq"))
     for name, watts in rail_watts(c).items():
         folder, channel, millivolts = EXTRA["rails"][name]
-        (ROOT / folder / f"in{{channel}}_input").write_text(f"{{millivolts}}\n")
-        (ROOT / folder / f"curr{{channel}}_input").write_text(f"{{round(watts * 1e6 / millivolts)}}\n")
+        sensor(ROOT / folder / f"in{{channel}}_input", millivolts)
+        sensor(ROOT / folder / f"curr{{channel}}_input", round(watts * 1e6 / millivolts))
 
 
 def main(argv):

@@ -477,13 +477,11 @@ def board_space(base: SearchSpace, board: Board) -> tuple[SearchSpace, str | Non
         if file_caps != board_caps:
             differs.append(f"nvpmodel modes {', '.join(names)} (file: {', '.join(base.modes)})")
         default = next((m.name for m in board.modes if m.id == board.default_mode), board.modes[0].name)
-        knobs[mode_knob] = Knob(
-            **{**knobs[mode_knob].model_dump(), "values": names, "default": _mode_name(default)}
-        )
+        knobs[mode_knob] = Knob(**{**knobs[mode_knob].model_dump(), "values": names, "default": _mode_name(default)})
     note = None
     if differs:
-        note = (
-            f"the board's tables differ from search_spaces/{base.kind}.yaml, using the board's: " + "; ".join(differs)
+        note = f"the board's tables differ from search_spaces/{base.kind}.yaml, using the board's: " + "; ".join(
+            differs
         )
     space = base.model_copy(update={"knobs": knobs, "modes": modes})
     return SearchSpace.model_validate(space.model_dump()), note

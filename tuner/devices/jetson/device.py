@@ -531,8 +531,6 @@ class JetsonDevice:
         return measurement.model_copy(update={"temps_c": temps})
 
 
-
-
 def _pair(
     min_path: Path,
     max_path: Path,
@@ -565,5 +563,3 @@ def _find_nvpmodel(name: str) -> str:
             "TUNE_NVPMODEL at it"
         )
     return found
-
-

@@ -88,4 +88,3 @@ def _rule(path: Path, code: int | None) -> str:
     if code == errno.EINVAL:
         return "the kernel refused the value (not one this attribute accepts)"
     return "the kernel refused the write"
-
