@@ -76,6 +76,10 @@ from typing import Any
 
 import fakekernel
 
+from tuner.devices.base import WindowSettings
+from tuner.measurement import Measurement
+from tuner.space import Config
+
 TESTS = Path(__file__).resolve().parent
 
 _A78AE_KHZ = [
@@ -362,6 +366,9 @@ def main(argv):
     if len(argv) == 2 and argv[0] == "-m" and argv[1].isdigit():
         if EXTRA.get("ignore_m"):
             return 0
+        if EXTRA.get("fail_m"):
+            print("NVPM ERROR: Error opening /sys/devices/platform/17000000.gpu/devfreq_dev/available_frequencies")
+            return 1
         return set_mode(int(argv[1]))
     print("usage: nvpmodel [-m ID] [-q]", file=sys.stderr)
     return 1
@@ -453,6 +460,11 @@ class FakeBoard:
     def set_nvpmodel_ignores_m(self, ignore: bool = True) -> None:
         """Make ``nvpmodel -m`` succeed without switching (a mode that needs a reboot does that)."""
         self.conf["ignore_m"] = ignore
+        (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
+
+    def set_nvpmodel_fails(self, fail: bool = True) -> None:
+        """Make ``nvpmodel -m`` fail as it does when the conf names a missing node (seen on 36.x boards)."""
+        self.conf["fail_m"] = fail
         (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
 
     def mode_id(self) -> int:
@@ -659,3 +671,30 @@ def make_fake_board(
     )
     fake.set_mode(conf["modes"][start] if start is not None else board["default_mode"])
     return fake
+
+
+def quick_measure(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:
+    """A stand-in for JetsonDevice.measure in end-to-end tests of board state: the board's own rail
+    meter over a 0.1 s window and made-up latencies, no model and no LoadGen. What these tests check
+    is what a run does to the board, not the measurement (tests/test_loadgen_e2e.py covers that)."""
+    import time
+
+    self.check_thermal()
+    meter = self.make_meter(settings.meter)
+    meter.start()
+    time.sleep(0.1)
+    reading = meter.stop()
+    queries = 50 * config.batch_size
+    return Measurement(
+        j_per_query=reading.energy_j / queries,
+        p50_ms=5,
+        p90_ms=6,
+        p99_ms=7,
+        qps=queries / reading.duration_s,
+        avg_w=reading.avg_w,
+        energy_j=reading.energy_j,
+        queries=queries,
+        duration_s=reading.duration_s,
+        meter=reading.meter,
+        rails=reading.rails,
+    )

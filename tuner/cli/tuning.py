@@ -42,7 +42,7 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
         options["sysfs_root"] = sysfs_root
     dev = common.device(name, **options)
     for note in getattr(dev, "notes", []):
-        common.err_console.print(f"note: {note}")
+        typer.echo(f"note: {note}", err=True)
     return dev
 
 
