@@ -218,7 +218,8 @@ def test_run_leaves_the_board_as_it_was(tmp_path, monkeypatch, start, layout, gr
     original = fake.snapshot()
     invoke(
         "run", "--model", "tiny-cnn", "--device", "orin", "--max-latency", "500ms",
-        "--knobs", "nvpmodel,gpu_mhz,cpu_cores", "--batch-sizes", "1", "--sampler", "random", "--window", "1", "--seed", "3", "--trials", "2",
+        "--knobs", "nvpmodel,gpu_mhz,cpu_cores", "--batch-sizes", "1", "--sampler", "random", "--window", "1",
+        "--seed", "3", "--trials", "2",
         "--out", str(tmp_path / "s"), "--json",
     )  # fmt: skip
     assert fake.snapshot() == original and pending_journals() == []
