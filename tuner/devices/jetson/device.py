@@ -421,7 +421,7 @@ class JetsonDevice:
         lists them with how to finish (the journal is kept by the caller).
         """
         b = self.board
-        plan = plan_restore(state, b, self._mode_ids())
+        plan = plan_restore(state, b, self._mode_ids(), self.kind)
         problems = [f"journal: {p}" for p in plan.problems]
 
         def put(path: Path, value: str) -> bool:

@@ -77,12 +77,15 @@ def _governor(value: Any, available: Path, what: str, problems: list[str]) -> st
     return text
 
 
-def plan_restore(state: Any, board: Board, mode_ids: list[int]) -> Plan:
+def plan_restore(state: Any, board: Board, mode_ids: list[int], kind: str) -> Plan:
     """Turn a journaled state into a checked plan; nothing here touches the board."""
     plan = Plan()
     problems = plan.problems
     if not isinstance(state, dict):
         problems.append("the saved state is not a mapping")
+        return plan
+    if state.get("kind", kind) != kind:
+        problems.append(f"the saved state is of a {state.get('kind')!r} board, not this {kind}: nothing restored")
         return plan
     if state.get("version") not in STATE_VERSIONS:
         problems.append(f"saved state version {state.get('version')!r} is not one of {STATE_VERSIONS}")
