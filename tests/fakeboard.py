@@ -654,7 +654,7 @@ def make_fake_board(
     tool_dir.mkdir(parents=True, exist_ok=True)
     (tool_dir / "fake.json").write_text(json.dumps(conf))
     script = tool_dir / "nvpmodel"
-    script.write_text(f"#!{sys.executable}\n{_SCRIPT.format(tests=str(TESTS)).lstrip()}")
+    script.write_text(f"#!{sys.executable} -S\n{_SCRIPT.format(tests=str(TESTS)).lstrip()}")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     fakekernel.register(root)
 
