@@ -187,6 +187,7 @@ def test_devices_finds_the_board(board):
 STARTS = ["MODE_30W", "MAXN"]
 LAYOUTS = ["l4t35", "l4t36.3", "l4t36.4"]
 GRIDS = ["jp5", "jp6"]
+LAYOUT_REV = {"l4t35": "4.1", "l4t36.3": "3.0", "l4t36.4": "4.0"}
 FULL = [(s, lay, g) for s in STARTS for lay in LAYOUTS for g in GRIDS]
 # Runs and kills cost seconds each: each start on L4T 35 and on 36, each start with each grid,
 # each layout once at least (apply + restore, which is cheap, runs the full matrix).
@@ -223,6 +224,8 @@ def test_run_leaves_the_board_as_it_was(tmp_path, monkeypatch, start, layout, gr
         "--out", str(tmp_path / "s"), "--json",
     )  # fmt: skip
     assert fake.snapshot() == original and pending_journals() == []
+    pareto = json.loads(next((tmp_path / "s").rglob("pareto.json")).read_text())
+    assert pareto["device_title"] == f"NVIDIA Jetson AGX Orin Developer Kit (L4T {layout[3:5]}.{LAYOUT_REV[layout]})"
 
 
 @pytest.mark.parametrize(("start", "layout", "grid"), FULL, ids=["-".join(c) for c in FULL])
