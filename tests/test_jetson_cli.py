@@ -6,6 +6,7 @@ leaves the tree byte for byte as it was. Board state is what they check, so thei
 quick_measure's 0.1 s rail readings; the first test runs the real model under LoadGen.
 """
 
+import errno
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ from fakeboard import make_fake_board, quick_measure
 from typer.testing import CliRunner
 
 from tuner.cli import app, main
-from tuner.devices.jetson import JetsonDevice
+from tuner.devices.jetson import JetsonDevice, sysfs
 from tuner.devices.journal import pending_journals
 
 pytest.importorskip("torch")
@@ -297,3 +298,25 @@ def test_a_partial_restore_keeps_the_journal_and_says_how_to_finish(board, tmp_p
     board.set_nvpmodel_fails(False)
     assert tune(capsys, monkeypatch, "restore")[0] == 0
     assert board.snapshot() == original and pending_journals() == []
+
+
+def test_a_value_the_kernel_refuses_mid_run_is_one_line_and_the_board_comes_back(board, tmp_path, capsys, monkeypatch):
+    """A board that refuses a write (here: a cluster's limits made unwritable) ends the run in one line."""
+    original = board.snapshot()
+    monkeypatch.setattr(JetsonDevice, "measure", quick_measure)
+    real_write = sysfs.write
+
+    def refusing(root, path, value):
+        if path.name == "scaling_max_freq":
+            raise sysfs.BoardWriteError(path, errno.EPERM, sysfs._rule(path, errno.EPERM))
+        return real_write(root, path, value)
+
+    monkeypatch.setattr("tuner.devices.jetson.sysfs.write", refusing)
+    knobs = RUN.index("--knobs") + 1
+    args = [*RUN[:knobs], "cpu_mhz", *RUN[knobs + 1 :], "--trials", "1", "--out", str(tmp_path / "s")]
+    code, err = tune(capsys, monkeypatch, *args)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 1 and "Traceback" not in err and len(errors) == 1
+    assert "scaling_max_freq" in errors[0] and "Operation not permitted" in errors[0] and "offline" in errors[0]
+    monkeypatch.setattr("tuner.devices.jetson.sysfs.write", real_write)
+    assert board.snapshot() == original

@@ -55,8 +55,14 @@ DEVICE_KINDS = {
 }
 
 
-class JetsonError(Exception):
-    """A trial that must fail: the board did not take a configuration, or it ran too hot."""
+class JetsonError(UserError):
+    """A trial that must fail: the board did not take a configuration, or it ran too hot.
+
+    The run stops there with one line naming the file and the rule (exit code 1, not 2: the
+    input was fine, the board refused), after the hardware session has restored the board.
+    """
+
+    exit_code = 1
 
 
 class ApplyError(JetsonError):
