@@ -703,3 +703,27 @@ def test_live_board_moves_its_rails_after_direct_writes(tmp_path: Path) -> None:
         while fake.rail_watts() == settled and time.monotonic() < deadline:
             time.sleep(0.02)
     assert fake.rail_watts()["VDD_GPU_SOC"] < settled["VDD_GPU_SOC"]
+
+
+def test_a_mode_the_space_file_does_not_know_comes_from_the_boards_conf(tmp_path: Path) -> None:
+    """A conf with other modes (as the 32 GB module's MODE_40W): the board's modes are the knob, with their caps.
+
+    The numbers of this mode are made up for the test; what is checked is that they come from the conf.
+    """
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35", start="MAXN")
+    conf = next((fake.root / "etc/nvpmodel").glob("*.conf"))
+    text = (
+        conf.read_text().replace("NAME=MODE_50W", "NAME=MODE_40W").replace("MAX_FREQ 816000000", "MAX_FREQ 714000000")
+    )
+    conf.write_text(text)
+    dev = device(fake)
+    space = dev.space()
+    assert space.knobs["nvpmodel"].values == ["MAXN", "15W", "30W", "40W"]
+    assert space.modes["40W"].caps["gpu_mhz"] == 714 and space.modes["40W"].id == 3
+    assert any("nvpmodel modes MAXN, 15W, 30W, 40W" in note for note in dev.notes)
+    before = fake.snapshot()
+    state = dev.read_state()
+    dev.apply(Config(knobs={**space.default_config().knobs, "nvpmodel": "40W"}, batch_size=1))
+    assert fake.mode_id() == 3
+    dev.restore(state)
+    assert fake.snapshot() == before
