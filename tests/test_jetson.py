@@ -727,3 +727,22 @@ def test_a_mode_the_space_file_does_not_know_comes_from_the_boards_conf(tmp_path
     assert fake.mode_id() == 3
     dev.restore(state)
     assert fake.snapshot() == before
+
+
+def test_an_offline_cluster_is_woken_only_when_its_saved_limits_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _policy8_offline_board(tmp_path)
+    dev = device(fake)
+    state = dev.read_state()
+    written: list[str] = []
+    real = sysfs.write
+    monkeypatch.setattr(sysfs, "write", lambda root, path, value: (written.append(path.name), real(root, path, value)))
+    dev.apply(Config(knobs={**dev.space().default_config().knobs, "cpu_mhz": 1344}, batch_size=1))  # stays 30W
+    dev.restore(state)
+    assert "online" not in written  # policy8 was never touched, so cpu8 never came online
+    maxn = {"nvpmodel": "MAXN", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 1344}
+    dev.apply(Config(knobs=maxn, batch_size=1))
+    written.clear()
+    dev.restore(state)
+    assert written.count("online") == 2  # cpu8 up for policy8's limits, then down again

@@ -105,6 +105,13 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK)
 
 
+def _try_read(path: Path) -> str | None:
+    try:
+        return sysfs.read(path)
+    except OSError:
+        return None
+
+
 def _try_int(path: Path) -> int | None:
     try:
         return int(sysfs.read(path))
@@ -452,18 +459,25 @@ class JetsonDevice:
         policies = {p.cpu: p for p in b.policies}
         for saved in plan.policies:
             policy = policies[saved.cpu]
-            woken: Path | None = None
+            steps: list[Write] = []
+            if saved.min_khz is not None and saved.max_khz is not None:
+                cur = (_try_int(policy.min_path), _try_int(policy.max_path))
+                steps = _pair(policy.min_path, policy.max_path, (saved.min_khz, saved.max_khz), cur, False)
+            governor = policy.folder / "scaling_governor"
+            if saved.governor is not None and _try_read(governor) != saved.governor:
+                steps.append(Write(str(governor), saved.governor))
+            if not steps:
+                continue
+            # A cluster whose cores are all offline takes no limits: wake one core for the writes.
+            woken = None
+            if not self._online_now().intersection(policy.cpus):
+                woken = next((b.online[c] for c in sorted(policy.cpus) if c in b.online), None)
+                if woken is None or not put(woken, "1"):
+                    problems.append(f"policy{policy.cpu}: no core of the cluster could be brought online")
+                    continue
             try:
-                if not self._online_now().intersection(policy.cpus):
-                    woken = b.online.get(min(c for c in policy.cpus if c in b.online), None)
-                    if woken is None or not put(woken, "1"):
-                        continue
-                if saved.min_khz is not None and saved.max_khz is not None:
-                    cur = (_try_int(policy.min_path), _try_int(policy.max_path))
-                    for step in _pair(policy.min_path, policy.max_path, (saved.min_khz, saved.max_khz), cur, False):
-                        put(Path(step.path), step.value)
-                if saved.governor is not None:
-                    put(policy.folder / "scaling_governor", saved.governor)
+                for step in steps:
+                    put(Path(step.path), step.value)
             finally:
                 if woken is not None:
                     put(woken, "0")
