@@ -226,7 +226,9 @@ def test_run_leaves_the_board_as_it_was(tmp_path, monkeypatch, start, layout, gr
     )  # fmt: skip
     assert fake.snapshot() == original and pending_journals() == []
     pareto = json.loads(next((tmp_path / "s").rglob("pareto.json")).read_text())
-    assert pareto["device_title"] == f"NVIDIA Jetson AGX Orin Developer Kit (L4T {layout[3:5]}.{LAYOUT_REV[layout]})"
+    record = pareto["provenance"]
+    assert record["hardware"] == "NVIDIA Jetson AGX Orin Developer Kit"
+    assert f"R{layout[3:5]} (release), REVISION: {LAYOUT_REV[layout]}" in record["l4t"]
 
 
 @pytest.mark.parametrize(("start", "layout", "grid"), FULL, ids=["-".join(c) for c in FULL])

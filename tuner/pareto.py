@@ -42,7 +42,6 @@ class ParetoFile(BaseModel):
     study: str
     device: str
     device_kind: str
-    device_title: str = ""
     twin: bool
     model: str
     max_latency_ms: float
@@ -112,7 +111,6 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
         study=study.study_name,
         device=attrs.get("device", ""),
         device_kind=attrs.get("device_kind", ""),
-        device_title=str(attrs.get("device_title", "")),
         twin=bool(attrs.get("twin", False)),
         model=attrs.get("model", ""),
         max_latency_ms=float(attrs.get("max_latency_ms", 0.0)),

@@ -273,7 +273,6 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("model", options.model)
     study.set_user_attr("device", device.name)
     study.set_user_attr("device_kind", device.kind)
-    study.set_user_attr("device_title", str(device.describe().get("title", "")))
     study.set_user_attr("device_slug", device.slug)
     study.set_user_attr("twin", device.simulated)
     study.set_user_attr("max_latency_ms", options.max_latency_ms)
