@@ -79,10 +79,13 @@ def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(boar
     board_policy(policy)
     rate.write_text("50\n")
     proc = start(tmp_path, policy, rate, "--state-file", str(tmp_path / "state.json"))
-    wait_for(lambda: board.mode_id() == 1, proc)  # band 0: 15W
+    state = tmp_path / "state.json"
+    wait_for(lambda: state.exists() and json.loads(state.read_text())["band"] == 0, proc)  # band 0: 15W
+    wait_for(lambda: board.snapshot() != original, proc)
+    low = board.snapshot()
     rate.write_text("250\n")
-    wait_for(lambda: board.mode_id() == 0, proc)
-    wait_for(lambda: json.loads((tmp_path / "state.json").read_text())["band"] == 1, proc)
+    wait_for(lambda: json.loads(state.read_text())["band"] == 1, proc)
+    wait_for(lambda: board.snapshot() != low, proc)
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
     switches = [json.loads(line) for line in (tmp_path / "switches.jsonl").read_text().splitlines()]
@@ -131,5 +134,6 @@ def test_bad_input_is_one_line_exit_2_and_the_board_untouched(board, tmp_path):
     for args, message in cases:
         r = run_cli(*args)
         assert r.returncode == 2, (args, r.stderr)
-        assert message in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0] and "Traceback" not in r.stderr
     assert board.snapshot() == original
