@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.measurement import Measurement
 from tuner.run_options import RunOptions
@@ -107,8 +108,11 @@ class Objective:
             trial.set_user_attr("loadgen_logs", str(folder))
         settings = self.options.window.model_copy(update=update)
         try:
+            interrupts.check()
             self.device.apply(effective)
+            interrupts.check()
             measurement = self.device.measure(self.options.model, effective, settings)
+            interrupts.check()
         except MeasurementRejected as exc:
             trial.set_user_attr("fail_reason", str(exc))
             raise

@@ -35,6 +35,7 @@ from urllib.parse import unquote
 import optuna
 from optuna.trial import TrialState
 
+from tuner import interrupts
 from tuner.errors import UserError
 
 PG_SCHEMES = ("postgresql", "postgres")
@@ -251,6 +252,8 @@ class QuotaStudy(optuna.Study):
                     return super().ask(fixed_distributions)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 raise StudyFull("timeout")
+            if interrupts.pending():
+                raise StudyFull("interrupted")  # the run raises the signal once the loop has ended
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(self)

@@ -6,14 +6,17 @@ stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
+from tuner import interrupts
 from tuner.cli import deploy, fleet, results, search, tuning
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
+TERMINATED = 128 + signal.SIGTERM
 
 app = typer.Typer(
     name="tune",
@@ -31,14 +34,14 @@ search.register(app)
 
 def main() -> None:
     """Entry point of the console script."""
+    interrupts.install_process_handlers()
     try:
         code = app(standalone_mode=False)
     except UserError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        typer.echo("interrupted: hardware state restored", err=True)
-        sys.exit(INTERRUPTED)
+        code = INTERRUPTED
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -52,6 +55,17 @@ def main() -> None:
             sys.exit(exit_code)
         raise
     if code == INTERRUPTED:
-        typer.echo("interrupted: hardware state restored", err=True)
+        code = _interrupted()
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _interrupted() -> int:
+    """Say what an interruption left behind; the exit code says which signal (130 Ctrl-C, 143 SIGTERM)."""
+    from tuner.devices.journal import restored_devices
+
+    restored = restored_devices()
+    note = f"hardware state restored ({', '.join(dict.fromkeys(restored))})" if restored else "no hardware was changed"
+    terminated = interrupts.last_signal() == signal.SIGTERM
+    typer.echo(f"{'terminated' if terminated else 'interrupted'}: {note}", err=True)
+    return TERMINATED if terminated else INTERRUPTED

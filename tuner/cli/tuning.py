@@ -10,6 +10,7 @@ import optuna
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from tuner import interrupts
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
@@ -115,11 +116,13 @@ def register(app: typer.Typer) -> None:
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
+        folder = results_dir(out, dev.slug, model)
         with trial_progress(
             trials if study_trials is None else study_trials, as_json, study_trials is not None
         ) as on_trial:
-            study, summary = run_study(dev, options, on_trial=on_trial)
-        folder = results_dir(out, dev.slug, model)
+            study, summary = run_study(
+                dev, options, on_trial=on_trial, on_interrupt=lambda study: _partial_results(study, folder)
+            )
         pareto = write_results(study, folder)
         payload = {
             **summary.model_dump(),
@@ -284,14 +287,24 @@ def register(app: typer.Typer) -> None:
         )
 
 
+def _partial_results(study: optuna.Study, folder: Path) -> None:
+    """On Ctrl-C or SIGTERM: the result files for the trials that completed (the study itself resumes)."""
+    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+    if done:
+        write_results(study, folder)
+        common.err_console.print(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
+
+
 def measure_repeats(dev: Device, model: str, config: Config, settings: WindowSettings, repeat: int) -> list:
     """Apply once, measure ``repeat`` windows, restore; each repeat draws its own noise on a twin."""
     from tuner.devices.journal import hardware_session
 
     results = []
     with hardware_session(dev):
+        interrupts.check()
         dev.apply(config)
         for i in range(repeat):
+            interrupts.check()
             seed = None if settings.seed is None else settings.seed + i
             results.append(dev.measure(model, config, settings.model_copy(update={"seed": seed})))
     return results

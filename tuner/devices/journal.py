@@ -132,8 +132,7 @@ def write_journal(device: Device, state: dict[str, Any]) -> Path:
 
 def _fix(path: Path) -> str:
     return (
-        f"repair or remove {path} (it holds the state from before tuning; "
-        "remove it once the device is as you want it)"
+        f"repair or remove {path} (it holds the state from before tuning; remove it once the device is as you want it)"
     )
 
 
@@ -174,12 +173,15 @@ def read_journal(device_name: str) -> JournalEntry | None:
     return load_journal(path)
 
 
+def journal_files() -> list[Path]:
+    """Every journal file left by a run or an apply."""
+    folder = state_dir() / "journal"
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
 def pending_journals() -> list[JournalEntry]:
     """Every journal left by a run or an apply (each at journal_path of its device); a bad one is a one-line error."""
-    folder = state_dir() / "journal"
-    if not folder.is_dir():
-        return []
-    return [load_journal(p) for p in sorted(folder.glob("*.json"))]
+    return [load_journal(p) for p in journal_files()]
 
 
 def clear_journal(device_name: str) -> None:
@@ -223,6 +225,42 @@ def restore_pending(device: Device) -> bool:
     return True
 
 
+def restore_device(device: Device) -> bool:
+    """``tune restore``: put a device back from its journal, locked against a tuner using it; True if it was."""
+    with interrupts.held(), hold(device):
+        restored = restore_pending(device)
+    if restored:
+        _restored.append(device.name)
+    return restored
+
+
+@contextmanager
+def deployment(device: Device) -> Iterator[None]:
+    """Hold a device while a mode is applied to stay (``tune apply``): locked, journaled first, undone if cut short.
+
+    The journal keeps the state from before the first apply, for ``tune
+    restore``. If the apply fails or is interrupted, the board is put back
+    as it was just before it (and a journal written only for it is removed),
+    so a half-applied mode is never left behind.
+    """
+    with interrupts.held(), hold(device):
+        interrupts.check()
+        fresh = read_journal(device.name) is None
+        before = device.read_state()
+        write_journal(device, before)
+        try:
+            interrupts.check()
+            yield
+            interrupts.check()
+        except BaseException:
+            with interrupts.restoring():
+                device.restore(before)
+            if fresh:
+                clear_journal(device.name)
+            _restored.append(device.name)
+            raise
+
+
 def restored_devices() -> list[str]:
     """Devices that a hardware session of this process journaled and put back (for the exit message)."""
     return list(_restored)
@@ -250,6 +288,7 @@ def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
     nothing is locked or journaled for them, but signals are handled alike.
     """
     with interrupts.held(), hold(device):
+        interrupts.check()
         if device.simulated:
             yield {}
             return

@@ -65,8 +65,7 @@ def device_lock(path: Path, device_name: str) -> Iterator[None]:
         pid, command = _holder(fd)
         os.close(fd)
         raise UserError(
-            f"{device_name} is in use by PID {pid} ({command}): wait for it to finish or stop it "
-            "(one tuner per device)"
+            f"{device_name} is in use by PID {pid} ({command}): wait for it to finish or stop it (one tuner per device)"
         ) from None
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
