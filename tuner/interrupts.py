@@ -17,7 +17,8 @@ previous disposition: a process started in the background by a
 non-interactive shell inherits SIGINT as *ignored*, and would otherwise never
 hear it. A second signal while the first is still pending raises at once
 (the user insists; something is stuck between safe points), except while the
-hardware is being restored (:func:`restoring`), which is never cut short.
+hardware is being restored (:func:`restoring`), which is never cut short;
+in a long wait before any write (:func:`interruptible`) the first one does too.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class _State:
         self.listeners: list[Callable[[], None]] = []
         self.previous: dict[int, Any] = {}
         self.restoring = 0
+        self.interruptible = 0
         self.last: int | None = None
 
 
@@ -64,7 +66,7 @@ def _record(signum: int, frame: Any) -> None:
     _state.received.append(signum)
     for listener in list(_state.listeners):
         listener()
-    if again and not _state.restoring:
+    if (again or _state.interruptible) and not _state.restoring:
         raise exception_for(signum)
 
 
@@ -144,6 +146,20 @@ def listening(callback: Callable[[], None]) -> Iterator[None]:
             yield
         finally:
             _state.listeners.remove(callback)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """A long wait before anything is written (importing torch): a signal also raises at once.
+
+    Should that exception be lost (raised inside a garbage-collection
+    callback), the signal is still recorded, and the next safe point raises it.
+    """
+    _state.interruptible += 1
+    try:
+        yield
+    finally:
+        _state.interruptible -= 1
 
 
 @contextmanager

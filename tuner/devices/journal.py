@@ -273,7 +273,8 @@ def _preload_runtime() -> None:
     signal during it finds nothing changed yet.
     """
     if importlib.util.find_spec("torch") is not None:
-        importlib.import_module("torch")
+        with interrupts.interruptible():
+            importlib.import_module("torch")
 
 
 @contextmanager
