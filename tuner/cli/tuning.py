@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from tuner import interrupts
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
+from tuner.devices.journal import hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
@@ -117,9 +118,12 @@ def register(app: typer.Typer) -> None:
         make_sampler(sampler, seed)
         started = time.monotonic()
         folder = results_dir(out, dev.slug, model)
-        with trial_progress(
-            trials if study_trials is None else study_trials, as_json, study_trials is not None
-        ) as on_trial:
+        with (
+            hold(dev),
+            trial_progress(
+                trials if study_trials is None else study_trials, as_json, study_trials is not None
+            ) as on_trial,
+        ):
             study, summary = run_study(
                 dev, options, on_trial=on_trial, on_interrupt=lambda study: _partial_results(study, folder)
             )

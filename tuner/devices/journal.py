@@ -96,12 +96,16 @@ def journal_dir() -> Path:
 
 @contextmanager
 def hold(device: Device) -> Iterator[None]:
-    """One tuner per device: the lock beside its journal (twins hold nothing and take no lock)."""
+    """One tuner per device: the lock beside its journal (twins hold nothing and take no lock).
+
+    A journal that cannot be read stops the command here, before anything is written.
+    """
     if device.simulated:
         yield
         return
     journal_dir()
     with device_lock(lock_path(device.name), device.name):
+        read_journal(device.name)
         yield
 
 
