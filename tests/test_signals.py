@@ -354,3 +354,29 @@ def test_an_interrupted_result_write_leaves_the_old_file_and_no_temporary(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pareto.json"]
     atomicfile.write_text(target, "new\n")
     assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o666 & ~atomicfile._umask()
+
+
+# -- signals at seeded random moments (the full 50 are scripts/signal_stress.py) -------------
+
+MOMENTS = 6
+
+
+def test_signals_at_random_moments_always_end_the_run_with_the_board_restored(tmp_path):
+    """From a background shell (SIGINT inherited as ignored); a hang fails the test at its timeout."""
+    driver = [sys.executable, str(HERE / "signal_moments.py"), str(tmp_path / "board"), str(tmp_path / "s")]
+    env = {**os.environ, "PYTHONPATH": f"{HERE}:{REPO}", "TUNE_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run(
+        ["sh", "-c", '"$@" & wait $!', "sh", *driver, str(MOMENTS), "7"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, *rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert first["sigint_ignored"]  # as inherited from the background shell
+    assert len(rows) == MOMENTS
+    for row in rows:
+        assert row["outcome"] in ("interrupted", "late"), row
+        assert row["restored"] and row["journals"] == 0 and row["running"] == 0, row
+    assert any(row["outcome"] == "interrupted" for row in rows)
