@@ -76,7 +76,8 @@ def main() -> None:
     started = time.monotonic()
     run_study(device, options)
     duration = time.monotonic() - started
-    print(json.dumps({"unsignalled_run_s": round(duration, 2), "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN}))
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    print(json.dumps({"unsignalled_run_s": round(duration, 2), "sigint_ignored": ignored}))
     for i in range(moments):
         sig = signal.SIGINT if i % 2 == 0 else signal.SIGTERM
         delay = rng.uniform(0.0, 0.9 * duration)
