@@ -6,6 +6,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,14 +18,18 @@ from fakeboard import make_fake_board
 from tuner import atomicfile, interrupts
 from tuner.devices.jetson import JetsonDevice
 from tuner.devices.journal import (
+    deployment,
     hardware_session,
     hold,
     journal_path,
     lock_path,
     pending_journals,
+    restore_device,
+    state_dir,
 )
 from tuner.devices.twin import TwinDevice
 from tuner.errors import Terminated, UserError
+from tuner.space import Config
 from tuner.study import RunOptions, run_study
 
 HERE = Path(__file__).parent
@@ -262,13 +267,12 @@ def test_a_journal_that_is_a_link_or_corrupt_is_one_line_naming_the_file(board, 
     path = journal_path("orin")
     path.parent.mkdir(parents=True)
     path.symlink_to(target)
-    assert str(path) in one_line_error(restore_cli())
+    with pytest.raises(UserError, match=f"cannot read journal {path}"):
+        restore_device(jetson(board))
     path.unlink()
     path.write_text('{"version": 1, "device": "orin", "kind"')
     line = one_line_error(restore_cli())
     assert f"journal {path} is corrupt" in line and "remove it" in line
-    line = one_line_error(restore_cli("--device", "orin"))
-    assert f"journal {path} is corrupt" in line
     r = run_cli(
         "run", "--model", "tiny-cnn", "--device", "orin", "--max-latency", "500ms", "--out", str(tmp_path / "s")
     )
@@ -338,6 +342,59 @@ def test_ctrl_c_between_twin_trials_writes_results_and_leaves_no_trial_running(t
     states = [t.state for t in study.trials]
     assert states[-1] == optuna.trial.TrialState.COMPLETE and optuna.trial.TrialState.RUNNING not in states
     assert len({t.user_attrs["effective_key"] for t in study.trials}) == 2  # stopped after the second measurement
+
+
+def test_ctrl_c_while_optuna_starts_a_heartbeat_neither_hangs_nor_leaves_the_trial_running(tmp_path, monkeypatch):
+    from optuna.storages._heartbeat import HeartbeatThread
+
+    start = HeartbeatThread.start
+
+    def start_and_interrupt(self):
+        os.kill(os.getpid(), signal.SIGINT)  # lands while Optuna sets the trial up
+        start(self)
+
+    monkeypatch.setattr(HeartbeatThread, "start", start_and_interrupt)
+    options = RunOptions(
+        model="resnet50",
+        max_latency_ms=50,
+        trials=5,
+        knobs=["gpu_mhz"],
+        batch_sizes=[1, 8],
+        sampler="random",
+        out=tmp_path,
+        heartbeat_s=1,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_study(TwinDevice("sim:orin"), options)
+    study = optuna.load_study(
+        study_name=optuna.get_all_study_names(f"sqlite:///{tmp_path / 'tune.db'}")[0],
+        storage=f"sqlite:///{tmp_path / 'tune.db'}",
+    )
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+    beating = [
+        t for t in threading.enumerate() if getattr(getattr(t, "_target", None), "__name__", "") == "_record_heartbeat"
+    ]
+    assert not beating
+
+
+def test_an_interrupted_apply_puts_back_what_was_there(board):
+    original = board.snapshot()
+    dev = jetson(board)
+    default = dev.space().default_config(8)
+    config = Config(knobs={**default.knobs, "nvpmodel": "15W", "gpu_mhz": 318.75}, batch_size=8)
+
+    def apply_then_signal(c):
+        JetsonDevice.apply(dev, c)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    dev.apply = apply_then_signal
+    with pytest.raises(Terminated):
+        with deployment(dev):
+            dev.apply(config)
+            assert board.snapshot() != original
+    assert board.snapshot() == original
+    assert pending_journals() == []
+    assert stat.S_IMODE(os.stat(state_dir()).st_mode) == 0o700
 
 
 # -- result files: whole or not at all ----------------------------------------------
