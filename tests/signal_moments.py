@@ -1,6 +1,6 @@
 """Signals at seeded random moments of studies on a fake Jetson board, in one process (the suite's share).
 
-scripts/signal_stress.py signals 50 real ``tune run`` processes; that takes
+benchmarks/signal_stress.py signals 50 real ``tune run`` processes; that takes
 most of an hour on a loaded 2-core machine. Here one process runs the same
 study loop, lock, journal, apply and restore on the fake board, with real
 LoadGen windows around a stand-in runner (a sleep per batch, so no model

@@ -413,7 +413,7 @@ def test_an_interrupted_result_write_leaves_the_old_file_and_no_temporary(tmp_pa
     assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o666 & ~atomicfile._umask()
 
 
-# -- signals at seeded random moments (the full 50 are scripts/signal_stress.py) -------------
+# -- signals at seeded random moments (the full 50 are benchmarks/signal_stress.py) -------------
 
 MOMENTS = 6
 

@@ -15,7 +15,7 @@ exit 0. A signal whose sender found the process already gone is reported as
 summary on stdout); the fake board is tests/fakeboard.py, the runner is the
 real tiny-cnn on the CPU, the windows are real LoadGen windows.
 
-    nice -n 10 python scripts/signal_stress.py --moments 50 --seed 0 \\
+    nice -n 10 python benchmarks/signal_stress.py --moments 50 --seed 0 \\
         --out benchmarks/results/signal_stress.json
 """
 
