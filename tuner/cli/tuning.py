@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         settings = window_settings(window, percentile, meter, seed, seed is not None)
         total = space.size()
-        with common.count_progress("sweep", "", as_json) as bar:
+        with hold(dev), common.count_progress("sweep", "", as_json) as bar:
             task = bar.add_task("sweep", total=total)
             rows = run_sweep(dev, space, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
         folder = results_dir(out, dev.slug, model)
