@@ -51,7 +51,7 @@ def command(out: Path) -> list[str]:
         "--model",
         "tiny-cnn",
         "--device",
-        "orin",
+        "orin-nano",
         "--max-latency",
         "500ms",
         "--knobs",
@@ -99,7 +99,7 @@ def main() -> int:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="signal-stress-"))
-    board = make_fake_board(work / "board", "orin-agx", "l4t36", seed=1)
+    board = make_fake_board(work / "board", "orin-nano", "l4t36", seed=1)
     original = board.snapshot()
     state = work / "state"
     env = {**os.environ, **board.env(), "TUNE_TORCH_DEVICE": "cpu", "TUNE_STATE_DIR": str(state)}
@@ -174,7 +174,7 @@ def main() -> int:
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs (shared, loaded)",
         "python": platform.python_version(),
         "command": " ".join(["python", *sys.argv]),
-        "board": "tests/fakeboard.py orin-agx l4t36 (fake sysfs tree, fake nvpmodel); tiny-cnn on the CPU; LoadGen",
+        "board": "tests/fakeboard.py orin-nano l4t36 (fake sysfs tree, fake nvpmodel); tiny-cnn on the CPU; LoadGen",
         "unsignalled_run_s": round(duration, 2),
         "moments": args.moments,
         "seed": args.seed,

@@ -48,11 +48,11 @@ def main() -> None:
     import random
 
     rng = random.Random(seed)
-    board = make_fake_board(board_dir, "orin-agx", "l4t36", seed=1)
+    board = make_fake_board(board_dir, "orin-nano", "l4t36", seed=1)
     original = board.snapshot()
     device = JetsonDevice(
-        "orin-agx",
-        name="orin",
+        "orin-nano",
+        name="orin-nano",
         sysfs_root=board.root,
         nvpmodel=str(board.nvpmodel),
         runner_factory=lambda model, config: SleepRunner(),

@@ -38,14 +38,14 @@ REPO = HERE.parent
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1)
+    fake = make_fake_board(tmp_path / "board", "orin-nano", "l4t36", seed=1)
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
     return fake
 
 
 def jetson(board) -> JetsonDevice:
-    return JetsonDevice("orin-agx", name="orin", sysfs_root=board.root, nvpmodel=str(board.nvpmodel))
+    return JetsonDevice("orin-nano", name="orin-nano", sysfs_root=board.root, nvpmodel=str(board.nvpmodel))
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_a_lock_left_by_a_killed_holder_is_taken_over(board, tmp_path):
             "from tuner.devices.lock import device_lock\n"
             "from tuner.devices.journal import journal_dir, lock_path\n"
             "journal_dir()\n"
-            "with device_lock(lock_path('orin'), 'orin'):\n"
+            "with device_lock(lock_path('orin-nano'), 'orin-nano'):\n"
             "    print('held', flush=True)\n"
             "    time.sleep(120)\n",
         ],
@@ -129,21 +129,31 @@ def test_a_lock_left_by_a_killed_holder_is_taken_over(board, tmp_path):
     )
     assert holder.stdout.readline().strip() == "held"
     dev = jetson(board)
-    with pytest.raises(UserError, match=rf"orin is in use by PID {holder.pid} \("):
+    with pytest.raises(UserError, match=rf"orin-nano is in use by PID {holder.pid} \("):
         with hold(dev):
             pass
     holder.kill()
     holder.wait()
-    assert json.loads(lock_path("orin").read_text())["pid"] == holder.pid  # stale: its holder is dead
+    assert json.loads(lock_path("orin-nano").read_text())["pid"] == holder.pid  # stale: its holder is dead
     with hold(dev):
-        assert json.loads(lock_path("orin").read_text())["pid"] == os.getpid()
+        assert json.loads(lock_path("orin-nano").read_text())["pid"] == os.getpid()
 
 
 def test_a_second_run_on_a_board_being_tuned_refuses_and_the_first_restores(board, tmp_path):
     original = board.snapshot()
     marker, release = tmp_path / "measuring", tmp_path / "release"
     env = {**os.environ, "RUN_MARKER": str(marker), "RUN_RELEASE": str(release), "PYTHONPATH": str(REPO)}
-    args = ["run", "--model", "tiny-cnn", "--device", "orin", "--max-latency", "500ms", "--knobs", "nvpmodel,gpu_mhz"]
+    args = [
+        "run",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        "orin-nano",
+        "--max-latency",
+        "500ms",
+        "--knobs",
+        "nvpmodel,gpu_mhz",
+    ]
     args += [
         "--batch-sizes",
         "1,4",
@@ -196,13 +206,13 @@ def test_a_second_run_on_a_board_being_tuned_refuses_and_the_first_restores(boar
 def test_journal_files_are_private_and_a_planted_tmp_link_is_never_followed(board, tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    folder = journal_path("orin").parent
+    folder = journal_path("orin-nano").parent
     folder.mkdir(parents=True)
-    (folder / "orin.tmp").symlink_to(victim)
-    (folder / ".orin.tmp").symlink_to(victim)
+    (folder / "orin-nano.tmp").symlink_to(victim)
+    (folder / ".orin-nano.tmp").symlink_to(victim)
     dev = jetson(board)
     with hardware_session(dev):
-        info = os.lstat(journal_path("orin"))
+        info = os.lstat(journal_path("orin-nano"))
         assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     assert victim.read_text() == "precious\n"
@@ -224,7 +234,7 @@ def test_restore_never_loads_a_plugin_that_a_journal_names(board, tmp_path):
     (tmp_path / "evil.py").write_text(
         f"from pathlib import Path\nPath({str(tmp_path / 'pwned')!r}).write_text('ran')\nDevice = None\n"
     )
-    write_journal_file("py:evil:Device", "orin-agx", {"version": 1})
+    write_journal_file("py:evil:Device", "orin-nano", {"version": 1})
     original = board.snapshot()
     r = run_cli("restore", env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
     line = one_line_error(r)
@@ -242,7 +252,7 @@ def write_journal_file(device: str, kind: str, state: dict, name: str | None = N
 
 
 def test_path_traversal_in_a_journal_changes_nothing_outside_the_board(board, tmp_path):
-    elsewhere = make_fake_board(tmp_path / "elsewhere", "orin-agx", "l4t36", seed=2)
+    elsewhere = make_fake_board(tmp_path / "elsewhere", "orin-nano", "l4t36", seed=2)
     victim = tmp_path / "victim"
     victim.write_text("1\n")
     outside = {"elsewhere": elsewhere.snapshot(), "victim": victim.read_bytes()}
@@ -250,12 +260,12 @@ def test_path_traversal_in_a_journal_changes_nothing_outside_the_board(board, tm
     state = jetson(board).read_state()
     state["sysfs_root"] = str(elsewhere.root)
     state["online"]["../../../../../../victim"] = "0"
-    path = write_journal_file("orin", "orin-agx", state)
+    path = write_journal_file("orin-nano", "orin-nano", state)
     line = one_line_error(restore_cli())
     assert str(path) in line
     assert {"elsewhere": elsewhere.snapshot(), "victim": victim.read_bytes()} == outside
     assert board.snapshot() == original
-    renamed = write_journal_file("../../victim", "orin-agx", jetson(board).read_state(), name="orin")
+    renamed = write_journal_file("../../victim", "orin-nano", jetson(board).read_state(), name="orin-nano")
     assert "not the one it is filed for" in one_line_error(restore_cli())
     assert victim.read_bytes() == outside["victim"] and renamed.exists()
 
@@ -264,7 +274,7 @@ def test_a_journal_that_is_a_link_or_corrupt_is_one_line_naming_the_file(board, 
     original = board.snapshot()
     target = tmp_path / "elsewhere.json"
     target.write_text("{}")
-    path = journal_path("orin")
+    path = journal_path("orin-nano")
     path.parent.mkdir(parents=True)
     path.symlink_to(target)
     with pytest.raises(UserError, match=f"cannot read journal {path}"):
@@ -274,7 +284,7 @@ def test_a_journal_that_is_a_link_or_corrupt_is_one_line_naming_the_file(board, 
     line = one_line_error(restore_cli())
     assert f"journal {path} is corrupt" in line and "remove it" in line
     r = run_cli(
-        "run", "--model", "tiny-cnn", "--device", "orin", "--max-latency", "500ms", "--out", str(tmp_path / "s")
+        "run", "--model", "tiny-cnn", "--device", "orin-nano", "--max-latency", "500ms", "--out", str(tmp_path / "s")
     )
     assert f"journal {path} is corrupt" in one_line_error(r)
     assert board.snapshot() == original
@@ -381,7 +391,7 @@ def test_an_interrupted_apply_puts_back_what_was_there(board):
     original = board.snapshot()
     dev = jetson(board)
     default = dev.space().default_config(8)
-    config = Config(knobs={**default.knobs, "nvpmodel": "15W", "gpu_mhz": 318.75}, batch_size=8)
+    config = Config(knobs={**default.knobs, "nvpmodel": "7W", "gpu_mhz": 318.75}, batch_size=8)
 
     def apply_then_signal(c):
         JetsonDevice.apply(dev, c)
