@@ -17,12 +17,14 @@ previous disposition: a process started in the background by a
 non-interactive shell inherits SIGINT as *ignored*, and would otherwise never
 hear it. A second signal while the first is still pending raises at once
 (the user insists; something is stuck between safe points), except while the
-hardware is being restored (:func:`restoring`), which is never cut short;
-in a long wait before any write (:func:`interruptible`) the first one does too.
+hardware is being restored (:func:`restoring`), which is never cut short.
+(Raising inside an import is worse than late: a KeyboardInterrupt raised in
+torch's import, inside a pybind11 callback, aborts the process.)
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -43,7 +45,6 @@ class _State:
         self.listeners: list[Callable[[], None]] = []
         self.previous: dict[int, Any] = {}
         self.restoring = 0
-        self.interruptible = 0
         self.last: int | None = None
 
 
@@ -57,7 +58,7 @@ def exception_for(signum: int) -> KeyboardInterrupt:
 
 
 def last_signal() -> int | None:
-    """The signal behind the last interruption raised in this process (None: none, or Python's own Ctrl-C)."""
+    """The signal behind the last interruption raised in this process (None: none)."""
     return _state.last
 
 
@@ -66,11 +67,11 @@ def _record(signum: int, frame: Any) -> None:
     _state.received.append(signum)
     for listener in list(_state.listeners):
         listener()
-    if (again or _state.interruptible) and not _state.restoring:
+    if again and not _state.restoring:
         raise exception_for(signum)
 
 
-def _raise_term(signum: int, frame: Any) -> None:
+def _raise(signum: int, frame: Any) -> None:
     raise exception_for(signum)
 
 
@@ -78,11 +79,14 @@ def install_process_handlers() -> None:
     """For a CLI process: Ctrl-C and SIGTERM both raise, even if SIGINT was inherited as ignored.
 
     Outside :func:`held` nothing is held, so raising at once is what a user
-    expects; SIGTERM then ends a command as cleanly as Ctrl-C does.
+    expects; SIGTERM then ends a command as cleanly as Ctrl-C does. Each is
+    remembered (:func:`last_signal`), so one whose exception Python swallowed
+    (raised inside a garbage-collection callback) still ends the command
+    with the signal's exit code.
     """
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, _raise_term)
+        signal.signal(signal.SIGINT, _raise)
+        signal.signal(signal.SIGTERM, _raise)
 
 
 def pending() -> int | None:
@@ -135,6 +139,17 @@ def held() -> Iterator[None]:
         raise exception_for(received[0])
 
 
+def deferring(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A CLI command that holds hardware runs wholly under :func:`held` (its signature kept for Typer)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with held():
+            return command(*args, **kwargs)
+
+    return wrapper
+
+
 @contextmanager
 def listening(callback: Callable[[], None]) -> Iterator[None]:
     """Within :func:`held`, also call ``callback`` on a signal (at once if one is already pending)."""
@@ -146,20 +161,6 @@ def listening(callback: Callable[[], None]) -> Iterator[None]:
             yield
         finally:
             _state.listeners.remove(callback)
-
-
-@contextmanager
-def interruptible() -> Iterator[None]:
-    """A long wait before anything is written (importing torch): a signal also raises at once.
-
-    Should that exception be lost (raised inside a garbage-collection
-    callback), the signal is still recorded, and the next safe point raises it.
-    """
-    _state.interruptible += 1
-    try:
-        yield
-    finally:
-        _state.interruptible -= 1
 
 
 @contextmanager

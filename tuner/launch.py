@@ -16,11 +16,12 @@ import sys
 
 
 def main() -> None:
-    from tuner.interrupts import install_process_handlers, last_signal
+    from tuner.interrupts import held, install_process_handlers, last_signal
 
     install_process_handlers()
     try:
-        from tuner.cli import main as cli_main
+        with held():  # recorded, raised once the import is complete: never inside torch's C++ import
+            from tuner.cli import main as cli_main
     except KeyboardInterrupt:
         terminated = last_signal() == signal.SIGTERM
         print(f"{'terminated' if terminated else 'interrupted'}: nothing was started", file=sys.stderr)

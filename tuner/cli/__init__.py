@@ -54,7 +54,7 @@ def main() -> None:
             show()
             sys.exit(exit_code)
         raise
-    if code == INTERRUPTED:
+    if code == INTERRUPTED or interrupts.last_signal() is not None:
         code = _interrupted()
     if isinstance(code, int) and code:
         sys.exit(code)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from tuner import interrupts
 from tuner.cli import common
 from tuner.deploy import apply_export, load_export
 from tuner.devices.journal import builtin_device_name, journal_files, load_journal, restore_device
@@ -15,6 +16,7 @@ from tuner.errors import UserError
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @interrupts.deferring
     def apply(
         config_file: Path = typer.Argument(..., help="a YAML file written by tune export"),
         device: str | None = typer.Option(
@@ -49,6 +51,7 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command()
+    @interrupts.deferring
     def restore(
         device: str | None = typer.Option(
             None, "--device", "-d", help="device to restore (default: every journaled one)"

@@ -47,6 +47,7 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @interrupts.deferring
     def run(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
@@ -161,6 +162,7 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(f"results: {folder}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
 
     @app.command()
+    @interrupts.deferring
     def sweep(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
@@ -239,6 +241,7 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(f"{len(rows)} configurations -> {folder}/sweep.csv, sweep.png")
 
     @app.command()
+    @interrupts.deferring
     def measure(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,

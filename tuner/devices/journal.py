@@ -277,8 +277,7 @@ def _preload_runtime() -> None:
     signal during it finds nothing changed yet.
     """
     if importlib.util.find_spec("torch") is not None:
-        with interrupts.interruptible():
-            importlib.import_module("torch")
+        importlib.import_module("torch")
 
 
 @contextmanager
