@@ -84,6 +84,7 @@ def install_process_handlers() -> None:
     (raised inside a garbage-collection callback) still ends the command
     with the signal's exit code.
     """
+    _state.last = None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise)
         signal.signal(signal.SIGTERM, _raise)
