@@ -9,6 +9,7 @@ tuner.records; their public names are re-exported here for callers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -27,10 +28,10 @@ from tuner.errors import UserError
 from tuner.objective import METRIC_KEYS, MeasurementRejected, Objective
 from tuner.provenance import provenance
 from tuner.records import best_feasible, best_of, is_feasible, representatives, trial_record
-from tuner.remeasure import remeasure_top
+from tuner.remeasure import next_repeat, remeasure_top
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
-from tuner.space import Config, SearchSpace
+from tuner.space import Grid, SearchSpace
 from tuner.storage import QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
 from tuner.units import format_ms
 
@@ -116,16 +117,20 @@ class Explorer:
         self.space = space
         self.objective = objective
         self.rng = random.Random(seed)
-        self._grid: list[Config] | None = None
 
     def enqueue_unmeasured(self, study: optuna.Study) -> bool:
         """Queue a random unmeasured configuration; False when every one has been measured."""
-        if self._grid is None:
-            self._grid = self.space.grid()
-        left = [c for c in self._grid if json.dumps(c.key()) not in self.objective.cache]
-        if not left:
+        grid = Grid(self.space)
+        measured = {grid.position(key) for key in self.objective.cache} - {None}
+        left = len(grid) - len(measured)
+        if left <= 0:
             return False
-        study.enqueue_trial(self.space.params_for(self.rng.choice(left)), skip_if_exists=False)
+        # Draw by position; once most of the grid is measured, pick among the few left instead.
+        if left * 4 >= len(grid):
+            pick = next(i for i in iter(lambda: self.rng.randrange(len(grid)), None) if i not in measured)
+        else:
+            pick = self.rng.choice([i for i in range(len(grid)) if i not in measured])
+        study.enqueue_trial(self.space.params_for(grid[pick]), skip_if_exists=False)
         return True
 
 
@@ -184,13 +189,25 @@ def _run_study(
         study = open_study(name, storage, sampler, options.heartbeat_s)
         check_same_space(study, space)
         _stamp(study, device, options, space)
+    top, repeats = getattr(sampler, "remeasure", (0, 0))
+    reserve = 0
     if options.study_trials is not None:
-        poll_s = min(2.0, options.heartbeat_s / 2)
-        study = QuotaStudy(study, storage, options.study_trials, deadline, poll_s)
+        # The fleet re-measures inside its quota (the last slots), not after it: see tuner.remeasure.
+        reserve = top * repeats if options.study_trials >= 4 * top * repeats else 0
+        study = QuotaStudy(
+            study,
+            storage,
+            options.study_trials,
+            deadline,
+            poll_s=min(2.0, options.heartbeat_s / 2),
+            propose=space.suggest,
+            reserve=reserve,
+            plan_repeat=functools.partial(next_repeat, space=space, top=top, repeats=repeats),
+        )
+        top = 0
     objective = Objective(device, space, options, study)
     distinct = space.size()
-    target = min(options.trials, max(distinct - len(objective.cache), 0))
-    top, repeats = getattr(sampler, "remeasure", (0, 0))
+    target = min(options.trials, max(distinct - len(objective.cache), 0) + reserve)
     if target < 4 * top * repeats:
         top = 0
     target -= top * repeats

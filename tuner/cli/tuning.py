@@ -50,7 +50,10 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
         options["allow_clock_changes"] = True
     if sysfs_root is not None:
         options["sysfs_root"] = sysfs_root
-    return common.device(name, **options)
+    dev = common.device(name, **options)
+    for note in getattr(dev, "notes", []):
+        typer.echo(f"note: {note}", err=True)
+    return dev
 
 
 def register(app: typer.Typer) -> None:

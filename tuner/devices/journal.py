@@ -222,7 +222,9 @@ def restore_pending(device: Device) -> bool:
         with interrupts.restoring():
             device.restore(entry.state)
     except UserError as exc:
-        raise UserError(f"journal {path}: {exc}") from None
+        named = UserError(f"journal {path}: {exc}")
+        named.exit_code = exc.exit_code  # a restore that went part way keeps its own code (1)
+        raise named from None
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise UserError(f"journal {path} holds a state {device.name} cannot take ({exc!r}); {_fix(path)}") from None
     clear_journal(device.name)

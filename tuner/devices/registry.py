@@ -171,9 +171,10 @@ def known_devices() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
     except Exception:
         pass
-    from tuner.devices.jetson import detect_kind
+    from tuner.devices.jetson import board_title, detect_kind
 
-    board = detect_kind(Path(os.environ.get("TUNE_SYSFS_ROOT") or "/"))
+    root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
+    board = detect_kind(root)
     if board is not None:
-        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": "Jetson board"})
+        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": board_title(root)})
     return found
