@@ -182,7 +182,7 @@ def test_a_second_run_on_a_board_being_tuned_refuses_and_the_first_restores(boar
         assert during != original  # the first run has applied its first configuration
         second = run_cli(*args, "--out", str(tmp_path / "s2"))
         assert second.returncode == 2
-        lines = second.stderr.strip().splitlines()
+        lines = [line for line in second.stderr.strip().splitlines() if not line.startswith("note: ")]
         assert len(lines) == 1 and f"PID {first.pid}" in lines[0] and "tune run --model tiny-cnn" in lines[0]
         restore = run_cli("restore")
         assert restore.returncode == 2 and f"PID {first.pid}" in restore.stderr
@@ -225,7 +225,7 @@ def restore_cli(*extra: str) -> subprocess.CompletedProcess:
 
 def one_line_error(r: subprocess.CompletedProcess) -> str:
     assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
+    lines = [line for line in r.stderr.strip().splitlines() if not line.startswith("note: ")]  # board notes
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     return lines[0]
 
