@@ -4,19 +4,17 @@ Twins answer in microseconds; a fleet test needs trials that overlap across
 workers and a known moment inside a trial. FLEET_DELAY_S adds that many
 seconds to every measurement. After FLEET_HANG_AFTER measurements the worker
 writes FLEET_MARKER and then blocks inside its next measurement until it is
-killed, so SIGKILL or SIGINT always lands in the middle of a trial.
-
-A process started in the background by a non-interactive shell (as test
-runners often are) inherits SIGINT ignored; the worker re-arms Python's
-handler so SIGINT behaves like Ctrl-C in a terminal.
+killed, so SIGKILL or SIGINT always lands in the middle of a trial. It
+blocks as a real measurement does: in short waits with a safe point after
+each, where a recorded Ctrl-C or SIGTERM is acted on (see tuner.interrupts).
 """
 
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 
+from tuner import interrupts
 from tuner.cli import main
 from tuner.devices.twin import TwinDevice
 
@@ -28,7 +26,9 @@ def _slow_measure(self, model, config, settings):
     global _done
     if "FLEET_HANG_AFTER" in os.environ and _done >= int(os.environ["FLEET_HANG_AFTER"]):
         Path(os.environ["FLEET_MARKER"]).write_text(str(os.getpid()))
-        time.sleep(3600)
+        for _ in range(36000):
+            time.sleep(0.1)
+            interrupts.check()
     time.sleep(float(os.environ.get("FLEET_DELAY_S", "0")))
     _done += 1
     return _measure(self, model, config, settings)
@@ -37,6 +37,5 @@ def _slow_measure(self, model, config, settings):
 TwinDevice.measure = _slow_measure
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv[0] = "tune"
     main()

@@ -331,6 +331,7 @@ def _child(board: FakeBoard, tmp_path: Path) -> subprocess.Popen[str]:
     script.write_text(
         textwrap.dedent(f"""
         import time
+        from tuner import interrupts
         from tuner.devices.jetson import JetsonDevice
         from tuner.devices.journal import hardware_session
         from tuner.space import Config
@@ -340,7 +341,9 @@ def _child(board: FakeBoard, tmp_path: Path) -> subprocess.Popen[str]:
         with hardware_session(dev):
             dev.apply(Config(knobs={config(board).knobs!r}, batch_size=8))
             print("applied", flush=True)
-            time.sleep(60)
+            for _ in range(600):  # a trial: signals are acted on at safe points, at least once per batch
+                time.sleep(0.1)
+                interrupts.check()
     """)
     )
     env = {**os.environ, **board.env(), "TUNE_STATE_DIR": os.environ["TUNE_STATE_DIR"]}

@@ -151,17 +151,7 @@ def wait_until_applied(board, original, proc, timeout=90.0) -> None:
     raise AssertionError("the run never changed the board")
 
 
-LOST_SIGNAL = pytest.mark.xfail(
-    reason="open bug: in some clean-clone CI runs a SIGINT or SIGTERM sent just after the first board write "
-    "was lost and the run went on to finish (the board was still restored at its end); SIGKILL always passes",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize(
-    "sig",
-    [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=LOST_SIGNAL), pytest.param(signal.SIGINT, marks=LOST_SIGNAL)],
-)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_killed_mid_trial_and_the_board_comes_back_byte_for_byte(board, tmp_path, sig):
     original = board.snapshot()
     proc = start_run(tmp_path)

@@ -1,5 +1,5 @@
 """``python -m tuner`` is the same as the ``tune`` console script."""
 
-from tuner.cli import main
+from tuner.launch import main
 
 main()

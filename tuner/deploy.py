@@ -10,9 +10,9 @@ import optuna
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from tuner import __version__
+from tuner import __version__, atomicfile
 from tuner.devices.base import Device
-from tuner.devices.journal import write_journal
+from tuner.devices.journal import deployment
 from tuner.errors import UserError
 from tuner.space import Config
 from tuner.study import is_feasible, redact, representatives, trial_record
@@ -117,7 +117,7 @@ def write_export(config: ExportedConfig, path: Path) -> None:
     header = "# powertune best-mode configuration"
     if config.twin:
         header += " (measured on a digital twin, not hardware)"
-    path.write_text(header + "\n" + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    atomicfile.write_text(path, header + "\n" + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 
 def load_export(path: Path) -> ExportedConfig:
@@ -150,7 +150,8 @@ def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False
     """Apply an export for deployment; return what was (or, dry-run, would be) written.
 
     The original state is journaled first and is not restored at exit: the
-    mode stays until ``tune restore``. Applying twice is harmless: the device
+    mode stays until ``tune restore``. The device is locked meanwhile, and an
+    apply that fails or is interrupted is undone (see :func:`deployment`). Applying twice is harmless: the device
     writes only what differs, and the journal keeps the state from before the
     first apply.
     """
@@ -159,6 +160,6 @@ def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False
     steps = [w.shell() for w in plan(config)] if plan is not None else [f"{k}={v}" for k, v in config.knobs.items()]
     if dry_run or device.simulated:
         return steps
-    write_journal(device, device.read_state())
-    device.apply(config)
+    with deployment(device):
+        device.apply(config)
     return steps

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 
+from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.measurement import Measurement
 from tuner.run_options import RunOptions
@@ -107,8 +108,11 @@ class Objective:
         settings = self.options.window
         settings = settings.model_copy(update={**update, "options": {**settings.options, **serving}})
         try:
+            interrupts.check()
             self.device.apply(hardware)
+            interrupts.check()
             measurement = self.device.measure(self.options.model, hardware, settings)
+            interrupts.check()
         except MeasurementRejected as exc:
             trial.set_user_attr("fail_reason", str(exc))
             raise

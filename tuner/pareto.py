@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import __version__
+from tuner import __version__, atomicfile
 from tuner.study import best_feasible, trial_record
 
 PARETO_VERSION = 1
@@ -129,12 +129,12 @@ def results_dir(out: Path, device_slug: str, model: str) -> Path:
 
 
 def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
-    """Write pareto.json, pareto.csv, trials.csv and pareto.png into ``folder``."""
+    """Write pareto.json, pareto.csv, trials.csv and pareto.png into ``folder``, each atomically."""
     folder.mkdir(parents=True, exist_ok=True)
     pareto = build_pareto(study)
-    (folder / "pareto.json").write_text(pareto.model_dump_json(indent=2) + "\n")
+    atomicfile.write_text(folder / "pareto.json", pareto.model_dump_json(indent=2) + "\n")
     knob_names = sorted({k for pts in pareto.fronts.values() for p in pts for k in p.config})
-    with open(folder / "pareto.csv", "w", newline="") as fh:
+    with atomicfile.replacing(folder / "pareto.csv") as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -176,7 +176,7 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
     trials = study.get_trials(deepcopy=False)
     knob_names = sorted({k for t in trials for k in t.user_attrs.get("effective", {})})
     metrics = ["j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s"]
-    with open(path, "w", newline="") as fh:
+    with atomicfile.replacing(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -286,5 +286,6 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
     ax.set_title(f"{pareto.model} on {pareto.device}{twin}")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomicfile.replacing(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)

@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 
+from tuner import interrupts
 from tuner.objective import MeasurementRejected, Objective
 from tuner.records import finite_representatives, is_feasible
 from tuner.space import Config, SearchSpace
@@ -38,7 +39,7 @@ def remeasure_top(
     budget, passed = top * repeats, 0
     callbacks = [] if on_trial is None else [lambda s, tr: on_trial(s, tr, objective.measured)]
     for t in [t for t in ranked if is_feasible(t)]:
-        if budget < repeats or passed >= top:
+        if budget < repeats or passed >= top or interrupts.pending():
             break
         config = Config(knobs=t.user_attrs["config"], batch_size=t.user_attrs["batch_size"])
         for _ in range(repeats):

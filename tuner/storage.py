@@ -41,6 +41,7 @@ import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
+from tuner import interrupts
 from tuner.errors import UserError
 
 PG_SCHEMES = ("postgresql", "postgres")
@@ -386,6 +387,8 @@ class QuotaStudy(optuna.Study):
                     return self._start(fixed_distributions)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 raise StudyFull("timeout")
+            if interrupts.pending():
+                raise StudyFull("interrupted")  # the run raises the signal once the loop has ended
             time.sleep(self.poll_s)
 
     def _start(self, fixed_distributions: dict | None) -> optuna.Trial:

@@ -21,8 +21,9 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel
 
+from tuner import interrupts
 from tuner.devices.base import Device
-from tuner.devices.journal import hardware_session
+from tuner.devices.journal import hardware_session, hold
 from tuner.errors import UserError
 from tuner.objective import METRIC_KEYS, MeasurementRejected, Objective
 from tuner.provenance import provenance
@@ -151,6 +152,7 @@ def run_study(
     options: RunOptions,
     on_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None] | None = None,
     sampler: optuna.samplers.BaseSampler | None = None,
+    on_interrupt: Callable[[optuna.Study], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
     """Run ``options.trials`` measured trials (reused ones are free), holding the device safely.
 
@@ -159,7 +161,25 @@ def run_study(
     too many trials failed to measure. With ``options.study_trials`` it also
     ends once the study (every worker together) holds that many completed
     trials, and never starts one beyond.
+
+    The device is locked against other tuners, and Ctrl-C and SIGTERM are
+    recorded, from the start: a signal ends the run at the next safe point
+    (a trial's apply or window, or between trials), never in the middle of
+    Optuna's bookkeeping, so no trial is left RUNNING. The hardware is
+    restored, then ``on_interrupt`` gets the study (to write the results of
+    the trials that completed) and the signal is raised.
     """
+    with interrupts.held(), hold(device):
+        return _run_study(device, options, on_trial, sampler, on_interrupt)
+
+
+def _run_study(
+    device: Device,
+    options: RunOptions,
+    on_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None] | None,
+    sampler: optuna.samplers.BaseSampler | None,
+    on_interrupt: Callable[[optuna.Study], None] | None,
+) -> tuple[optuna.Study, RunSummary]:
     space = serving_space(narrowed_space(device, options.knobs, options.batch_sizes), options.window)
     storage = options.storage or default_storage(options.out)
     name = study_name(options.model, device, label(options.window), options.max_latency_ms)
@@ -204,14 +224,21 @@ def run_study(
         exhausted = False
         if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING and options.study_trials is None:
             exhausted = not explorer.enqueue_unmeasured(study)
-        if objective.measured >= target or exhausted or state["failed"] >= max(10, target):
+        if objective.measured >= target or exhausted or state["failed"] >= max(10, target) or interrupts.pending():
             study.stop()
 
-    if target > 0:
-        with hardware_session(device):
-            _optimize(study, objective, callback, deadline)
-            if top:
-                remeasure_top(study, objective, space, top, repeats, on_trial)
+    try:
+        if target > 0:
+            with hardware_session(device):
+                _optimize(study, objective, callback, deadline)
+                interrupts.check()
+                if top:
+                    remeasure_top(study, objective, space, top, repeats, on_trial)
+        interrupts.check()
+    except KeyboardInterrupt:
+        if on_interrupt is not None:
+            on_interrupt(study)
+        raise
     best = best_feasible(study)
     summary = RunSummary(
         study=name,

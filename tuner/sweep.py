@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from tuner import atomicfile, interrupts
 from tuner.devices.base import Device, WindowSettings
 from tuner.devices.journal import hardware_session
 from tuner.measurement import Measurement
@@ -47,8 +48,11 @@ def run_sweep(
     with hardware_session(device):
         for i, config in enumerate(configs):
             try:
+                interrupts.check()
                 device.apply(config)
+                interrupts.check()
                 measurement = device.measure(model, config, settings)
+                interrupts.check()
                 rows.append(
                     SweepRow(
                         config=config, measurement=measurement, error="" if measurement.valid else measurement.reason
@@ -80,7 +84,7 @@ def optimum(rows: list[SweepRow], max_latency_ms: float | None, percentile: str 
 def write_sweep_csv(rows: list[SweepRow], path: Path, max_latency_ms: float | None, percentile: str = "p99") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     knob_names = list(rows[0].config.knobs) if rows else []
-    with open(path, "w", newline="") as fh:
+    with atomicfile.replacing(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -189,5 +193,6 @@ def plot_sweep(
     axes[0][0].legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomicfile.replacing(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)

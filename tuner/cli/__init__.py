@@ -8,15 +8,17 @@ one line with the fix, not as a usage box.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
-from tuner import __version__
+from tuner import __version__, interrupts
 from tuner.cli import deploy, fleet, results, search, serve, tuning
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
+TERMINATED = 128 + signal.SIGTERM
 
 app = typer.Typer(
     name="tune",
@@ -61,14 +63,14 @@ def usage_line(exc: Exception) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script (``argv`` lets tests call it in-process)."""
+    interrupts.install_process_handlers()
     try:
         code = app(args=argv, prog_name="tune", standalone_mode=False)
     except UserError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        typer.echo("interrupted: hardware state restored", err=True)
-        sys.exit(INTERRUPTED)
+        code = INTERRUPTED
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -84,7 +86,18 @@ def main(argv: list[str] | None = None) -> None:
                 typer.echo(usage_line(exc), err=True)
             sys.exit(exit_code)
         raise
-    if code == INTERRUPTED:
-        typer.echo("interrupted: hardware state restored", err=True)
+    if code == INTERRUPTED or interrupts.last_signal() is not None:
+        code = _interrupted()
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _interrupted() -> int:
+    """Say what an interruption left behind; the exit code says which signal (130 Ctrl-C, 143 SIGTERM)."""
+    from tuner.devices.journal import restored_devices
+
+    restored = restored_devices()
+    note = f"hardware state restored ({', '.join(dict.fromkeys(restored))})" if restored else "no hardware was changed"
+    terminated = interrupts.last_signal() == signal.SIGTERM
+    typer.echo(f"{'terminated' if terminated else 'interrupted'}: {note}", err=True)
+    return TERMINATED if terminated else INTERRUPTED

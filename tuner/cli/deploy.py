@@ -7,10 +7,12 @@ from pathlib import Path
 
 import typer
 
+from tuner import interrupts
 from tuner.cli import common
 from tuner.deploy import apply_export, load_export
-from tuner.devices.journal import pending_journals, restore_pending
+from tuner.devices.journal import builtin_device_name, journal_files, load_journal, restore_device
 from tuner.devices.registry import device_name_for_kind, open_device
+from tuner.errors import UserError
 
 
 def default_device(exported_device: str, kind: str) -> str:
@@ -31,6 +33,7 @@ def default_device(exported_device: str, kind: str) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @interrupts.deferring
     def apply(
         config_file: Path = typer.Argument(..., help="a YAML file written by tune export"),
         device: str | None = typer.Option(
@@ -65,6 +68,7 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command()
+    @interrupts.deferring
     def restore(
         device: str | None = typer.Option(
             None, "--device", "-d", help="device to restore (default: every journaled one)"
@@ -72,21 +76,54 @@ def register(app: typer.Typer) -> None:
         sysfs_root: Path | None = common.SysfsOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Put a device back as it was before tune apply or a crashed run, from the journal."""
+        """Put a device back as it was before tune apply or a crashed run, from the journal.
+
+        Without --device every journal is restored, each only to the built-in
+        board or GPU it names (never a plugin: a journal is a file, and must
+        not be able to load code); one that cannot be restored does not stop
+        the others, and is reported at the end.
+        """
         options = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
-        names = [device] if device else [entry.device for entry in pending_journals()]
+        names, failures = ([device], []) if device else journaled_devices()
         restored = []
         for name in names:
-            dev = open_device(
-                name,
-                allow_clock_changes=name.startswith("cuda:"),
-                **(options if not name.startswith(("cuda:", "sim:", "cpu")) else {}),
-            )
-            if restore_pending(dev):
-                restored.append(name)
+            try:
+                dev = open_device(
+                    name,
+                    allow_clock_changes=name.startswith("cuda:"),
+                    **(options if not name.startswith(("cuda:", "sim:", "cpu")) else {}),
+                )
+                if restore_device(dev):
+                    restored.append(name)
+            except UserError as exc:
+                if device:
+                    raise
+                failures.append(str(exc))
         if as_json:
-            common.emit_json({"restored": restored})
-            return
-        common.out_console.print(
-            "restored: " + ", ".join(restored) if restored else "nothing to restore: no journal is pending"
-        )
+            common.emit_json({"restored": restored, "failed": failures})
+        elif restored or not failures:
+            common.out_console.print(
+                "restored: " + ", ".join(restored) if restored else "nothing to restore: no journal is pending"
+            )
+        if failures:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise UserError(failures[0] + more)
+
+
+def journaled_devices() -> tuple[list[str], list[str]]:
+    """The built-in devices that journals name, and a one-line reason for each journal that is refused."""
+    names, failures = [], []
+    for path in journal_files():
+        try:
+            entry = load_journal(path)
+        except UserError as exc:
+            failures.append(str(exc))
+            continue
+        if builtin_device_name(entry.device):
+            names.append(entry.device)
+        else:
+            failures.append(
+                f"journal {path} names {entry.device!r}, which is not a built-in board or GPU: nothing was "
+                "restored from it; restore that device with tune restore --device NAME"
+            )
+    return names, failures

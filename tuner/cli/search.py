@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
+from tuner import atomicfile, interrupts
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
 from tuner.devices.journal import hardware_session
@@ -71,8 +72,8 @@ def register(app: typer.Typer) -> None:
             report = run_bench(settings, progress=lambda done, total: bar.update(task, completed=done, total=total))
         folder = out / "bench"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "search.json").write_text(report.model_dump_json(indent=1))
-        (folder / "search.md").write_text(markdown(report))
+        atomicfile.write_text(folder / "search.json", report.model_dump_json(indent=1))
+        atomicfile.write_text(folder / "search.md", markdown(report))
         if as_json:
             common.emit_json(
                 {
@@ -157,7 +158,9 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
     measured = []
     with hardware_session(dev):
         for i, config in enumerate(design[:points]):
+            interrupts.check()
             dev.apply(config)
+            interrupts.check()
             m = dev.measure(model, config, WindowSettings(window_s=window, seed=seed * 1000 + i))
             if m.valid:
                 measured.append((config, m))
@@ -168,7 +171,8 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
     modes = _modes(space)
     params = fitted.mode_parameters(features(space, modes))
     folder.mkdir(parents=True, exist_ok=True)
-    plot(fitted, profile, space, modes, folder / "roofline.png")
+    with atomicfile.replacing(folder / "roofline.png") as tmp:
+        plot(fitted, profile, space, modes, tmp)
     batch = modes[0].batch_size
     intensity = layer_intensity(profile, batch)
     payload = {
@@ -189,7 +193,7 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
         "results": str(folder),
         "provenance": provenance(dev),
     }
-    (folder / "roofline.json").write_text(json.dumps(payload, indent=1))
+    atomicfile.write_text(folder / "roofline.json", json.dumps(payload, indent=1))
     return payload
 
 

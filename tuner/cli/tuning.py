@@ -10,8 +10,10 @@ import optuna
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from tuner import interrupts
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
+from tuner.devices.journal import hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
@@ -66,6 +68,7 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @interrupts.deferring
     def run(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
@@ -140,13 +143,18 @@ def register(app: typer.Typer) -> None:
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
-        with trial_progress(
-            trials if study_trials is None else study_trials, as_json, study_trials is not None
-        ) as on_trial:
-            study, summary = run_study(dev, options, on_trial=on_trial)
         folder = results_dir(out, dev.slug, model)
         if options.window.scenario != "offline":
             folder = folder / scenario_label(options.window).replace("@", "-")
+        with (
+            hold(dev),
+            trial_progress(
+                trials if study_trials is None else study_trials, as_json, study_trials is not None
+            ) as on_trial,
+        ):
+            study, summary = run_study(
+                dev, options, on_trial=on_trial, on_interrupt=lambda study: _partial_results(study, folder)
+            )
         pareto = write_results(study, folder)
         payload = {
             **summary.model_dump(),
@@ -183,6 +191,7 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(f"results: {folder}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
 
     @app.command()
+    @interrupts.deferring
     def sweep(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
@@ -210,7 +219,7 @@ def register(app: typer.Typer) -> None:
         check_model(model, dev.simulated)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         total = space.size()
-        with common.count_progress("sweep", "", as_json) as bar:
+        with hold(dev), common.count_progress("sweep", "", as_json) as bar:
             task = bar.add_task("sweep", total=total)
             rows = run_sweep(dev, space, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
         folder = results_dir(out, dev.slug, model)
@@ -263,6 +272,7 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(f"{len(rows)} configurations -> {folder}/sweep.csv, sweep.png")
 
     @app.command()
+    @interrupts.deferring
     def measure(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
@@ -324,14 +334,24 @@ def register(app: typer.Typer) -> None:
         )
 
 
+def _partial_results(study: optuna.Study, folder: Path) -> None:
+    """On Ctrl-C or SIGTERM: the result files for the trials that completed (the study itself resumes)."""
+    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+    if done:
+        write_results(study, folder)
+        common.err_console.print(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
+
+
 def measure_repeats(dev: Device, model: str, config: Config, settings: WindowSettings, repeat: int) -> list:
     """Apply once, measure ``repeat`` windows, restore; each repeat draws its own noise on a twin."""
     from tuner.devices.journal import hardware_session
 
     results = []
     with hardware_session(dev):
+        interrupts.check()
         dev.apply(config)
         for i in range(repeat):
+            interrupts.check()
             seed = None if settings.seed is None else settings.seed + i
             results.append(dev.measure(model, config, settings.model_copy(update={"seed": seed})))
     return results

@@ -19,17 +19,16 @@ import json
 import math
 import queue
 import re
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner.errors import Terminated, UserError
+from tuner import interrupts
+from tuner.errors import UserError
 
 if TYPE_CHECKING:
     from tuner.devices.base import WindowSettings
@@ -122,12 +121,14 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
 
     The first iteration is left out of the estimate: it carries one-off costs
     (allocation, kernel selection) that would undersize the LoadGen run.
+    Every iteration is a safe point for a recorded Ctrl-C or SIGTERM.
     """
     runner.infer()
     start = time.monotonic()
     deadline = start + max(warmup_s, 0.0)
     iters = 0
     while iters < MIN_WARMUP_ITERS - 1 or time.monotonic() < deadline:
+        interrupts.check()
         runner.infer()
         iters += 1
     elapsed = time.monotonic() - start
@@ -309,6 +310,7 @@ def run_window(
     log_path = Path(log_dir)
     log_path.mkdir(parents=True, exist_ok=True)
     qps = warm_up(runner, batch_size, settings.warmup_s)
+    interrupts.check()
     result = _run_once(lg, runner, batch_size, scenario, settings, log_path, qps, meter, monitors)
     if scenario != "server" and not result.error and _too_short(result.summary):
         measured = result.summary.samples_per_second or result.qps
@@ -354,35 +356,6 @@ def _run_interruptibly(call: Callable[[], Any]) -> None:
         raise failure[0]
 
 
-@contextmanager
-def deferred_interrupts(abort: Callable[[], None]) -> Iterator[list[int]]:
-    """Hold Ctrl-C and SIGTERM while LoadGen runs; on one, end the test early and re-raise after.
-
-    An exception raised at an arbitrary point inside StartTest (a Python
-    signal handler's default) tears the SUT down under LoadGen's own threads
-    and crashes the process, and then nothing restores the hardware. Here
-    the signal only records itself and tells the SUT to stop running the
-    model (the remaining samples complete at once), so LoadGen returns within
-    a batch, everything is destroyed in order, and the caller re-raises.
-    Outside the main thread signals cannot be caught, and nothing changes.
-    """
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def record(signum: int, frame: Any) -> None:
-        received.append(signum)
-        abort()
-
-    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def _run_once(
     lg: Any,
     runner: Runner,
@@ -394,6 +367,15 @@ def _run_once(
     meter: Meter | None,
     monitors: Any,
 ) -> WindowResult:
+    """One LoadGen test; a Ctrl-C or SIGTERM during it ends it early and is raised once all is torn down.
+
+    An exception raised at an arbitrary point inside StartTest tears the SUT
+    down under LoadGen's own threads and crashes the process, and then
+    nothing restores the hardware. Here a signal only tells the SUT to stop
+    running the model (the remaining samples complete at once), so LoadGen
+    returns within a batch, everything is destroyed in order, and the signal
+    is raised after (see tuner.interrupts).
+    """
     timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
     sut_state = _BatchingSUT(lg, runner, batch_size, scenario, timeout_s)
     ts = _test_settings(lg, scenario, settings.window_s, qps, batch_size / qps, settings.options)
@@ -406,7 +388,7 @@ def _run_once(
     sut_state.start()
     reading = None
     started: list[Monitor] = []
-    with deferred_interrupts(sut_state.abort) as interrupted:
+    with interrupts.listening(sut_state.abort):
         try:
             for monitor in monitors:
                 monitor.start()
@@ -423,8 +405,7 @@ def _run_once(
             sut_state.join()
             lg.DestroyQSL(qsl)
             lg.DestroySUT(sut)
-    if interrupted:
-        raise Terminated() if interrupted[0] == signal.SIGTERM else KeyboardInterrupt()
+        interrupts.check()
     return WindowResult(
         batch_latencies_ms=sut_state.latencies_ms,
         queries=sut_state.completed,
