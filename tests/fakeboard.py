@@ -67,24 +67,22 @@ _A78AE_KHZ = [
 
 # Per model: CPU clusters, TPCs, the board's frequency tables, INA3221 channels,
 # thermal zones. GPU tables deliberately lack one value of the search space
-# (1236.75 MHz on AGX Orin, 522.75 MHz on Orin Nano) so that intersecting the
+# (1224 MHz on AGX Orin, 522.75 MHz on Orin Nano) so that intersecting the
 # board's table with the space is observable.
 BOARDS: dict[str, dict[str, Any]] = {
     "orin-agx": {
         "clusters": [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]],
         "tpcs": 8,
         "gpu_hz": [
-            114750000,
-            216750000,
-            318750000,
-            420750000,
-            522750000,
-            624750000,
-            726750000,
-            828750000,
-            930750000,
-            1032750000,
-            1134750000,
+            306000000,
+            408000000,
+            510000000,
+            612000000,
+            714000000,
+            816000000,
+            918000000,
+            1020000000,
+            1122000000,
             1300500000,
         ],
         "cpu_khz": _A78AE_KHZ,

@@ -41,7 +41,7 @@ BOARDS = [
 CONFIGS = {
     "orin-agx": {
         "nvpmodel": "50W",
-        "gpu_mhz": 624.75,
+        "gpu_mhz": 612,
         "emc_mhz": 2133,
         "cpu_cores": 6,
         "cpu_mhz": 1344.0,
@@ -110,7 +110,7 @@ def test_rails_are_found_whatever_the_hwmon_number(tmp_path: Path) -> None:
 def test_space_is_the_board_table_intersected_with_the_search_space(board: FakeBoard) -> None:
     space = device(board).space()
     base = load_space(board.model)
-    missing = 1236.75 if board.model == "orin-agx" else 522.75
+    missing = 1224 if board.model == "orin-agx" else 522.75
     assert missing in base.knobs["gpu_mhz"].values
     assert missing not in space.knobs["gpu_mhz"].values
     assert set(space.knobs["gpu_mhz"].values) == set(base.knobs["gpu_mhz"].values) - {missing}
@@ -195,7 +195,7 @@ def test_mode_caps_clamp_the_clocks(tmp_path: Path) -> None:
         )
     )
     assert fake.read("sys/devices/gpu.0/tpc_pg_mask") == "248"
-    assert int((fake.gpu_dir / "max_freq").read_text()) == 318750000  # highest step under 408 MHz
+    assert int((fake.gpu_dir / "max_freq").read_text()) == 408000000  # the 15W cap, on the 102 MHz grid
     assert fake.read("sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq") == "1036800"  # under the 1113.6 MHz cap
     assert fake.read("sys/devices/system/cpu/cpu4/online") == "0"
     assert fake.read("sys/kernel/debug/bpmp/debug/clk/emc/rate") == "2133000000"
@@ -230,7 +230,7 @@ def test_mode_that_does_not_switch_fails_the_trial(board: FakeBoard) -> None:
 
 def test_unsupported_frequency_writes_nothing(board: FakeBoard) -> None:
     before = board.snapshot()
-    missing = 1236.75 if board.model == "orin-agx" else 522.75
+    missing = 1224 if board.model == "orin-agx" else 522.75
     with pytest.raises(UserError, match="gpu_mhz"):
         device(board).apply(config(board, gpu_mhz=missing))
     with pytest.raises(UserError, match="cpu_mhz"):
@@ -497,7 +497,7 @@ def test_live_board_moves_its_rails_after_direct_writes(tmp_path: Path) -> None:
     dev.apply(config(fake))
     settled = fake.rail_watts()
     with fake.live():
-        dev.apply(config(fake, gpu_mhz=114.75))
+        dev.apply(config(fake, gpu_mhz=306))
         deadline = time.monotonic() + 10
         while fake.rail_watts() == settled and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -72,7 +72,7 @@ def test_run_export_apply_restore(board, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     data = yaml.safe_load(best.read_text())
-    data["knobs"].update({"nvpmodel": "15W", "gpu_mhz": 318.75})  # a mode that surely differs from the board's
+    data["knobs"].update({"nvpmodel": "15W", "gpu_mhz": 306})  # a mode that surely differs from the board's
     best.write_text(yaml.safe_dump(data))
 
     r = run_cli("apply", str(best), "--dry-run")
@@ -83,7 +83,7 @@ def test_run_export_apply_restore(board, tmp_path):
     r = run_cli("apply", str(best))
     assert r.returncode == 0, r.stderr
     assert board.mode_id() == 1
-    assert int((board.gpu_dir / "max_freq").read_text()) == 318750000
+    assert int((board.gpu_dir / "max_freq").read_text()) == 306000000
     again = run_cli("apply", str(best))
     assert again.returncode == 0 and "already runs this configuration" in again.stdout
 
@@ -105,7 +105,7 @@ def test_unsupported_frequency_in_an_export_writes_nothing(board, tmp_path):
                 "twin": False,
                 "model": "resnet50",
                 "batch_size": 8,
-                "knobs": {"nvpmodel": "MAXN", "gpu_mhz": 1236.75, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6},
+                "knobs": {"nvpmodel": "MAXN", "gpu_mhz": 1224, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6},
                 "max_latency_ms": 50.0,
                 "percentile": "p99",
                 "metrics": {},
@@ -115,7 +115,7 @@ def test_unsupported_frequency_in_an_export_writes_nothing(board, tmp_path):
     )
     r = run_cli("apply", str(best))
     assert r.returncode == 2
-    assert "gpu_mhz=1236.75 is not supported" in r.stderr and "Traceback" not in r.stderr
+    assert "gpu_mhz=1224 is not supported" in r.stderr and "Traceback" not in r.stderr
     assert board.snapshot() == original
     best.write_text("version: 1\ndevice_kind: [broken")
     r = run_cli("apply", str(best))
