@@ -1,9 +1,8 @@
 import itertools
+import json
 
 import numpy as np
 import pytest
-
-import json
 
 from runners.profile import load_profile
 from tuner.calibration import CALIBRATION_DIR, fit_op_classes, load_rows, sweep_rows, twin_errors
