@@ -268,8 +268,23 @@ def test_postgres_credentials_never_leak(pg, tmp_path):
     env["PGPASSWORD"] = pgserver.PASSWORD
     from_env = tune("status", "--storage", "postgresql://", "--json")
     assert from_env.returncode == 0 and json.loads(from_env.stdout)["studies"][0]["complete"] == 3
+    del env["PGPASSWORD"]
+    env["TUNE_TEST_DB_SECRET"] = pgserver.PASSWORD
+    named = url.replace(f":{pgserver.PASSWORD}@", "@") + "?password_env=TUNE_TEST_DB_SECRET"
+    assert pgserver.PASSWORD not in named
+    from_var = tune("status", "--storage", named, "--json")
+    assert from_var.returncode == 0 and json.loads(from_var.stdout)["studies"][0]["complete"] == 3, from_var.stderr
     written = [p.read_text() for p in tmp_path.rglob("*") if p.suffix in (".json", ".csv", ".yaml")]
-    for text in [*written, run.stdout, run.stderr, export.stdout, export.stderr, wrong.stderr, from_env.stdout]:
+    for text in [
+        *written,
+        run.stdout,
+        run.stderr,
+        export.stdout,
+        export.stderr,
+        wrong.stderr,
+        from_env.stdout,
+        from_var.stdout,
+    ]:
         assert pgserver.PASSWORD not in text
 
 

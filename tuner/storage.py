@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import optuna
 from optuna.trial import TrialState
@@ -68,9 +68,38 @@ def driver_url(url: str) -> str:
     kept in PGPASSWORD (or ~/.pgpass) is never part of any URL.
     """
     name = scheme(url)
+    url = _password_from_env(url)
     if name in PG_SCHEMES:
         return f"{PG_DIALECT}://{url.split('://', 1)[1]}"
     return url
+
+
+_PASSWORD_ENV = re.compile(r"(?i)([?&;])password_env=([^&#;]*)&?")
+
+
+def password_env(url: str) -> str | None:
+    """The environment variable named by ``?password_env=VAR`` in a storage URL, if any."""
+    match = _PASSWORD_ENV.search(url)
+    return match.group(2) if match else None
+
+
+def _password_from_env(url: str) -> str:
+    """Move the password named by ``password_env=VAR`` into the URL handed to the driver.
+
+    The typed URL (and so the process list) holds only the variable's name;
+    the secret goes straight from the environment to the driver.
+    """
+    var = password_env(url)
+    if var is None:
+        return url
+    secret = os.environ.get(var)
+    if not secret:
+        raise UserError(f"--storage names password_env={var}, but {var} is not set: export {var}=... first")
+    url = _PASSWORD_ENV.sub(lambda m: m.group(1), url).rstrip("?&;")
+    head, rest = url.split("://", 1)
+    userinfo, at, hostpart = rest.rpartition("@")
+    user = userinfo.split(":", 1)[0] if at else ""
+    return f"{head}://{user}:{quote(secret, safe='')}@{hostpart}"
 
 
 def redact(url: str) -> str:
@@ -92,6 +121,9 @@ def secrets_of(url: str) -> list[str]:
             found += [query.group(1), unquote(query.group(1))]
     if is_postgres(url) and os.environ.get("PGPASSWORD"):
         found.append(os.environ["PGPASSWORD"])
+    var = password_env(url)
+    if var and os.environ.get(var):
+        found += [os.environ[var], quote(os.environ[var], safe="")]
     return sorted(set(found), key=len, reverse=True)
 
 

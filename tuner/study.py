@@ -9,6 +9,7 @@ tuner.records; their public names are re-exported here for callers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -23,6 +24,7 @@ from tuner.devices.base import Device
 from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.objective import METRIC_KEYS, MeasurementRejected, Objective
+from tuner.provenance import provenance
 from tuner.records import best_feasible, best_of, is_feasible, representatives, trial_record
 from tuner.remeasure import remeasure_top
 from tuner.run_options import RunOptions
@@ -160,6 +162,7 @@ def run_study(
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)
+        check_same_space(study, space)
         _stamp(study, device, options, space)
     if options.study_trials is not None:
         poll_s = min(2.0, options.heartbeat_s / 2)
@@ -228,6 +231,43 @@ def _optimize(study: optuna.Study, objective: Objective, callback: Callable, dea
                 raise
 
 
+def space_key(space: SearchSpace) -> str:
+    """A short hash of what a trial's parameters mean: each tuned knob's values in order, and the batch sizes.
+
+    Pinned knobs are left out (they are not parameters), so an observe-only
+    GPU whose clocks were changed between runs still resumes its study.
+    """
+    meaning = {
+        "knobs": {n: [str(v) for v in space.knobs[n].values] for n in space.tuned_knobs},
+        "batch_sizes": space.batch_sizes,
+    }
+    return hashlib.sha256(json.dumps(meaning, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _space_flags(tuned: list[str], batch_sizes: list[int] | None) -> str:
+    flags = f"--knobs {','.join(tuned)}"
+    return flags + (f" --batch-sizes {','.join(map(str, batch_sizes))}" if batch_sizes else "")
+
+
+def check_same_space(study: optuna.Study, space: SearchSpace) -> None:
+    """Refuse to resume a study with another space: its parameter indexes would change meaning.
+
+    Studies from before the key was recorded are compared by their tuned knobs,
+    the only part of the space they recorded.
+    """
+    attrs = study.user_attrs
+    recorded = attrs.get("space_key")
+    if recorded is None and "tuned_knobs" not in attrs:
+        return
+    same = recorded == space_key(space) if recorded is not None else attrs["tuned_knobs"] == space.tuned_knobs
+    if not same:
+        before = _space_flags(attrs.get("tuned_knobs", []), attrs.get("batch_sizes"))
+        raise UserError(
+            f"study {study.study_name} was tuned over another space ({before}, or another --space file): "
+            "run with the same flags to resume it, or give another --out or --storage for this space"
+        )
+
+
 def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
     """Study-level attributes so results and exports can say what was tuned, and how."""
     study.set_user_attr("model", options.model)
@@ -239,5 +279,8 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("percentile", options.window.percentile)
     study.set_user_attr("scenario", options.window.scenario)
     study.set_user_attr("tuned_knobs", space.tuned_knobs)
+    study.set_user_attr("batch_sizes", space.batch_sizes)
+    study.set_user_attr("space_key", space_key(space))
+    study.set_user_attr("provenance", provenance(device))
     if options.study_trials is not None:
         study.set_user_attr("study_trials", options.study_trials)
