@@ -36,9 +36,19 @@ MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-larg
 
 def op_name(module: nn.Module) -> str:
     """The operator type, named as runners/profiling.py names it (that module needs pydantic, absent there)."""
-    names = {"Conv2d": "conv2d", "Linear": "linear", "MatMul": "matmul", "Embedding": "embedding",
-             "MaxPool2d": "maxpool", "AdaptiveAvgPool2d": "avgpool", "BatchNorm2d": "batchnorm",
-             "LayerNorm": "layernorm", "ReLU6": "relu6", "SiLU": "silu", "GELU": "gelu"}  # fmt: skip
+    names = {
+        "Conv2d": "conv2d",
+        "Linear": "linear",
+        "MatMul": "matmul",
+        "Embedding": "embedding",
+        "MaxPool2d": "maxpool",
+        "AdaptiveAvgPool2d": "avgpool",
+        "BatchNorm2d": "batchnorm",
+        "LayerNorm": "layernorm",
+        "ReLU6": "relu6",
+        "SiLU": "silu",
+        "GELU": "gelu",
+    }
     kind = type(module).__name__
     return names.get(kind, kind.lower())
 
@@ -95,8 +105,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-              "gpu": torch.cuda.get_device_name(0), "batch": args.batch, "models": {}}  # fmt: skip
+    result = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+        "batch": args.batch,
+        "models": {},
+    }
     chain = nn.Sequential(*[Empty() for _ in range(100)])
     x = torch.zeros(1, device="cuda")
     with torch.inference_mode():
@@ -112,7 +127,7 @@ def main() -> None:
                 batch = batch.contiguous(memory_format=torch.channels_last)
             captured: list[tuple[str, nn.Module, tuple]] = []
             hooks = [
-                m.register_forward_hook(lambda m, i, o, n=n: captured.append((n, m, i)))
+                m.register_forward_hook(lambda m, i, o, n=n, c=captured: c.append((n, m, i)))
                 for n, m in model.named_modules()
                 if not any(True for _ in m.children())
             ]
@@ -121,16 +136,25 @@ def main() -> None:
                 h.remove()
             layers = []
             for layer_name, module, inputs in captured:
-                layers.append({"name": layer_name, "op": op_name(module),
-                               "host_s": host_seconds(lambda m=module, i=inputs: m(*i))})  # fmt: skip
+                layers.append(
+                    {
+                        "name": layer_name,
+                        "op": op_name(module),
+                        "host_s": host_seconds(lambda m=module, i=inputs: m(*i)),
+                    }
+                )
             forward = host_seconds(lambda m=model, b=batch: m(b), 20)
             result["models"][name] = {"layers": layers, "forward_host_s": forward}
             by_op: dict[str, list[float]] = {}
             for layer in layers:
                 by_op.setdefault(layer["op"], []).append(layer["host_s"])
             summary = {op: round(1e6 * statistics.median(v), 1) for op, v in sorted(by_op.items())}
-            print(name, f"forward {1e3 * forward:.2f} ms, sum of layers {1e3 * sum(x['host_s'] for x in layers):.2f} ms,"
-                  f" median us per op {summary}", flush=True)  # fmt: skip
+            print(
+                name,
+                f"forward {1e3 * forward:.2f} ms, sum of layers {1e3 * sum(x['host_s'] for x in layers):.2f} ms,"
+                f" median us per op {summary}",
+                flush=True,
+            )
             del model
             torch.cuda.empty_cache()
     (args.out / "launch_microbench.json").write_text(json.dumps(result, indent=1) + "\n")

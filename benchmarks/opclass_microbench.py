@@ -122,8 +122,14 @@ def cases(quick: bool) -> list[dict]:
             moved = (x.numel() + w.numel() + n * cout * ho * ho) * BYTES[prec]
             return (lambda: F.conv2d(x, w, None, stride, k // 2, 1, groups)), flops, moved
 
-        out.append({"class": cls, "precision": prec, "label": f"{cls} {prec} n{n} c{cin}->{cout} {hw}x{hw} k{k}s{stride}",
-                    "build": build})  # fmt: skip
+        out.append(
+            {
+                "class": cls,
+                "precision": prec,
+                "label": f"{cls} {prec} n{n} c{cin}->{cout} {hw}x{hw} k{k}s{stride}",
+                "build": build,
+            }
+        )
 
     for prec in ("fp16", "fp32"):
         for n in batches:
@@ -160,8 +166,14 @@ def cases(quick: bool) -> list[dict]:
             moved = (2 * b * heads * seq * dim + b * heads * seq * seq) * BYTES[prec]
             return (lambda: torch.bmm(q, kt)), flops, moved
 
-        out.append({"class": "attention", "precision": prec, "label": f"attention {prec} b{b} h{heads} s{seq} d{dim}",
-                    "build": build})  # fmt: skip
+        out.append(
+            {
+                "class": "attention",
+                "precision": prec,
+                "label": f"attention {prec} b{b} h{heads} s{seq} d{dim}",
+                "build": build,
+            }
+        )
 
     for b in batches:
         attention("fp16", b, 12, 128, 64)
@@ -199,8 +211,13 @@ def cases(quick: bool) -> list[dict]:
 
     for exp in (12, 16, 20, 24, 27) if not quick else (12, 20):
         numel = 2**exp
-        for name, fn_of in (("add", add), ("relu", relu), ("layernorm", layernorm), ("batchnorm", batchnorm),
-                            ("softmax", softmax)):  # fmt: skip
+        for name, fn_of in (
+            ("add", add),
+            ("relu", relu),
+            ("layernorm", layernorm),
+            ("batchnorm", batchnorm),
+            ("softmax", softmax),
+        ):
             elementwise(name, "fp16", numel, fn_of)
     return out
 
@@ -281,8 +298,11 @@ def main() -> None:
             row.update(seconds=t, flops=flops, bytes=moved, tflops=flops / t / 1e12, gb_per_s=moved / t / 1e9)
             row.update(clocks.read())
             result["cases"].append(row)
-            print(f"{row['label']:48s} {t * 1e6:10.1f} us {row['tflops']:8.1f} TF/s {row['gb_per_s']:8.0f} GB/s"
-                  f" sm {row.get('sm_mhz')}", flush=True)  # fmt: skip
+            print(
+                f"{row['label']:48s} {t * 1e6:10.1f} us {row['tflops']:8.1f} TF/s {row['gb_per_s']:8.0f} GB/s"
+                f" sm {row.get('sm_mhz')}",
+                flush=True,
+            )
             del fn
     result["card_after"] = clocks.state()
     result["card_untouched"] = result["card_after"] == result["card_before"]

@@ -110,8 +110,11 @@ def main() -> None:
             row.update(window(runner, handle, batch, args.window))
             row["sm_mhz_after"] = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
             result["rows"].append(row)
-            print(f"{model:16s} bs{batch:4d} {row['time_ms_per_batch']:8.2f} ms/batch {row['avg_w']:6.1f} W "
-                  f"{row['j_per_query']:.5f} J/q ticks {row['energy_ticks']} sm {row['sm_mhz_after']}", flush=True)  # fmt: skip
+            print(
+                f"{model:16s} bs{batch:4d} {row['time_ms_per_batch']:8.2f} ms/batch {row['avg_w']:6.1f} W "
+                f"{row['j_per_query']:.5f} J/q ticks {row['energy_ticks']} sm {row['sm_mhz_after']}",
+                flush=True,
+            )
         runner.close()
     result["card_after"] = state()
     result["card_untouched"] = result["card_after"] == before

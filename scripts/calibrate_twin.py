@@ -36,16 +36,27 @@ FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/
 
 FREE = {
     "sim:h200": {
-        "params": ["gpu_dyn_w_per_v2_ghz", "gpu_clock_w_per_v2_ghz", "gpu_compute_activity", "soc_static_w",
-                   "mem_pj_per_byte", "host_factor"],
+        "params": [
+            "gpu_dyn_w_per_v2_ghz",
+            "gpu_clock_w_per_v2_ghz",
+            "gpu_compute_activity",
+            "soc_static_w",
+            "mem_pj_per_byte",
+            "host_factor",
+        ],
         "hosts": ["reference", "issue3"],
     },
     "sim:orin": {
-        "params": ["gpu_dyn_w_per_v2_ghz", "gpu_clock_w_per_v2_ghz", "host_factor", "cpu_dyn_w_per_v2_ghz",
-                   "runtimes.tensorrt-int8.kernel_floor_scale"],
+        "params": [
+            "gpu_dyn_w_per_v2_ghz",
+            "gpu_clock_w_per_v2_ghz",
+            "host_factor",
+            "cpu_dyn_w_per_v2_ghz",
+            "runtimes.tensorrt-int8.kernel_floor_scale",
+        ],
         "hosts": [],
     },
-}  # fmt: skip
+}
 FRACTIONS = ("gpu_compute_activity",)
 
 
@@ -82,7 +93,7 @@ def h200_params(previous: dict | None) -> dict:
             "power_limit_w": "power_limit_w",
             "precision": "precision",
             "channels_last": "channels_last",
-        },  # fmt: skip
+        },
         "fixed": {"cpu_mhz": 3000.0, "cpu_cores": 16.0},
         "tpcs_max": 66,
         "peak_per_cycle_per_tpc": peak,
@@ -206,8 +217,10 @@ def orin_params(previous: dict | None) -> dict:
             "runtimes": "pytorch: eager; tensorrt-int8 (sim:orin-trt): assumptions named in its description; "
             "launch_scale 0.1 is an assumption (C++ enqueue of a prebuilt engine); kernel_floor_scale (TensorRT's "
             "kernel floors against the eager cuDNN floors microbenchmarked on the H200) is "
-            + FITTED + " (the two SingleStream rows)",
-            "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the issue-3 twin assumed), then linear to 1.0 V at 1300.5 MHz (Ampere mobile "
+            + FITTED
+            + " (the two SingleStream rows)",
+            "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the issue-3 twin assumed), then linear to 1.0 V at "
+            "1300.5 MHz (Ampere mobile "
             "curves; not published)",
             "gpu_leak_w_per_v_tpc": "assumption: GPU leakage about 2.4 W at MAXN, per powered TPC (TPC_PG_MASK "
             "gates the others)",
@@ -394,8 +407,12 @@ def write_doc(rows: list, checks: list[str]) -> None:
         "",
     ]
     errors = twin_errors(rows)
-    lines += ["## Error on the rows the fit used", "", "Noise-free twin; produced by "
-              "`python scripts/calibrate_twin.py --write`.", ""]  # fmt: skip
+    lines += [
+        "## Error on the rows the fit used",
+        "",
+        "Noise-free twin; produced by `python scripts/calibrate_twin.py --write`.",
+        "",
+    ]
     lines += error_table([e for e in errors if e["fitted"]])
     lines += ["", "## Error on rows the fit did not use", ""]
     lines += error_table([e for e in errors if not e["fitted"]])
@@ -414,8 +431,11 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write fitted parameters back")
     args = parser.parse_args()
     rows = all_rows()
-    previous_hosts = json.loads((CALIBRATION_DIR / "hosts.json").read_text())["factors"] if (
-        CALIBRATION_DIR / "hosts.json").is_file() else {}  # fmt: skip
+    previous_hosts = (
+        json.loads((CALIBRATION_DIR / "hosts.json").read_text())["factors"]
+        if (CALIBRATION_DIR / "hosts.json").is_file()
+        else {}
+    )
     h200 = h200_params(load_previous("h200"))
     orin = orin_params(load_previous("orin-agx"))
     saved = {k: (PARAMS / f"{k}.json").read_text() for k in ("h200", "orin-agx", "orin-nano")}
@@ -428,8 +448,10 @@ def main() -> None:
     write_params("orin-nano", nano_params(orin))
     (CALIBRATION_DIR / "hosts.json").write_text(json.dumps({"factors": hosts_fit}, indent=1) + "\n")
     for e in twin_errors(rows):
-        print(f"{e['row']:34s} fitted={e['fitted']!s:5s} time {fmt(e['time_err'], '+.3f'):>7s} "
-              f"power {fmt(e['power_err'], '+.3f'):>7s} energy {fmt(e['energy_err'], '+.3f'):>7s}")  # fmt: skip
+        print(
+            f"{e['row']:34s} fitted={e['fitted']!s:5s} time {fmt(e['time_err'], '+.3f'):>7s} "
+            f"power {fmt(e['power_err'], '+.3f'):>7s} energy {fmt(e['energy_err'], '+.3f'):>7s}"
+        )
     checks = published_checks()
     print("\n".join(checks))
     if args.write:

@@ -107,9 +107,18 @@ def mlperf_rows() -> list[Row]:
     return [
         Row(src, "sim:orin-trt", "resnet50", maxp, 0.633, None, "MaxP SingleStream p90", note="p90"),
         Row(src, "sim:orin-trt", "resnet50", maxq, 1.638, 14.81, "MaxQ SingleStream p90", power_kind="wall"),
-        Row(src, "sim:orin-trt", "resnet50", maxq, None, 6.3, "idle at the wall (MaxQ caps)", power_kind="wall",
-            idle_gpu_mhz=306),
-    ]  # fmt: skip
+        Row(
+            src,
+            "sim:orin-trt",
+            "resnet50",
+            maxq,
+            None,
+            6.3,
+            "idle at the wall (MaxQ caps)",
+            power_kind="wall",
+            idle_gpu_mhz=306,
+        ),
+    ]
 
 
 def h200_rows(data: dict, key: str, host: str, fitted: bool | None = True) -> list[Row]:
@@ -228,10 +237,11 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
     """Per op class: achieved fraction of peak compute (per precision) and of peak bandwidth, from the sweep
     of sizes in benchmarks/opclass_microbench.py, with the kernel floor from graph-replayed small kernels.
 
-    Model of one call: max(FLOPs / (peak x clock x eff), bytes / (bandwidth x bw_eff)) + floor cycles / clock,
-    at the card's nominal 1980 MHz: under heavy load the card lowers its own clock (NVML read 1410-1980 MHz
-    after the largest cases), and the fraction includes that, as a user at default clocks sees it. Cases within HOST_BOUND of their operator's fastest call are
-    launch-bound in the timing loop (host time hides the GPU time) and are left out.
+    Model of one call: max(FLOPs / (peak x clock x eff), bytes / (bandwidth x bw_eff)) + floor cycles /
+    clock, at the card's nominal 1980 MHz: under heavy load the card lowers its own clock (NVML read
+    1410-1980 MHz after the largest cases), and the fraction includes that, as a user at default clocks
+    sees it. Cases within HOST_BOUND of their operator's fastest call are launch-bound in the timing loop
+    (host time hides the GPU time) and are left out.
     """
     from scipy.optimize import least_squares
 

@@ -86,8 +86,10 @@ def published_checks() -> list[str]:
     order = mode_ordering()
     for batch, ratios in order.items():
         shown = ", ".join(f"{m} {r:.2f}" for m, r in ratios.items())
-        lines.append(f"- resnet50 (eager fp32) batch {batch}: cheapest configuration per mode over MAXN at its "
-                     f"default clocks: {shown} (published: the lower modes use less energy per query).")  # fmt: skip
+        lines.append(
+            f"- resnet50 (eager fp32) batch {batch}: cheapest configuration per mode over MAXN at its "
+            f"default clocks: {shown} (published: the lower modes use less energy per query)."
+        )
     for batch in (64, 128):
         q = maxq_saving(batch)
         lines.append(

@@ -101,7 +101,7 @@ class Wall(BaseModel):
 
 
 class TwinParams(BaseModel):
-    """Every constant of one twin. ``sources`` says where each came from (datasheet, microbenchmark, fit, assumption)."""
+    """Every constant of one twin; ``sources`` says where each came from (datasheet, microbenchmark, fit, guess)."""
 
     model_config = ConfigDict(extra="forbid")
 
