@@ -31,13 +31,31 @@ def test_zoo_model_infers_on_cpu(model, precision):
 def test_prepare_again_switches_batch_and_precision():
     runner = TorchRunner("tiny-cnn")
     runner.prepare(2, "bf16", {})
-    assert runner._input.shape == (2, 3, 32, 32) and runner._input.dtype == torch.bfloat16
+    first = runner._active
+    (batch,) = first.inputs
+    assert batch.shape == (2, 3, 32, 32) and batch.dtype == torch.bfloat16
     runner.prepare(8, "fp32", {"channels_last": True})
-    assert runner._input.shape == (8, 3, 32, 32) and runner._input.dtype == torch.float32
-    assert runner._input.is_contiguous(memory_format=torch.channels_last)
+    (batch,) = runner._active.inputs
+    assert batch.shape == (8, 3, 32, 32) and batch.dtype == torch.float32
+    assert batch.is_contiguous(memory_format=torch.channels_last)
     # The pristine fp32 model is untouched by the casts.
     assert next(runner._base.parameters()).dtype == torch.float32
     runner.infer()
+    # Coming back to a configuration reuses its prepared variant: no rebuild, no recompilation.
+    runner.prepare(2, "bf16", {"channels_last": False, "graph": "eager"})
+    assert runner._active is first
+
+
+def test_compiled_variants_are_compiled_once_per_configuration(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)
+    runner = TorchRunner("tiny-cnn")
+    for batch in (1, 2, 1, 2, 1):
+        runner.prepare(batch, "fp32", {"graph": "compile"})
+        runner.infer()
+    assert len(compiled) == runner.compiles == 2
+    runner.prepare(1, "fp32", {"graph": "eager"})
+    assert len(compiled) == 2
 
 
 def test_infer_before_prepare_is_a_bug():
@@ -49,8 +67,9 @@ def test_infer_before_prepare_is_a_bug():
     ("precision", "options", "message"),
     [
         ("fp16", {}, "bf16 or fp32"),
-        ("fp32", {"cuda_graphs": True}, "CUDA device"),
-        ("int8", {}, "fp32, fp16, bf16"),
+        ("fp32", {"graph": "cudagraphs"}, "CUDA device"),
+        ("fp32", {"graph": "xla"}, "eager, cudagraphs, compile"),
+        ("int8", {}, "TensorRT"),
         ("fp32", {"tensorrt": True}, "known options are"),
     ],
 )
@@ -63,13 +82,13 @@ def test_cpu_refuses_what_it_cannot_run(precision, options, message):
 def test_a_failing_precision_or_option_becomes_a_user_error(monkeypatch):
     runner = TorchRunner("tiny-cnn")
 
-    def broken(cuda_graphs):
+    def broken(variant, capture):
         raise RuntimeError("no kernel for this dtype")
 
     monkeypatch.setattr(runner, "_warm_up", broken)
     with pytest.raises(UserError, match="precision bf16 on cpu"):
         runner.prepare(1, "bf16", {})
-    assert runner._model is None
+    assert runner._active is None and not runner._variants
     with pytest.raises(RuntimeError, match="no kernel"):
         runner.prepare(1, "fp32", {})
 
@@ -161,7 +180,8 @@ def test_channels_last_leaves_models_without_convolutions_alone():
     """A space's channels_last knob reaches every model; for BERT it must change nothing, not fail."""
     runner = TorchRunner("bert-base")
     runner.prepare(1, "fp32", {"channels_last": True})
-    assert runner._input.shape == (1, 128) and runner._input.is_contiguous()
+    (ids,) = runner._active.inputs
+    assert ids.shape == (1, 128) and ids.is_contiguous()
     runner.close()
 
 
@@ -270,3 +290,105 @@ def test_onnx_runner_refuses_bad_files(tmp_path):
         make_runner(str(tmp_path / "absent.onnx"))
     with pytest.raises(UserError, match="cpu, cuda or cuda:N"):
         make_runner(str(broken), "gpu")
+
+
+USER_MODULE = '''
+"""A user's own model, written outside the repository."""
+import torch
+from torch import nn
+
+
+class Scorer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 8)
+
+    def forward(self, ids, weights):
+        return self.embed(ids).sum(1) * weights
+
+
+def build():
+    return Scorer(), (16,)
+
+
+def build_tokens():
+    return Tagger(), [{"shape": [12], "dtype": "int64", "high": 100}, {"shape": [8]}]
+
+
+def build_with_function():
+    return Scorer(), lambda batch: torch.randn(batch, 16)
+
+
+def build_wrong():
+    return "not a module"
+'''
+
+
+@pytest.fixture
+def user_models(tmp_path, monkeypatch):
+    """The module above saved in a folder of the user's, which is the current directory."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "my_models.py").write_text(USER_MODULE)
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "my_models", raising=False)
+    return folder
+
+
+def test_user_model_factories_describe_their_inputs_three_ways(user_models):
+    for spec, shapes in [
+        ("py:my_models:build", [(3, 16)]),
+        ("py:my_models:build_tokens", [(3, 12), (3, 8)]),
+        ("py:my_models:build_with_function", [(3, 16)]),
+    ]:
+        runner = make_runner(spec, "cpu")
+        runner.prepare(3, "bf16", {"graph": "eager"})
+        assert [tuple(t.shape) for t in runner._active.inputs] == shapes
+        runner.infer()
+    (ids, weights) = runner_inputs = make_runner("py:my_models:build_tokens")._source.make_batch(2, torch.bfloat16)
+    assert ids.dtype == torch.int64 and int(ids.max()) < 100 and weights.dtype == torch.bfloat16
+    assert len(runner_inputs) == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("py:my_models", "py:mypackage.models:build"),
+        ("py:no_such_module:build", "cannot find module 'no_such_module'"),
+        ("py:my_models:absent", "has no function 'absent'"),
+        ("py:my_models:build_wrong", r"must return \(torch.nn.Module, input\)"),
+    ],
+)
+def test_user_model_mistakes_are_one_line_errors(user_models, spec, message):
+    from tuner.models import check_model
+
+    with pytest.raises(UserError, match=message):
+        check_model(spec)
+        make_runner(spec, "cpu")
+
+
+def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsys, monkeypatch):
+    """tune run --model py:my_models:build on the CPU, in-process, from the user's folder."""
+    import json
+
+    from tuner.cli import main
+
+    argv = ["tune", "run", "--model", "py:my_models:build", "--device", "cpu", "--max-latency", "500ms",
+            "--trials", "2", "--batch-sizes", "1,8", "--window", "0.5", "--min-window", "0.5",
+            "--sampler", "random", "--seed", "0", "--json"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    main()
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["measured"] == 2 and payload["best"]["meter"] == "rapl"
+    assert payload["results"].endswith("cpu/my_models.build")
+    assert (user_models / "studies" / "cpu" / "my_models.build" / "pareto.json").is_file()

@@ -28,6 +28,7 @@ from tuner.devices.base import Device, WindowSettings
 from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.measurement import Measurement
+from tuner.models import model_slug
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
 from tuner.space import Config, SearchSpace
 from tuner.storage import DEFAULT_HEARTBEAT_S, QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
@@ -175,7 +176,7 @@ class Objective:
             folder = (
                 self.options.out
                 / self.device.slug
-                / Path(self.options.model).stem
+                / model_slug(self.options.model)
                 / "loadgen"
                 / f"trial-{trial.number:04d}"
             )

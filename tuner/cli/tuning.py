@@ -24,12 +24,32 @@ from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 PERCENTILES = ("p50", "p90", "p99")
 
 
-def window_settings(window: float, percentile: str, meter: str | None, seed: int | None, noise: bool) -> WindowSettings:
+def window_settings(
+    window: float,
+    percentile: str,
+    meter: str | None,
+    seed: int | None,
+    noise: bool,
+    min_window: float | None = None,
+    ci: str = "1%",
+    runtime: str = "auto",
+) -> WindowSettings:
     if percentile not in PERCENTILES:
         raise UserError(f"unknown percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
     if window <= 0:
         raise UserError("--window must be a positive number of seconds, e.g. 10")
-    return WindowSettings(window_s=window, percentile=percentile, meter=meter, seed=seed, noise=noise)
+    if min_window is not None and not 0 < min_window:
+        raise UserError("--min-window must be a positive number of seconds, e.g. 2")
+    return WindowSettings(
+        window_s=window,
+        min_window_s=None if min_window is None else min(min_window, window),
+        ci=common.ci_fraction(ci),
+        percentile=percentile,
+        meter=meter,
+        seed=seed,
+        noise=noise,
+        runtime=runtime,
+    )
 
 
 def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> Device:
@@ -78,7 +98,10 @@ def register(app: typer.Typer) -> None:
         ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
-        window: float = typer.Option(10.0, "--window", help="measured window per trial, seconds (hardware)"),
+        window: float = typer.Option(10.0, "--window", help="longest measured window per trial, seconds (hardware)"),
+        min_window: float = common.MinWindowOpt,
+        ci: str = common.CiOpt,
+        runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -109,9 +132,9 @@ def register(app: typer.Typer) -> None:
             worker_id=worker_id,
             heartbeat_s=heartbeat,
             out=out,
-            window=window_settings(window, percentile, meter, seed, True),
+            window=window_settings(window, percentile, meter, seed, True, min_window, ci, runtime),
         )
-        check_model(model)
+        check_model(model, runtime)
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
@@ -164,7 +187,10 @@ def register(app: typer.Typer) -> None:
             None, "--seed", help="twins: add seeded measurement noise (default noise-free)"
         ),
         out: Path = common.OutOpt,
-        window: float = typer.Option(10.0, "--window", help="measured window per point, seconds (hardware)"),
+        window: float = typer.Option(10.0, "--window", help="longest measured window per point, seconds (hardware)"),
+        min_window: float = common.MinWindowOpt,
+        ci: str = common.CiOpt,
+        runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -175,9 +201,9 @@ def register(app: typer.Typer) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         bound = common.latency(max_latency) if max_latency is not None else None
-        check_model(model)
+        check_model(model, runtime)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
-        settings = window_settings(window, percentile, meter, seed, seed is not None)
+        settings = window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
         total = space.size()
         with common.count_progress("sweep", "", as_json) as bar:
             task = bar.add_task("sweep", total=total)
@@ -239,7 +265,10 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help="knob=value (repeatable); other knobs keep their default"),
         repeat: int = typer.Option(1, "--repeat", help="measure this many times"),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)"),
-        window: float = typer.Option(10.0, "--window"),
+        window: float = typer.Option(10.0, "--window", help="longest measured window, seconds (hardware)"),
+        min_window: float = common.MinWindowOpt,
+        ci: str = common.CiOpt,
+        runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -251,14 +280,18 @@ def register(app: typer.Typer) -> None:
         if repeat <= 0 or batch_size <= 0:
             raise UserError("--repeat and --batch-size must be positive integers")
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model)
+        check_model(model, runtime)
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)
         space.validate_config(config)
         effective = space.effective(config)
         results = measure_repeats(
-            dev, model, effective, window_settings(window, percentile, meter, seed, seed is not None), repeat
+            dev,
+            model,
+            effective,
+            window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime),
+            repeat,
         )
         payload = {
             "device": dev.name,
