@@ -123,7 +123,16 @@ def graph(dev: NvmlDevice, args) -> dict:
                 rows.append(row)
                 # Written after every configuration: a call cut short keeps what it measured.
                 args.out.write_text(json.dumps({"rows": rows}, indent=2, default=str) + "\n")
-                print(label, json.dumps({k: row.get(k) for k in ("j_per_query", "qps", "p99_ms", "prepare_s", "stop_rule", "ci_achieved", "error")}), flush=True)
+                print(
+                    label,
+                    json.dumps(
+                        {
+                            k: row.get(k)
+                            for k in ("j_per_query", "qps", "p99_ms", "prepare_s", "stop_rule", "ci_achieved", "error")
+                        }
+                    ),
+                    flush=True,
+                )
             dev.close_runner()
     return {"settings": settings.model_dump(), "rows": rows, "skipped_for_time": skipped}
 
@@ -164,7 +173,7 @@ def breakdown(args) -> dict:
     study = optuna.load_study(study_name=summaries[0].study_name, storage=storage)
     rows = []
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    for prev, t in zip([None, *trials[:-1]], trials):
+    for prev, t in zip([None, *trials[:-1]], trials, strict=True):
         extra = t.user_attrs.get("extra") or {}
         if t.datetime_start is None or t.datetime_complete is None:
             continue
@@ -208,7 +217,9 @@ def breakdown(args) -> dict:
         "sum_warmup_s": total("warmup_s"),
         "sum_loadgen_s": total("loadgen_s"),
         "sum_window_call_s": total("window_call_s"),
-        "stop_rules": {rule: sum(1 for r in measured if r["stop_rule"] == rule) for rule in {r["stop_rule"] for r in measured}},
+        "stop_rules": {
+            rule: sum(1 for r in measured if r["stop_rule"] == rule) for rule in {r["stop_rule"] for r in measured}
+        },
         "rows": rows,
     }
 

@@ -192,9 +192,7 @@ class TorchRunner:
         inputs = tuple(t.to(self._device) for t in self._source.make_batch(run.batch_size, dtype))
         if run.channels_last and any(t.dim() == 4 and t.is_floating_point() for t in inputs):
             model = model.to(memory_format=torch.channels_last)
-            inputs = tuple(
-                t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs
-            )
+            inputs = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs)
         if run.graph == "compile":
             model = torch.compile(model)
             self.compiles += 1

@@ -7,10 +7,10 @@ import time
 import pytest
 
 import runners
-from tuner.measure.settings import WindowSettings
 from tuner.devices.nvml import NvmlDevice, kind_of
 from tuner.errors import UserError
 from tuner.measure.meters import NvmlEnergyMeter, SampledPowerMeter
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 NO_PERMISSION = 4

@@ -392,3 +392,215 @@ def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsy
     assert payload["measured"] == 2 and payload["best"]["meter"] == "rapl"
     assert payload["results"].endswith("cpu/my_models.build")
     assert (user_models / "studies" / "cpu" / "my_models.build" / "pareto.json").is_file()
+
+
+# ------------------------------------------------------------ TensorRT (fake)
+
+
+def _cpu_torch():
+    """PyTorch with every 'cuda' buffer on the CPU and a stream that only counts, for the fake engine."""
+    from types import SimpleNamespace
+
+    class Stream:
+        cuda_stream = 0
+
+        def __init__(self, device) -> None:
+            self.synced = 0
+
+        def synchronize(self) -> None:
+            self.synced += 1
+
+    names = ("float32", "float16", "int8", "int32", "int64", "bool", "randn", "zeros", "empty")
+    return SimpleNamespace(
+        **{n: getattr(torch, n) for n in names},
+        device=lambda name: torch.device("cpu"),
+        cuda=SimpleNamespace(Stream=Stream),
+    )
+
+
+@pytest.fixture
+def fake_trt(monkeypatch):
+    import fake_tensorrt
+
+    module = fake_tensorrt.module()
+    monkeypatch.setitem(sys.modules, "tensorrt", module)
+    return module
+
+
+def _fake_onnx(path, batch=-1):
+    import json
+
+    spec = {
+        "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
+        "output": {"name": "logits", "shape": [batch, 10]},
+    }
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_tensorrt_builds_one_engine_per_batch_size_and_precision(fake_trt, tmp_path):
+    from runners.tensorrt_runner import TensorRTRunner
+
+    runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    runner.prepare(4, "fp16", {})
+    assert fake_trt.Builder.built[-1]["flags"] == ["FP16"]
+    assert runner._buffers["images"].shape == (4, 3, 8, 8) and runner._buffers["logits"].shape == (4, 10)
+    assert runner._context.addresses.keys() == {"images", "logits"}
+    runner.infer()
+    assert runner._context.runs == 2 and runner._stream.synced == 2  # prepare runs one batch
+    runner.prepare(4, "int8", {})
+    assert fake_trt.Builder.built[-1]["flags"] == ["FP16", "INT8"] and fake_trt.Builder.built[-1]["int8_ranges"]
+    runner.prepare(4, "fp16", {})
+    runner.prepare(8, "fp32", {})
+    assert runner.builds == 3 and fake_trt.Builder.built[-1]["flags"] == []
+    assert fake_trt.Builder.built[-1]["inputs"][0]["profile"] == ((8, 3, 8, 8),) * 3
+    for precision, options, message in [
+        ("bf16", {}, "fp32, fp16 or int8"),
+        ("fp16", {"graph": "cudagraphs"}, "does not support graph"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            runner.prepare(4, precision, options)
+
+
+def test_tensorrt_refuses_int8_where_the_gpu_has_no_fast_path(fake_trt, tmp_path, monkeypatch):
+    from runners.tensorrt_runner import TensorRTRunner
+
+    monkeypatch.setattr(fake_trt.Builder, "platform_has_fast_int8", False)
+    runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    with pytest.raises(UserError, match="no fast int8 path"):
+        runner.prepare(1, "int8", {})
+    fixed = TensorRTRunner(_fake_onnx(tmp_path / "fixed.onnx", batch=2), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    with pytest.raises(UserError, match="fixed batch size of 2"):
+        fixed.prepare(4, "fp32", {})
+
+
+def test_tensorrt_runs_a_prebuilt_engine_in_its_own_precision(fake_trt, tmp_path):
+    import json
+
+    from runners.tensorrt_runner import TensorRTRunner
+
+    record = {
+        "inputs": [{"name": "x", "shape": [-1, 16], "dtype": "HALF", "profile": [[1, 16], [8, 16], [16, 16]]}],
+        "outputs": [{"name": "y", "shape": [-1, 2], "dtype": "HALF"}],
+    }
+    engine = tmp_path / "model.engine"
+    engine.write_text(json.dumps(record))
+    runner = TensorRTRunner(engine, "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    runner.prepare(8, "fp16", {})
+    assert runner._buffers["x"].shape == (8, 16) and runner._buffers["x"].dtype == torch.float16
+    assert runner.builds == 0
+    with pytest.raises(UserError, match="computes in fp16"):
+        runner.prepare(8, "fp32", {})
+    with pytest.raises(UserError, match="batch sizes 1-16"):
+        runner.prepare(32, "fp16", {})
+    broken = tmp_path / "broken.plan"
+    broken.write_bytes(b"\x00not an engine")
+    with pytest.raises(UserError, match="rebuild it on this device"):
+        TensorRTRunner(broken, "cuda:0", trt=fake_trt, torch=_cpu_torch())
+
+
+def test_tensorrt_is_chosen_by_file_or_runtime_and_fails_in_one_line(fake_trt, tmp_path, monkeypatch):
+    from runners.factory import check_runtime
+    from runners.tensorrt_runner import TensorRTRunner
+    from tuner.models import check_model
+
+    onnx_path = str(_fake_onnx(tmp_path / "net.onnx"))
+    assert isinstance(make_runner(onnx_path, "cuda:0", runtime="tensorrt"), TensorRTRunner)
+    assert check_runtime("m.engine", "auto") == "tensorrt" and check_runtime(onnx_path, "auto") == "onnxruntime"
+    check_model(onnx_path, "tensorrt")
+    for model, runtime, message in [
+        ("resnet50", "tensorrt", "runs .engine/.plan files"),
+        ("m.engine", "onnxruntime", "runs .onnx files"),
+        (onnx_path, "torch", "needs tensorrt or onnxruntime"),
+        ("resnet50", "tvm", "unknown runtime"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            check_runtime(model, runtime)
+    with pytest.raises(UserError, match="NVIDIA GPU"):
+        make_runner(onnx_path, "cpu", runtime="tensorrt")
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    with pytest.raises(UserError, match="tensorrt Python package"):
+        make_runner(onnx_path, "cuda:0", runtime="tensorrt")
+
+
+# ------------------------------------------------- onnxruntime's CUDA provider (fake)
+
+
+class FakeOrt:
+    """The onnxruntime calls the runner makes, with a provider list chosen by the test."""
+
+    def __init__(self, available, started) -> None:
+        from types import SimpleNamespace
+
+        self.available, self.started, self.sessions = available, started, []
+        self.OrtValue = SimpleNamespace(ortvalue_from_numpy=lambda array, kind, index: (array, kind, index))
+        fake = self
+
+        class Binding:
+            def __init__(self) -> None:
+                self.inputs, self.outputs, self.synced = {}, {}, 0
+
+            def bind_ortvalue_input(self, name, value) -> None:
+                self.inputs[name] = value
+
+            def bind_output(self, name, kind, index) -> None:
+                self.outputs[name] = (kind, index)
+
+            def synchronize_outputs(self) -> None:
+                self.synced += 1
+
+        class Session:
+            def __init__(self, path, providers) -> None:
+                self.providers, self.runs = providers, 0
+                fake.sessions.append(self)
+
+            def get_providers(self):
+                return list(fake.started)
+
+            def get_inputs(self):
+                return [SimpleNamespace(name="images", type="tensor(float)", shape=["batch", 3, 4, 4])]
+
+            def get_outputs(self):
+                return [SimpleNamespace(name="pooled", type="tensor(float)", shape=["batch", 3])]
+
+            def io_binding(self):
+                return Binding()
+
+            def run_with_iobinding(self, binding) -> None:
+                self.runs += 1
+
+            def run(self, outputs, feeds) -> None:
+                raise AssertionError("a GPU session must run through its I/O binding")
+
+        self.InferenceSession = Session
+
+    def get_available_providers(self):
+        return list(self.available)
+
+
+def test_onnx_on_a_gpu_runs_through_the_cuda_provider_with_bound_buffers(tmp_path, monkeypatch):
+    from runners.onnx_runner import OnnxRunner
+
+    model = tmp_path / "pool.onnx"
+    model.write_bytes(b"graph")
+    ort = FakeOrt(["CUDAExecutionProvider", "CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setitem(sys.modules, "onnxruntime", ort)
+    runner = OnnxRunner(model, "cuda:1")
+    assert ort.sessions[0].providers == [("CUDAExecutionProvider", {"device_id": 1})]
+    runner.prepare(2, "fp32", {})
+    runner.infer()
+    binding = runner._binding
+    assert binding.inputs["images"][0].shape == (2, 3, 4, 4) and binding.inputs["images"][1:] == ("cuda", 1)
+    assert binding.outputs == {"pooled": ("cuda", 1)}
+    assert ort.sessions[0].runs == binding.synced == 2
+
+
+def test_onnx_on_a_gpu_refuses_a_silent_cpu_fallback(tmp_path, monkeypatch):
+    model = tmp_path / "pool.onnx"
+    model.write_bytes(b"graph")
+    monkeypatch.setitem(sys.modules, "onnxruntime", FakeOrt(["CUDAExecutionProvider"], ["CPUExecutionProvider"]))
+    with pytest.raises(UserError, match="could not start its CUDA provider"):
+        make_runner(str(model), "cuda:0")
+    monkeypatch.setitem(sys.modules, "onnxruntime", FakeOrt(["CPUExecutionProvider"], ["CPUExecutionProvider"]))
+    with pytest.raises(UserError, match="pip install onnxruntime-gpu"):
+        make_runner(str(model), "cuda:0")

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from tuner.measure.settings import WindowSettings
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading
+from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import StopRule, relative_half_width
 from tuner.measure.window import parse_logs, run_window
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from tuner.measure.settings import WindowSettings
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
+from tuner.measure.settings import WindowSettings
 from tuner.measure.window import Monitor, Runner, WindowResult, run_window
 from tuner.measurement import Measurement
 

@@ -13,6 +13,7 @@ shows up as spread and keeps the window running.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,8 +130,9 @@ class StopRule:
         """Relative 95% half-width over the blocks so far (inf while there are too few)."""
         if len(self._points) <= MIN_BLOCKS:
             return math.inf
-        energy = [b[1] - a[1] for a, b in zip(self._points, self._points[1:])]
-        queries = [b[2] - a[2] for a, b in zip(self._points, self._points[1:])]
+        pairs = list(itertools.pairwise(self._points))
+        energy = [b[1] - a[1] for a, b in pairs]
+        queries = [b[2] - a[2] for a, b in pairs]
         return relative_half_width(energy, queries)
 
     @property
