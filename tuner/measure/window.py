@@ -10,7 +10,10 @@ batch size's real latency.
 TestSettings are set directly (no official 600 s config) so a trial costs
 seconds. A warm-up of ``settings.warmup_s`` runs ``runner.infer()`` outside
 LoadGen (caches, clocks, allocator, autotuning settle there) and estimates the
-throughput that sizes the LoadGen run so it fills the window.
+throughput that sizes the LoadGen run so it outlasts the window. The window
+itself is bracketed by the SUT's worker (first measured batch to last) and, in
+Offline, ends at ``window_s`` or, when adaptive, as soon as the stopping rule
+in tuner.measure.stopping is met.
 """
 
 from __future__ import annotations
