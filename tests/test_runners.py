@@ -384,7 +384,7 @@ def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsy
     from tuner.cli import main
 
     argv = ["tune", "run", "--model", "py:my_models:build", "--device", "cpu", "--max-latency", "500ms",
-            "--trials", "2", "--batch-sizes", "1,8", "--window", "0.5", "--min-window", "0.5",
+            "--trials", "2", "--batch-sizes", "1,8", "--window", "0.5", "--min-window", "0.3",
             "--sampler", "random", "--seed", "0", "--json"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     main()
@@ -392,6 +392,15 @@ def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsy
     assert payload["measured"] == 2 and payload["best"]["meter"] == "rapl"
     assert payload["results"].endswith("cpu/my_models.build")
     assert (user_models / "studies" / "cpu" / "my_models.build" / "pareto.json").is_file()
+    # Each trial records why its window ended and the interval it reached.
+    import optuna
+
+    storage = f"sqlite:///{user_models / 'studies' / 'tune.db'}"
+    study = optuna.load_study(study_name=optuna.get_all_study_summaries(storage)[0].study_name, storage=storage)
+    for trial in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        extra = trial.user_attrs["extra"]
+        assert extra["stop_rule"] in ("ci", "max-duration", "queries-exhausted")
+        assert extra["ci_target"] == 0.01 and extra["max_window_s"] == 0.5
 
 
 # ------------------------------------------------------------ TensorRT (fake)
