@@ -4,7 +4,8 @@ It follows the calls the runner makes, as documented for TensorRT's Python API:
 Builder/NetworkDefinition/OnnxParser/IBuilderConfig/IOptimizationProfile to build,
 Runtime.deserialize_cuda_engine to load, and ICudaEngine/IExecutionContext with named
 I/O tensors (get_tensor_name/mode/shape/dtype, set_input_shape, set_tensor_address,
-execute_async_v3). An "ONNX file" for it is JSON naming the inputs; an engine file is
+execute_async_v3). An "ONNX file" for it is the protobuf tag byte 0x08 then JSON naming
+the inputs; an engine file is
 the JSON the fake builder serialises. It records what it was asked to do; it does not
 model kernels, layers, timing or precision loss.
 """
@@ -98,7 +99,7 @@ class OnnxParser:
 
     def parse(self, blob: bytes) -> bool:
         try:
-            graph = json.loads(blob)
+            graph = json.loads(blob[1:] if blob[:1] == b"\x08" else blob)
         except ValueError:
             self.errors.append("ModelImporter: failed to parse the ONNX protobuf")
             return False

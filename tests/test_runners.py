@@ -443,7 +443,7 @@ def _fake_onnx(path, batch=-1):
         "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
         "output": {"name": "logits", "shape": [batch, 10]},
     }
-    path.write_text(json.dumps(spec))
+    path.write_bytes(b"\x08" + json.dumps(spec).encode())  # the first byte of an ONNX protobuf
     return path
 
 

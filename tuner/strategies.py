@@ -21,9 +21,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from runners.profile import load_profile
 from tuner.roofline import Features, Roofline, features, fit_measurements, knob_roles
 from tuner.sampling import model_sampler
-from tuner.space import Config, SearchSpace
+from tuner.space import Config, Grid, SearchSpace
 
-_GRIDS: dict[str, tuple[list[Config], Features, dict[str, int]]] = {}
+_GRIDS: dict[str, tuple[Grid, Features]] = {}
 
 
 def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
@@ -40,12 +40,16 @@ def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     return out
 
 
-def grid_features(space: SearchSpace) -> tuple[list[Config], Features, dict[str, int]]:
-    """The space's grid, its roofline features and an index by effective key; cached per space content."""
+def grid_features(space: SearchSpace) -> tuple[Grid, Features]:
+    """The space's grid (configurations by position, positions by effective key) and its roofline features.
+
+    Cached per space content; built from per-knob tables, so even the first
+    call costs milliseconds.
+    """
     key = space.model_dump_json()
     if key not in _GRIDS:
-        configs = space.grid()
-        _GRIDS[key] = (configs, features(space, configs), {json.dumps(c.key()): i for i, c in enumerate(configs)})
+        grid = Grid(space)
+        _GRIDS[key] = (grid, features(space, grid))
     return _GRIDS[key]
 
 
@@ -204,7 +208,7 @@ class RooflineSampler(GuidedSampler):
                     return fresh
         if self._stalled(done):
             return None
-        configs, feats, index = grid_features(self.space)
+        configs, feats = grid_features(self.space)
         try:
             self.roofline = fit_measurements(
                 load_profile(self.model),
@@ -222,14 +226,14 @@ class RooflineSampler(GuidedSampler):
             ok &= self._uncapped(configs, feats)
         seen = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
         for key in seen:
-            i = index.get(key)
+            i = None if key is None else configs.position(key)
             if i is not None:
                 ok[i] = False
         if not ok.any():
             return None
         return configs[int(np.argmin(np.where(ok, energy, np.inf)))]
 
-    def _uncapped(self, configs: list[Config], feats: Features) -> np.ndarray:
+    def _uncapped(self, configs: Grid, feats: Features) -> np.ndarray:
         """Configurations at the highest power limit the roofline predicts they stay under.
 
         Where clocks can be locked, a power limit that does not bind changes
@@ -247,8 +251,8 @@ class RooflineSampler(GuidedSampler):
         """Relative error of the current roofline's latency on the measured points."""
         if self.roofline is None:
             return 0.0
-        _, feats, index = grid_features(self.space)
-        rows = [index.get(t.user_attrs.get("effective_key")) for t in done]
+        grid, feats = grid_features(self.space)
+        rows = [grid.position(t.user_attrs["effective_key"]) for t in done]
         pairs = [(i, t) for i, t in zip(rows, done, strict=True) if i is not None]
         if not pairs:
             return 0.0

@@ -14,7 +14,9 @@ from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.provenance import provenance
 from tuner.space import Config
+from tuner.units import check_count, check_seconds
 
 
 def _names(text: str | None, default: list[str]) -> list[str]:
@@ -41,8 +43,11 @@ def register(app: typer.Typer) -> None:
         """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
         from tuner.bench import STRATEGIES, BenchSettings, markdown, quick_settings, run_bench
 
-        if min(seeds, trials, random_trials, jobs) <= 0:
-            raise UserError("--seeds, --trials, --random-trials and --jobs must be positive integers")
+        check_count(seeds, "--seeds", 3, maximum=1000)
+        check_count(trials, "--trials", 40, maximum=10_000)
+        check_count(random_trials, "--random-trials", 200, maximum=100_000)
+        check_count(jobs, "--jobs", 2, maximum=256)
+        common.check_out_dir(out)
         if quick:
             settings = quick_settings(_names(devices, ["sim:orin"]), _names(strategies, list(STRATEGIES))).model_copy(
                 update={"models": _names(models, ["resnet50"])}
@@ -95,10 +100,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Fit time and energy rooflines (Pagoda's form) from measurements; print per-mode parameters, plot them."""
+        check_count(points, "--points", 12, maximum=10_000)
         if points < 2:
-            raise UserError("--points must be at least 2")
-        check_model(model)
+            raise UserError("--points must be at least 2, e.g. 12")
+        check_seconds(window, "--window", "10", maximum=3600.0)
+        common.check_out_dir(out)
         dev = common.device(device)
+        check_model(model, simulated=dev.simulated)
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
         if as_json:
             common.emit_json(payload)
@@ -179,6 +187,7 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
             ],
         },
         "results": str(folder),
+        "provenance": provenance(dev),
     }
     (folder / "roofline.json").write_text(json.dumps(payload, indent=1))
     return payload
