@@ -1,4 +1,4 @@
-"""Workloads: the model zoo, ONNX files, and their FLOP/byte profiles.
+"""Workloads: the model zoo, user PyTorch models, ONNX files, TensorRT engines, and FLOP/byte profiles.
 
 Importing this package stays free of torch and onnxruntime; make_runner
 imports the one a model needs.

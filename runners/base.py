@@ -9,12 +9,26 @@ kernel launch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from tuner.errors import UserError
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-OPTIONS = ("channels_last", "cuda_graphs", "compile")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+# How a torch model is executed: op by op, replayed as one captured CUDA graph,
+# or compiled by torch.compile (inductor). Observe-only: nothing on the card changes.
+GRAPHS = ("eager", "cudagraphs", "compile")
+OPTIONS = ("channels_last", "graph")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """prepare()'s arguments, checked once; also the key of a prepared variant."""
+
+    batch_size: int
+    precision: str
+    channels_last: bool = False
+    graph: str = "eager"
 
 
 @runtime_checkable
@@ -37,12 +51,19 @@ class Runner(Protocol):
         ...
 
 
-def check_settings(batch_size: int, precision: str, options: dict[str, Any]) -> dict[str, bool]:
-    """Validate prepare()'s arguments the same way for every runner.
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise UserError(f"runner option {name} must be true or false, got {value!r}")
 
-    Returns the options with every known key present, so runners read flags
-    without defaults scattered through their code.
-    """
+
+def check_settings(batch_size: int, precision: str, options: dict[str, Any]) -> RunSettings:
+    """Validate prepare()'s arguments the same way for every runner."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
     if precision not in PRECISIONS:
@@ -50,4 +71,7 @@ def check_settings(batch_size: int, precision: str, options: dict[str, Any]) -> 
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise UserError(f"unknown runner option(s) {', '.join(unknown)}: known options are {', '.join(OPTIONS)}")
-    return {key: bool(options.get(key, False)) for key in OPTIONS}
+    graph = str(options.get("graph", "eager"))
+    if graph not in GRAPHS:
+        raise UserError(f"unknown graph mode {graph!r}: use one of {', '.join(GRAPHS)}")
+    return RunSettings(batch_size, precision, _flag("channels_last", options.get("channels_last", False)), graph)

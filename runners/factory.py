@@ -1,20 +1,40 @@
-"""Pick a runner for a model argument: a zoo name or a path to an ONNX file.
+"""Pick a runner for a model argument: a zoo name, a user's factory, an ONNX file or a TensorRT engine.
 
-Runner modules import torch or onnxruntime, both optional extras, so they are
-imported here only when asked for; the core package never pays for them.
+Runner modules import torch, onnxruntime or tensorrt, all optional extras, so
+they are imported here only when asked for; the core package never pays for them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from runners import user_model
 from runners.base import Runner
 from tuner.errors import UserError
 
+RUNTIMES = ("auto", "torch", "onnxruntime", "tensorrt")
 
-def make_runner(model: str, device: str = "cpu", weights: str | Path | None = None) -> Runner:
-    """A runner for ``model`` on ``device`` (cpu, cuda, cuda:N)."""
-    if model.endswith(".onnx"):
+
+def make_runner(
+    model: str,
+    device: str = "cpu",
+    weights: str | Path | None = None,
+    runtime: str = "auto",
+) -> Runner:
+    """A runner for ``model`` on ``device`` (cpu, cuda, cuda:N) through ``runtime``.
+
+    ``auto`` picks by the model: ``.engine``/``.plan`` files run on TensorRT,
+    ``.onnx`` files on onnxruntime, zoo names and ``py:`` factories on PyTorch.
+    ``tensorrt`` also builds an ``.onnx`` file into an engine.
+    """
+    runtime = check_runtime(model, runtime)
+    if runtime == "tensorrt":
+        if weights is not None:
+            raise UserError("a TensorRT engine carries its own weights; drop the weights file")
+        from runners.tensorrt_runner import TensorRTRunner
+
+        return TensorRTRunner(model, device)
+    if runtime == "onnxruntime":
         if weights is not None:
             raise UserError("an ONNX file carries its own weights; drop the weights file")
         from runners.onnx_runner import OnnxRunner
@@ -23,12 +43,26 @@ def make_runner(model: str, device: str = "cpu", weights: str | Path | None = No
     try:
         from runners.torch_runner import TorchRunner
     except ImportError:
-        from runners.profile import profile_names
-
-        if model not in profile_names():
-            raise UserError(
-                f"unknown model {model!r}: known models are {', '.join(profile_names())}"
-                " (or pass a path to an .onnx file)"
-            ) from None
-        raise UserError("zoo models need PyTorch: pip install 'powertune[torch]'") from None
+        raise UserError("PyTorch models need PyTorch: pip install 'powertune[torch]'") from None
+    if user_model.is_user_model(model):
+        return TorchRunner(user_model.load(model), device, weights)
     return TorchRunner(model, device, weights)
+
+
+def check_runtime(model: str, runtime: str) -> str:
+    """The runtime that will run ``model``; a mismatch is a one-line error naming the fix."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"unknown runtime {runtime!r}: use one of {', '.join(RUNTIMES)}")
+    suffix = Path(model).suffix.lower() if not user_model.is_user_model(model) else ""
+    engine = suffix in (".engine", ".plan")
+    if runtime == "auto":
+        if engine:
+            return "tensorrt"
+        return "onnxruntime" if suffix == ".onnx" else "torch"
+    if runtime == "tensorrt" and not (engine or suffix == ".onnx"):
+        raise UserError(f"--runtime tensorrt runs .engine/.plan files or builds .onnx files, not {model!r}")
+    if runtime == "onnxruntime" and suffix != ".onnx":
+        raise UserError(f"--runtime onnxruntime runs .onnx files, not {model!r}")
+    if runtime == "torch" and (engine or suffix == ".onnx"):
+        raise UserError(f"--runtime torch runs zoo models and py: factories; {model!r} needs tensorrt or onnxruntime")
+    return runtime

@@ -1,12 +1,20 @@
-"""Zoo models run by PyTorch on the CPU or one CUDA GPU.
+"""PyTorch models (the zoo or a user's own) run on the CPU or one CUDA GPU.
 
 Imported only when a torch model is asked for (runners.make_runner), so the
 core package works without torch.
+
+A runner keeps the prepared variants of its model (one per batch size,
+precision, memory format and graph mode) so that a study returning to a
+configuration pays model copies, CUDA-graph capture and torch.compile once,
+in prepare(), never inside a measured window.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +22,46 @@ import torch
 from torch import nn
 
 from runners import zoo
-from runners.base import check_settings
+from runners.base import RunSettings, check_settings
 from tuner.errors import UserError
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 WARMUP_BATCHES = 3
+# Prepared variants kept per runner: enough for a study's batch sizes x graph
+# modes to come back without recompiling, few enough to bound device memory.
+MAX_VARIANTS = 8
+
+
+@dataclass
+class ModelSource:
+    """How to build a model and feed it: a zoo entry or a user's factory.
+
+    ``build`` returns the fp32 CPU module; ``make_batch(batch_size, dtype)``
+    returns CPU input tensors, floating ones already in ``dtype``.
+    """
+
+    name: str
+    build: Callable[[], nn.Module]
+    make_batch: Callable[[int, torch.dtype], tuple[torch.Tensor, ...]]
+
+
+def zoo_source(model: str) -> ModelSource:
+    zoo.spec(model)
+    return ModelSource(
+        name=model,
+        build=lambda: zoo.build_model(model),
+        make_batch=lambda batch, dtype: (zoo.input_for(model, batch, "cpu", dtype),),
+    )
+
+
+@dataclass
+class _Variant:
+    """One prepared configuration: the model copy, its static inputs and (maybe) a captured graph."""
+
+    model: Any
+    inputs: tuple[torch.Tensor, ...]
+    graph: torch.cuda.CUDAGraph | None = None
+    output: Any = None
 
 
 def _parse_device(device: str) -> torch.device:
@@ -74,43 +117,55 @@ def load_weights(model: nn.Module, path: str | Path, model_name: str) -> None:
 
 
 class TorchRunner:
-    """A zoo model with random (or user) weights, in inference mode.
+    """A torch model with random (or user) weights, in inference mode.
 
-    The fp32 CPU copy built at construction is kept pristine; each prepare()
-    derives the device/precision copy from it, so switching precision between
-    trials never accumulates rounding from earlier casts.
+    The fp32 CPU copy built at construction is kept pristine; each variant
+    is derived from it, so switching precision between trials never
+    accumulates rounding from earlier casts.
     """
 
-    def __init__(self, model: str, device: str = "cpu", weights: str | Path | None = None) -> None:
-        self.name = model
-        self._spec = zoo.spec(model)
+    def __init__(
+        self,
+        model: str | ModelSource,
+        device: str = "cpu",
+        weights: str | Path | None = None,
+    ) -> None:
+        self._source = model if isinstance(model, ModelSource) else zoo_source(model)
+        self.name = self._source.name
         self._device = _parse_device(device)
         self.device = str(self._device)
-        self._base = zoo.build_model(model)
+        self._base = self._source.build().eval()
         if weights is not None:
-            load_weights(self._base, weights, model)
-        self._model: nn.Module | None = None
-        self._input: torch.Tensor | None = None
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._output: torch.Tensor | None = None
+            load_weights(self._base, weights, self.name)
+        self._variants: OrderedDict[RunSettings, _Variant] = OrderedDict()
+        self._active: _Variant | None = None
+        self.compiles = 0
 
     @property
     def _cuda(self) -> bool:
         return self._device.type == "cuda"
 
     def prepare(self, batch_size: int, precision: str, options: dict[str, Any]) -> None:
-        opts = check_settings(batch_size, precision, options)
+        """Make the variant for these settings current, building (and warming) it only the first time."""
+        run = check_settings(batch_size, precision, options)
+        if precision == "int8":
+            raise UserError("int8 needs a TensorRT engine; PyTorch runners take fp32, fp16 or bf16")
         if not self._cuda and precision == "fp16":
             raise UserError(
                 "fp16 is not supported by the CPU runner (its kernels are missing or emulated);"
                 " use precision bf16 or fp32"
             )
-        if opts["cuda_graphs"] and not self._cuda:
-            raise UserError("cuda_graphs needs a CUDA device; turn it off for cpu")
-        self._release()
+        if run.graph == "cudagraphs" and not self._cuda:
+            raise UserError("graph=cudagraphs needs a CUDA device; use graph=eager or compile on cpu")
+        if run in self._variants:
+            self._variants.move_to_end(run)
+            self._active = self._variants[run]
+            return
+        self._active = None
+        while len(self._variants) >= MAX_VARIANTS:
+            self._variants.popitem(last=False)
         try:
-            self._build(batch_size, DTYPES[precision], opts)
-            self._warm_up(opts["cuda_graphs"])
+            variant = self._build(run)
         except torch.cuda.OutOfMemoryError:
             self._release()
             raise UserError(
@@ -119,33 +174,38 @@ class TorchRunner:
             ) from None
         except Exception as exc:
             culprits = [f"precision {precision}"] if precision != "fp32" else []
-            culprits += [key for key in ("compile", "cuda_graphs") if opts[key]]
+            culprits += [f"graph={run.graph}"] if run.graph != "eager" else []
             if not culprits:
                 raise
-            self._release()
+            self._empty_cache()
             detail = str(exc).splitlines()[0] if str(exc) else ""
             raise UserError(
                 f"{self.name} failed to run with {' and '.join(culprits)} on {self.device} "
-                f"({type(exc).__name__}: {detail}); use fp32 and turn compile/cuda_graphs off"
+                f"({type(exc).__name__}: {detail}); use fp32 and graph=eager"
             ) from None
+        self._variants[run] = variant
+        self._active = variant
 
-    def _build(self, batch_size: int, dtype: torch.dtype, opts: dict[str, bool]) -> None:
+    def _build(self, run: RunSettings) -> _Variant:
+        dtype = DTYPES[run.precision]
         model = copy.deepcopy(self._base).to(device=self._device, dtype=dtype)
-        batch = zoo.input_for(self.name, batch_size, self._device, dtype)
-        if opts["channels_last"] and self._spec.cnn:
+        inputs = tuple(t.to(self._device) for t in self._source.make_batch(run.batch_size, dtype))
+        if run.channels_last and any(t.dim() == 4 and t.is_floating_point() for t in inputs):
             model = model.to(memory_format=torch.channels_last)
-            batch = batch.contiguous(memory_format=torch.channels_last)
-        if opts["compile"]:
+            inputs = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs)
+        if run.graph == "compile":
             model = torch.compile(model)
-        self._model, self._input = model, batch
+            self.compiles += 1
+        variant = _Variant(model, inputs)
+        self._warm_up(variant, run.graph == "cudagraphs")
+        return variant
 
-    def _warm_up(self, cuda_graphs: bool) -> None:
-        """Run a few batches (lazy init, autotuning, compilation), then capture a graph."""
-        assert self._model is not None and self._input is not None
+    def _warm_up(self, variant: _Variant, capture: bool) -> None:
+        """Run a few batches (lazy init, autotuning, compilation), then capture a graph if asked."""
         with torch.inference_mode():
-            if not cuda_graphs:
+            if not capture:
                 for _ in range(WARMUP_BATCHES):
-                    self._model(self._input)
+                    variant.model(*variant.inputs)
                 self._sync()
                 return
             # Warm up on a side stream, as graph capture requires.
@@ -153,12 +213,12 @@ class TorchRunner:
             stream.wait_stream(torch.cuda.current_stream(self._device))
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_BATCHES):
-                    self._model(self._input)
+                    variant.model(*variant.inputs)
             torch.cuda.current_stream(self._device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                self._output = self._model(self._input)
-            self._graph = graph
+                variant.output = variant.model(*variant.inputs)
+            variant.graph = graph
             graph.replay()
             self._sync()
 
@@ -167,20 +227,24 @@ class TorchRunner:
             torch.cuda.synchronize(self._device)
 
     def infer(self) -> None:
-        if self._model is None or self._input is None:
+        variant = self._active
+        if variant is None:
             raise RuntimeError("TorchRunner.infer() before prepare()")
-        if self._graph is not None:
-            self._graph.replay()
+        if variant.graph is not None:
+            variant.graph.replay()
         else:
             with torch.inference_mode():
-                self._model(self._input)
+                variant.model(*variant.inputs)
         self._sync()
 
-    def _release(self) -> None:
-        self._model = self._input = self._output = None
-        self._graph = None
+    def _empty_cache(self) -> None:
         if self._cuda:
             torch.cuda.empty_cache()
+
+    def _release(self) -> None:
+        self._variants.clear()
+        self._active = None
+        self._empty_cache()
 
     def close(self) -> None:
         self._release()

@@ -17,7 +17,7 @@ from tuner.space import Config
 class TinyRunner:
     made: ClassVar[list[TinyRunner]] = []
 
-    def __init__(self, model: str, device: str) -> None:
+    def __init__(self, model: str, device: str, runtime: str = "auto") -> None:
         self.model, self.device = model, device
         self.prepared = None
         TinyRunner.made.append(self)

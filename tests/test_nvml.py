@@ -7,10 +7,10 @@ import time
 import pytest
 
 import runners
-from tuner.devices.base import WindowSettings
 from tuner.devices.nvml import NvmlDevice, kind_of
 from tuner.errors import UserError
 from tuner.measure.meters import NvmlEnergyMeter, SampledPowerMeter
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 NO_PERMISSION = 4
@@ -123,7 +123,14 @@ class FakeNVML:
 
 def _config(sm=1980, mem=3201, power=700, precision="fp16", batch=8) -> Config:
     return Config(
-        knobs={"sm_mhz": sm, "mem_mhz": mem, "power_limit_w": power, "precision": precision, "channels_last": True},
+        knobs={
+            "sm_mhz": sm,
+            "mem_mhz": mem,
+            "power_limit_w": power,
+            "precision": precision,
+            "channels_last": True,
+            "graph": "eager",
+        },
         batch_size=batch,
     )
 
@@ -157,7 +164,7 @@ def test_observe_only_pins_device_knobs_and_never_writes():
     assert space.knobs["sm_mhz"].values == [1980]
     assert space.knobs["mem_mhz"].values == [3201]
     assert space.knobs["power_limit_w"].values == [700]
-    assert space.tuned_knobs == ["precision", "channels_last"]
+    assert space.tuned_knobs == ["precision", "channels_last", "graph"]
     assert len(space.batch_sizes) > 1
 
     state = device.read_state()
@@ -213,7 +220,7 @@ def test_a_later_refused_write_undoes_the_earlier_ones():
 class FakeRunner:
     instances = 0
 
-    def __init__(self, model: str, device: str) -> None:
+    def __init__(self, model: str, device: str, runtime: str = "auto") -> None:
         FakeRunner.instances += 1
         self.model, self.device, self.prepared = model, device, None
         self.closed = False
@@ -248,7 +255,7 @@ def test_measure_marks_a_throttled_window(fake_runners, tmp_path):
     assert device._runners._runner.device == "cuda:0" and device._runners._runner.prepared == (
         4,
         "fp16",
-        {"channels_last": True},
+        {"channels_last": True, "graph": "eager"},
     )
     assert nvml.write_attempts == []
 

@@ -31,13 +31,31 @@ def test_zoo_model_infers_on_cpu(model, precision):
 def test_prepare_again_switches_batch_and_precision():
     runner = TorchRunner("tiny-cnn")
     runner.prepare(2, "bf16", {})
-    assert runner._input.shape == (2, 3, 32, 32) and runner._input.dtype == torch.bfloat16
+    first = runner._active
+    (batch,) = first.inputs
+    assert batch.shape == (2, 3, 32, 32) and batch.dtype == torch.bfloat16
     runner.prepare(8, "fp32", {"channels_last": True})
-    assert runner._input.shape == (8, 3, 32, 32) and runner._input.dtype == torch.float32
-    assert runner._input.is_contiguous(memory_format=torch.channels_last)
+    (batch,) = runner._active.inputs
+    assert batch.shape == (8, 3, 32, 32) and batch.dtype == torch.float32
+    assert batch.is_contiguous(memory_format=torch.channels_last)
     # The pristine fp32 model is untouched by the casts.
     assert next(runner._base.parameters()).dtype == torch.float32
     runner.infer()
+    # Coming back to a configuration reuses its prepared variant: no rebuild, no recompilation.
+    runner.prepare(2, "bf16", {"channels_last": False, "graph": "eager"})
+    assert runner._active is first
+
+
+def test_compiled_variants_are_compiled_once_per_configuration(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)
+    runner = TorchRunner("tiny-cnn")
+    for batch in (1, 2, 1, 2, 1):
+        runner.prepare(batch, "fp32", {"graph": "compile"})
+        runner.infer()
+    assert len(compiled) == runner.compiles == 2
+    runner.prepare(1, "fp32", {"graph": "eager"})
+    assert len(compiled) == 2
 
 
 def test_infer_before_prepare_is_a_bug():
@@ -49,8 +67,9 @@ def test_infer_before_prepare_is_a_bug():
     ("precision", "options", "message"),
     [
         ("fp16", {}, "bf16 or fp32"),
-        ("fp32", {"cuda_graphs": True}, "CUDA device"),
-        ("int8", {}, "fp32, fp16, bf16"),
+        ("fp32", {"graph": "cudagraphs"}, "CUDA device"),
+        ("fp32", {"graph": "xla"}, "eager, cudagraphs, compile"),
+        ("int8", {}, "TensorRT"),
         ("fp32", {"tensorrt": True}, "known options are"),
     ],
 )
@@ -63,13 +82,13 @@ def test_cpu_refuses_what_it_cannot_run(precision, options, message):
 def test_a_failing_precision_or_option_becomes_a_user_error(monkeypatch):
     runner = TorchRunner("tiny-cnn")
 
-    def broken(cuda_graphs):
+    def broken(variant, capture):
         raise RuntimeError("no kernel for this dtype")
 
     monkeypatch.setattr(runner, "_warm_up", broken)
     with pytest.raises(UserError, match="precision bf16 on cpu"):
         runner.prepare(1, "bf16", {})
-    assert runner._model is None
+    assert runner._active is None and not runner._variants
     with pytest.raises(RuntimeError, match="no kernel"):
         runner.prepare(1, "fp32", {})
 
@@ -161,7 +180,8 @@ def test_channels_last_leaves_models_without_convolutions_alone():
     """A space's channels_last knob reaches every model; for BERT it must change nothing, not fail."""
     runner = TorchRunner("bert-base")
     runner.prepare(1, "fp32", {"channels_last": True})
-    assert runner._input.shape == (1, 128) and runner._input.is_contiguous()
+    (ids,) = runner._active.inputs
+    assert ids.shape == (1, 128) and ids.is_contiguous()
     runner.close()
 
 
@@ -270,3 +290,326 @@ def test_onnx_runner_refuses_bad_files(tmp_path):
         make_runner(str(tmp_path / "absent.onnx"))
     with pytest.raises(UserError, match="cpu, cuda or cuda:N"):
         make_runner(str(broken), "gpu")
+
+
+USER_MODULE = '''
+"""A user's own model, written outside the repository."""
+import torch
+from torch import nn
+
+
+class Scorer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 8)
+
+    def forward(self, ids, weights):
+        return self.embed(ids).sum(1) * weights
+
+
+def build():
+    return Scorer(), (16,)
+
+
+def build_tokens():
+    return Tagger(), [{"shape": [12], "dtype": "int64", "high": 100}, {"shape": [8]}]
+
+
+def build_with_function():
+    return Scorer(), lambda batch: torch.randn(batch, 16)
+
+
+def build_wrong():
+    return "not a module"
+'''
+
+
+@pytest.fixture
+def user_models(tmp_path, monkeypatch):
+    """The module above saved in a folder of the user's, which is the current directory."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "my_models.py").write_text(USER_MODULE)
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "my_models", raising=False)
+    return folder
+
+
+def test_user_model_factories_describe_their_inputs_three_ways(user_models):
+    for spec, shapes in [
+        ("py:my_models:build", [(3, 16)]),
+        ("py:my_models:build_tokens", [(3, 12), (3, 8)]),
+        ("py:my_models:build_with_function", [(3, 16)]),
+    ]:
+        runner = make_runner(spec, "cpu")
+        runner.prepare(3, "bf16", {"graph": "eager"})
+        assert [tuple(t.shape) for t in runner._active.inputs] == shapes
+        runner.infer()
+    (ids, weights) = runner_inputs = make_runner("py:my_models:build_tokens")._source.make_batch(2, torch.bfloat16)
+    assert ids.dtype == torch.int64 and int(ids.max()) < 100 and weights.dtype == torch.bfloat16
+    assert len(runner_inputs) == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("py:my_models", "py:mypackage.models:build"),
+        ("py:no_such_module:build", "cannot find module 'no_such_module'"),
+        ("py:my_models:absent", "has no function 'absent'"),
+        ("py:my_models:build_wrong", r"must return \(torch.nn.Module, input\)"),
+    ],
+)
+def test_user_model_mistakes_are_one_line_errors(user_models, spec, message):
+    from tuner.models import check_model
+
+    with pytest.raises(UserError, match=message):
+        check_model(spec)
+        make_runner(spec, "cpu")
+
+
+def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsys, monkeypatch):
+    """tune run --model py:my_models:build on the CPU, in-process, from the user's folder."""
+    import json
+
+    from tuner.cli import main
+
+    argv = ["tune", "run", "--model", "py:my_models:build", "--device", "cpu", "--max-latency", "500ms",
+            "--trials", "2", "--batch-sizes", "1,8", "--window", "0.5", "--min-window", "0.3",
+            "--sampler", "random", "--seed", "0", "--json"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    main()
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["measured"] == 2 and payload["best"]["meter"] == "rapl"
+    assert payload["results"].endswith("cpu/my_models.build")
+    assert (user_models / "studies" / "cpu" / "my_models.build" / "pareto.json").is_file()
+    # Each trial records why its window ended and the interval it reached.
+    import optuna
+
+    storage = f"sqlite:///{user_models / 'studies' / 'tune.db'}"
+    study = optuna.load_study(study_name=optuna.get_all_study_summaries(storage)[0].study_name, storage=storage)
+    for trial in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        extra = trial.user_attrs["extra"]
+        assert extra["stop_rule"] in ("ci", "max-duration", "queries-exhausted")
+        assert extra["ci_target"] == 0.01 and extra["max_window_s"] == 0.5
+
+
+# ------------------------------------------------------------ TensorRT (fake)
+
+
+def _cpu_torch():
+    """PyTorch with every 'cuda' buffer on the CPU and a stream that only counts, for the fake engine."""
+    from types import SimpleNamespace
+
+    class Stream:
+        cuda_stream = 0
+
+        def __init__(self, device) -> None:
+            self.synced = 0
+
+        def synchronize(self) -> None:
+            self.synced += 1
+
+    names = ("float32", "float16", "int8", "int32", "int64", "bool", "randn", "zeros", "empty")
+    return SimpleNamespace(
+        **{n: getattr(torch, n) for n in names},
+        device=lambda name: torch.device("cpu"),
+        cuda=SimpleNamespace(Stream=Stream),
+    )
+
+
+@pytest.fixture
+def fake_trt(monkeypatch):
+    import fake_tensorrt
+
+    module = fake_tensorrt.module()
+    monkeypatch.setitem(sys.modules, "tensorrt", module)
+    return module
+
+
+def _fake_onnx(path, batch=-1):
+    import json
+
+    spec = {
+        "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
+        "output": {"name": "logits", "shape": [batch, 10]},
+    }
+    path.write_bytes(b"\x08" + json.dumps(spec).encode())  # the first byte of an ONNX protobuf
+    return path
+
+
+def test_tensorrt_builds_one_engine_per_batch_size_and_precision(fake_trt, tmp_path):
+    from runners.tensorrt_runner import TensorRTRunner
+
+    runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    runner.prepare(4, "fp16", {})
+    assert fake_trt.Builder.built[-1]["flags"] == ["FP16"]
+    assert runner._buffers["images"].shape == (4, 3, 8, 8) and runner._buffers["logits"].shape == (4, 10)
+    assert runner._context.addresses.keys() == {"images", "logits"}
+    runner.infer()
+    assert runner._context.runs == 2 and runner._stream.synced == 2  # prepare runs one batch
+    runner.prepare(4, "int8", {})
+    assert fake_trt.Builder.built[-1]["flags"] == ["FP16", "INT8"] and fake_trt.Builder.built[-1]["int8_ranges"]
+    runner.prepare(4, "fp16", {})
+    runner.prepare(8, "fp32", {})
+    assert runner.builds == 3 and fake_trt.Builder.built[-1]["flags"] == []
+    assert fake_trt.Builder.built[-1]["inputs"][0]["profile"] == ((8, 3, 8, 8),) * 3
+    for precision, options, message in [
+        ("bf16", {}, "fp32, fp16 or int8"),
+        ("fp16", {"graph": "cudagraphs"}, "does not support graph"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            runner.prepare(4, precision, options)
+
+
+def test_tensorrt_refuses_int8_where_the_gpu_has_no_fast_path(fake_trt, tmp_path, monkeypatch):
+    from runners.tensorrt_runner import TensorRTRunner
+
+    monkeypatch.setattr(fake_trt.Builder, "platform_has_fast_int8", False)
+    runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    with pytest.raises(UserError, match="no fast int8 path"):
+        runner.prepare(1, "int8", {})
+    fixed = TensorRTRunner(_fake_onnx(tmp_path / "fixed.onnx", batch=2), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    with pytest.raises(UserError, match="fixed batch size of 2"):
+        fixed.prepare(4, "fp32", {})
+
+
+def test_tensorrt_runs_a_prebuilt_engine_in_its_own_precision(fake_trt, tmp_path):
+    import json
+
+    from runners.tensorrt_runner import TensorRTRunner
+
+    record = {
+        "inputs": [{"name": "x", "shape": [-1, 16], "dtype": "HALF", "profile": [[1, 16], [8, 16], [16, 16]]}],
+        "outputs": [{"name": "y", "shape": [-1, 2], "dtype": "HALF"}],
+    }
+    engine = tmp_path / "model.engine"
+    engine.write_text(json.dumps(record))
+    runner = TensorRTRunner(engine, "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    runner.prepare(8, "fp16", {})
+    assert runner._buffers["x"].shape == (8, 16) and runner._buffers["x"].dtype == torch.float16
+    assert runner.builds == 0
+    with pytest.raises(UserError, match="computes in fp16"):
+        runner.prepare(8, "fp32", {})
+    with pytest.raises(UserError, match="batch sizes 1-16"):
+        runner.prepare(32, "fp16", {})
+    broken = tmp_path / "broken.plan"
+    broken.write_bytes(b"\x00not an engine")
+    with pytest.raises(UserError, match="rebuild it on this device"):
+        TensorRTRunner(broken, "cuda:0", trt=fake_trt, torch=_cpu_torch())
+
+
+def test_tensorrt_is_chosen_by_file_or_runtime_and_fails_in_one_line(fake_trt, tmp_path, monkeypatch):
+    from runners.factory import check_runtime
+    from runners.tensorrt_runner import TensorRTRunner
+    from tuner.models import check_model
+
+    onnx_path = str(_fake_onnx(tmp_path / "net.onnx"))
+    assert isinstance(make_runner(onnx_path, "cuda:0", runtime="tensorrt"), TensorRTRunner)
+    assert check_runtime("m.engine", "auto") == "tensorrt" and check_runtime(onnx_path, "auto") == "onnxruntime"
+    check_model(onnx_path, "tensorrt")
+    for model, runtime, message in [
+        ("resnet50", "tensorrt", "runs .engine/.plan files"),
+        ("m.engine", "onnxruntime", "runs .onnx files"),
+        (onnx_path, "torch", "needs tensorrt or onnxruntime"),
+        ("resnet50", "tvm", "unknown runtime"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            check_runtime(model, runtime)
+    with pytest.raises(UserError, match="NVIDIA GPU"):
+        make_runner(onnx_path, "cpu", runtime="tensorrt")
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    with pytest.raises(UserError, match="tensorrt Python package"):
+        make_runner(onnx_path, "cuda:0", runtime="tensorrt")
+
+
+# ------------------------------------------------- onnxruntime's CUDA provider (fake)
+
+
+class FakeOrt:
+    """The onnxruntime calls the runner makes, with a provider list chosen by the test."""
+
+    def __init__(self, available, started) -> None:
+        from types import SimpleNamespace
+
+        self.available, self.started, self.sessions = available, started, []
+        self.OrtValue = SimpleNamespace(ortvalue_from_numpy=lambda array, kind, index: (array, kind, index))
+        fake = self
+
+        class Binding:
+            def __init__(self) -> None:
+                self.inputs, self.outputs, self.synced = {}, {}, 0
+
+            def bind_ortvalue_input(self, name, value) -> None:
+                self.inputs[name] = value
+
+            def bind_output(self, name, kind, index) -> None:
+                self.outputs[name] = (kind, index)
+
+            def synchronize_outputs(self) -> None:
+                self.synced += 1
+
+        class Session:
+            def __init__(self, path, providers) -> None:
+                self.providers, self.runs = providers, 0
+                fake.sessions.append(self)
+
+            def get_providers(self):
+                return list(fake.started)
+
+            def get_inputs(self):
+                return [SimpleNamespace(name="images", type="tensor(float)", shape=["batch", 3, 4, 4])]
+
+            def get_outputs(self):
+                return [SimpleNamespace(name="pooled", type="tensor(float)", shape=["batch", 3])]
+
+            def io_binding(self):
+                return Binding()
+
+            def run_with_iobinding(self, binding) -> None:
+                self.runs += 1
+
+            def run(self, outputs, feeds) -> None:
+                raise AssertionError("a GPU session must run through its I/O binding")
+
+        self.InferenceSession = Session
+
+    def get_available_providers(self):
+        return list(self.available)
+
+
+def test_onnx_on_a_gpu_runs_through_the_cuda_provider_with_bound_buffers(tmp_path, monkeypatch):
+    from runners.onnx_runner import OnnxRunner
+
+    model = tmp_path / "pool.onnx"
+    model.write_bytes(b"graph")
+    ort = FakeOrt(["CUDAExecutionProvider", "CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setitem(sys.modules, "onnxruntime", ort)
+    runner = OnnxRunner(model, "cuda:1")
+    assert ort.sessions[0].providers == [("CUDAExecutionProvider", {"device_id": 1})]
+    runner.prepare(2, "fp32", {})
+    runner.infer()
+    binding = runner._binding
+    assert binding.inputs["images"][0].shape == (2, 3, 4, 4) and binding.inputs["images"][1:] == ("cuda", 1)
+    assert binding.outputs == {"pooled": ("cuda", 1)}
+    assert ort.sessions[0].runs == binding.synced == 2
+
+
+def test_onnx_on_a_gpu_refuses_a_silent_cpu_fallback(tmp_path, monkeypatch):
+    model = tmp_path / "pool.onnx"
+    model.write_bytes(b"graph")
+    monkeypatch.setitem(sys.modules, "onnxruntime", FakeOrt(["CUDAExecutionProvider"], ["CPUExecutionProvider"]))
+    with pytest.raises(UserError, match="could not start its CUDA provider"):
+        make_runner(str(model), "cuda:0")
+    monkeypatch.setitem(sys.modules, "onnxruntime", FakeOrt(["CPUExecutionProvider"], ["CPUExecutionProvider"]))
+    with pytest.raises(UserError, match="pip install onnxruntime-gpu"):
+        make_runner(str(model), "cuda:0")

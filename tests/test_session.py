@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tuner.devices.base import WindowSettings
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, SampledPowerMeter
 from tuner.measure.session import build_measurement, measure_with
+from tuner.measure.settings import WindowSettings
 from tuner.measure.window import LoadGenSummary, WindowResult
 
 

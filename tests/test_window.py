@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from tuner.devices.base import WindowSettings
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading
+from tuner.measure.settings import WindowSettings
+from tuner.measure.stopping import StopRule, relative_half_width
 from tuner.measure.window import parse_logs, run_window
 
 
@@ -125,3 +126,100 @@ def test_parse_logs_reads_an_invalid_summary(tmp_path):
     assert not summary.valid
     assert summary.invalid_reasons == ["Min duration satisfied: NO"]
     assert summary.latencies_ns["99.00 percentile latency"] == 861005304
+
+
+class SteadyMeter(RecordingMeter):
+    """A 10 W meter that can be read mid-window, as the NVML counter and RAPL can."""
+
+    def energy_now(self):
+        now = time.monotonic()
+        return now, 10.0 * (now - self.started)
+
+
+def test_adaptive_window_stops_once_the_interval_is_narrow(tmp_path):
+    settings = WindowSettings(window_s=8.0, min_window_s=0.5, ci=0.5, min_queries=50, warmup_s=0.05)
+    meter = SteadyMeter()
+    result = run_window(SleepyRunner(), 4, settings, tmp_path, meter=meter)
+    assert result.stop["stop_rule"] == "ci"
+    assert result.stop["ci_achieved"] <= 0.5 and result.stop["ci_blocks"] >= 8
+    assert result.queries >= 50 and result.summary.valid, result.summary.invalid_reasons
+    assert 0.5 <= result.duration_s < 8.0
+    # The meter brackets exactly the measured batches; the samples LoadGen still held were not run.
+    assert meter.started <= result.start_monotonic < result.end_monotonic <= meter.stopped
+    assert result.stop["skipped_queries"] > 0
+    assert result.batches == -(-result.queries // 4)
+
+
+def test_fixed_window_ends_at_its_duration_and_records_the_interval(tmp_path):
+    settings = WindowSettings(window_s=0.6, warmup_s=0.05)
+    result = run_window(SleepyRunner(), 2, settings, tmp_path, meter=SteadyMeter())
+    assert result.stop["stop_rule"] in ("max-duration", "queries-exhausted")
+    assert result.stop["ci_target"] is None and result.stop["min_window_s"] == 0.6
+    assert result.duration_s >= 0.6
+
+
+def test_a_meter_that_cannot_be_read_mid_window_runs_to_the_maximum(tmp_path):
+    settings = WindowSettings(window_s=0.8, min_window_s=0.2, ci=0.5, warmup_s=0.05, min_queries=1)
+    result = run_window(SleepyRunner(), 2, settings, tmp_path, meter=RecordingMeter())
+    assert result.stop["stop_rule"] in ("max-duration", "queries-exhausted")
+    assert result.stop["ci_achieved"] is None and result.duration_s >= 0.8
+
+
+def test_window_settings_refuse_bounds_that_cannot_hold():
+    with pytest.raises(ValueError, match="min_window_s"):
+        WindowSettings(window_s=2.0, min_window_s=3.0)
+    with pytest.raises(ValueError, match="ci"):
+        WindowSettings(ci=1.5)
+    assert WindowSettings(window_s=2.0, min_window_s=2.0).adaptive is False
+
+
+def _rule(**kw):
+    clock = {"energy": None}
+    rule = StopRule(
+        min_s=kw.get("min_s", 2.0),
+        max_s=kw.get("max_s", 10.0),
+        ci=kw.get("ci", 0.01),
+        min_queries=kw.get("min_queries", 100),
+        adaptive=kw.get("adaptive", True),
+        energy_now=lambda: clock["energy"],
+    )
+    return rule, clock
+
+
+def test_stop_rule_waits_for_min_duration_and_min_queries_then_stops_on_the_interval():
+    """Synthetic time: one batch of 10 queries every 10 ms at exactly 1 J per query."""
+    rule, clock = _rule(min_queries=3000)
+    rule.begin(0.0)
+    reasons = []
+    for i in range(1, 1001):
+        now = i * 0.01
+        clock["energy"] = (now - 0.005, 10.0 * (i - 0.5))
+        reasons.append((now, rule.observe(now, 10 * i)))
+    first = next((t, r) for t, r in reasons if r is not None)
+    # 3000 queries take 3 s: the interval is exact long before, the query count decides.
+    assert first[1] == "ci" and 3.0 <= first[0] <= 3.0 + rule.check_period_s + 0.02
+    assert rule.achieved < 0.01
+
+
+def test_stop_rule_runs_to_the_maximum_when_energy_is_noisy():
+    import random
+
+    rng = random.Random(0)
+    rule, clock = _rule(max_s=3.0, min_queries=1)
+    rule.begin(0.0)
+    energy, reason, now, i = 0.0, None, 0.0, 0
+    while reason is None:
+        i += 1
+        now = i * 0.01
+        energy += 10.0 * rng.uniform(0.2, 1.8)
+        clock["energy"] = (now, energy)
+        reason = rule.observe(now, 10 * i)
+    assert reason == "max-duration" and now == pytest.approx(3.0, abs=0.011)
+    assert rule.achieved > 0.01
+
+
+def test_relative_half_width_of_a_ratio():
+    assert relative_half_width([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]) == 0.0
+    assert relative_half_width([1.0], [1.0]) == float("inf")
+    wide = relative_half_width([1.0, 3.0, 1.0, 3.0], [1.0, 1.0, 1.0, 1.0])
+    assert 0.5 < wide < 2.0

@@ -12,13 +12,13 @@ import math
 import os
 import socket
 import zlib
-from pathlib import Path
 
 import optuna
 
 from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.measurement import Measurement
+from tuner.models import model_slug
 from tuner.run_options import RunOptions
 from tuner.scenario import label, split
 from tuner.space import Config, SearchSpace
@@ -98,7 +98,7 @@ class Objective:
     def measure(self, trial: optuna.Trial, effective: Config) -> Measurement:
         update: dict = {"seed": trial_seed(self.options.seed, trial.number)}
         if not self.device.simulated:
-            folder = self.options.out / self.device.slug / Path(self.options.model).stem / "loadgen"
+            folder = self.options.out / self.device.slug / model_slug(self.options.model) / "loadgen"
             if self.options.window.scenario != "offline":
                 folder = folder / label(self.options.window).replace("@", "-")
             folder = folder / f"trial-{trial.number:04d}"

@@ -124,8 +124,9 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
 
 
 def results_dir(out: Path, device_slug: str, model: str) -> Path:
-    safe_model = Path(model).stem if model.endswith(".onnx") else model
-    return out / device_slug / safe_model
+    from tuner.models import model_slug
+
+    return out / device_slug / model_slug(model)
 
 
 def write_results(study: optuna.Study, folder: Path) -> ParetoFile:

@@ -29,7 +29,23 @@ ModelOpt = typer.Option(
     ...,
     "--model",
     "-m",
-    help="model name (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn) or path.onnx",
+    help="zoo model (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn), "
+    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, or a TensorRT path.engine",
+)
+RuntimeOpt = typer.Option(
+    "auto",
+    "--runtime",
+    help="what runs the model: auto (by the model), torch, onnxruntime, tensorrt (builds .onnx into engines)",
+)
+MinWindowOpt = typer.Option(
+    2.0,
+    "--min-window",
+    help="adaptive window: shortest window, seconds; equal to --window for a fixed window",
+)
+CiOpt = typer.Option(
+    "1%",
+    "--ci",
+    help="adaptive window: stop once the 95% interval of J/query is within this relative half-width",
 )
 DeviceOpt = typer.Option(..., "--device", "-d", help=f"device: {DEVICE_HELP}")
 OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
@@ -53,6 +69,18 @@ SpaceOpt = typer.Option(None, "--space", help="a search-space YAML to use instea
 KnobsOpt = typer.Option(
     None, "--knobs", help="tune only these knobs (others stay at their default), e.g. gpu_mhz,emc_mhz"
 )
+
+
+def ci_fraction(text: str) -> float:
+    """``1%`` or ``0.01`` -> 0.01; anything else is a one-line error."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise UserError(f"--ci {text!r} is not a relative width: pass e.g. 1% or 0.01")
+    return value
 
 
 def latency(text: str) -> float:

@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         check_seconds(window, "--window", "10", maximum=3600.0)
         common.check_out_dir(out)
         dev = common.device(device)
-        check_model(model, dev.simulated)
+        check_model(model, simulated=dev.simulated)
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
         if as_json:
             common.emit_json(payload)

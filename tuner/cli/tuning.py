@@ -46,10 +46,30 @@ def check_meter(meter: str | None, device: str) -> None:
         common.choice(meter, METERS, "--meter")
 
 
-def window_settings(window: float, percentile: str, meter: str | None, seed: int | None, noise: bool) -> WindowSettings:
+def window_settings(
+    window: float,
+    percentile: str,
+    meter: str | None,
+    seed: int | None,
+    noise: bool,
+    min_window: float | None = None,
+    ci: str = "1%",
+    runtime: str = "auto",
+) -> WindowSettings:
     common.choice(percentile, PERCENTILES, "--percentile")
     check_seconds(window, "--window", "10", maximum=3600.0)
-    return WindowSettings(window_s=window, percentile=percentile, meter=meter, seed=seed, noise=noise)
+    if min_window is not None:
+        check_seconds(min_window, "--min-window", "2", maximum=3600.0)
+    return WindowSettings(
+        window_s=window,
+        min_window_s=None if min_window is None else min(min_window, window),
+        ci=common.ci_fraction(ci),
+        percentile=percentile,
+        meter=meter,
+        seed=seed,
+        noise=noise,
+        runtime=runtime,
+    )
 
 
 def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> Device:
@@ -102,7 +122,10 @@ def register(app: typer.Typer) -> None:
         ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
-        window: float = typer.Option(10.0, "--window", help="measured window per trial, seconds (hardware)"),
+        window: float = typer.Option(10.0, "--window", help="longest measured window per trial, seconds (hardware)"),
+        min_window: float = common.MinWindowOpt,
+        ci: str = common.CiOpt,
+        runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -137,9 +160,11 @@ def register(app: typer.Typer) -> None:
             worker_id=worker_id,
             heartbeat_s=heartbeat,
             out=out,
-            window=window_for(window_settings(window, percentile, meter, seed, True), scenario, target_qps),
+            window=window_for(
+                window_settings(window, percentile, meter, seed, True, min_window, ci, runtime), scenario, target_qps
+            ),
         )
-        check_model(model, dev.simulated)
+        check_model(model, runtime, dev.simulated)
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
@@ -202,7 +227,10 @@ def register(app: typer.Typer) -> None:
             None, "--seed", help="twins: add seeded measurement noise (default noise-free)"
         ),
         out: Path = common.OutOpt,
-        window: float = typer.Option(10.0, "--window", help="measured window per point, seconds (hardware)"),
+        window: float = typer.Option(10.0, "--window", help="longest measured window per point, seconds (hardware)"),
+        min_window: float = common.MinWindowOpt,
+        ci: str = common.CiOpt,
+        runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -212,11 +240,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
         bound = common.latency(max_latency) if max_latency is not None else None
-        settings = window_settings(window, percentile, meter, seed, seed is not None)
+        settings = window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
         check_meter(meter, device)
         common.check_out_dir(out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model, dev.simulated)
+        check_model(model, runtime, dev.simulated)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         total = space.size()
         with hold(dev), common.count_progress("sweep", "", as_json) as bar:
@@ -280,7 +308,10 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help="knob=value (repeatable); other knobs keep their default"),
         repeat: int = typer.Option(1, "--repeat", help="measure this many times"),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)"),
-        window: float = typer.Option(10.0, "--window", help="measured window per repeat, seconds (hardware)"),
+        window: float = typer.Option(10.0, "--window", help="longest measured window per repeat, seconds (hardware)"),
+        min_window: float = common.MinWindowOpt,
+        ci: str = common.CiOpt,
+        runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -296,13 +327,17 @@ def register(app: typer.Typer) -> None:
         """Measure one configuration (repeatably, with --repeat)."""
         check_count(repeat, "--repeat", 3, maximum=1000)
         check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
-        settings = window_for(window_settings(window, percentile, meter, seed, seed is not None), scenario, target_qps)
+        settings = window_for(
+            window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime),
+            scenario,
+            target_qps,
+        )
         if batch_timeout < 0:
             raise UserError("--batch-timeout must be zero or a positive number of ms, e.g. 10")
         settings.options["batch_timeout_ms"] = batch_timeout
         check_meter(meter, device)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model, dev.simulated)
+        check_model(model, runtime, dev.simulated)
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)

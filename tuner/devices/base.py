@@ -9,27 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace
 
-
-class WindowSettings(BaseModel):
-    """How long and how to measure one configuration."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    scenario: str = "offline"
-    window_s: float = 10.0
-    warmup_s: float = 2.0
-    settle_s: float = 1.0
-    percentile: str = "p99"
-    seed: int | None = None
-    noise: bool = True
-    meter: str | None = None
-    log_dir: str | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+__all__ = ["Device", "WindowSettings"]
 
 
 @runtime_checkable

@@ -56,7 +56,7 @@ class HostDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
         meter = self.make_meter(settings.meter)
-        runner = self._runners.get(model, config, self.space())
+        runner = self._runners.get(model, config, self.space(), settings.runtime)
         return measure_with(runner, meter, config.batch_size, settings)
 
     def describe(self) -> dict[str, Any]:

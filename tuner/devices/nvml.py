@@ -16,6 +16,7 @@ reinstated (read_state records the clock-event reasons that hint at them).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from tuner.devices.base import WindowSettings
@@ -395,14 +396,20 @@ class NvmlDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
         meter = self.make_meter(settings.meter)
-        runner = self._runners.get(model, config, self.space())
+        runner = self._runners.get(model, config, self.space(), settings.runtime)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
+        started = time.monotonic()
         result = measure_with(runner, meter, config.batch_size, settings, monitors=[telemetry])
+        measured_s = time.monotonic() - started
         temps = telemetry.temps_c
         update: dict[str, Any] = {}
         if temps:
             update["temps_c"] = {"gpu_max": max(temps), "gpu_mean": sum(temps) / len(temps)}
         extra = dict(result.extra)
+        # Where a trial's time goes besides the window: loading, preparing, warm-up and LoadGen.
+        extra["runner_load_s"] = self._runners.last_load_s
+        extra["runner_prepare_s"] = self._runners.last_prepare_s
+        extra["window_call_s"] = measured_s
         extra["clocks_event_reasons"] = f"0x{telemetry.reasons:x}"
         if telemetry.samples:
             extra["power_capped_fraction"] = telemetry.power_capped_samples / telemetry.samples

@@ -1,41 +1,56 @@
-"""One prepared model runner per device, rebuilt only when what it depends on changes.
+"""One loaded model runner per device, kept for the whole study.
 
-Loading and preparing a model takes seconds on real hardware; consecutive
-trials often differ only in clocks, which need no new runner.
+Loading a model takes seconds on real hardware and consecutive trials often
+differ only in clocks or batch size. The runner is built once per model and
+runtime; a new configuration only calls prepare(), and the runner keeps its
+prepared variants (CUDA graphs, compiled modules) so that coming back to a
+configuration costs nothing. How long the last get() took is kept for the
+trial's record.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tuner.space import Config, SearchSpace
 
 
 class RunnerCache:
-    """Holds the runner for (model, batch size, precision, runner knobs) on one torch device."""
+    """Holds the runner for (model, runtime) on one torch device and the settings it was last prepared for."""
 
     def __init__(self, torch_device: str, default_precision: str = "fp32") -> None:
         self.torch_device = torch_device
         self.default_precision = default_precision
         self._runner: Any = None
-        self._key: tuple | None = None
+        self._model_key: tuple[str, str] | None = None
+        self._prepared: tuple | None = None
+        self.last_load_s = 0.0
+        self.last_prepare_s = 0.0
 
-    def get(self, model: str, config: Config, space: SearchSpace) -> Any:
+    def get(self, model: str, config: Config, space: SearchSpace, runtime: str = "auto") -> Any:
         """The runner for this configuration: runner-group knobs go to prepare(), device knobs do not."""
         runner_knobs = {k: v for k, v in config.knobs.items() if k in space.knobs and space.knobs[k].group == "runner"}
         precision = str(runner_knobs.pop("precision", self.default_precision))
-        key = (model, config.batch_size, precision, tuple(sorted((k, str(v)) for k, v in runner_knobs.items())))
-        if self._runner is not None and self._key == key:
-            return self._runner
-        self.close()
-        from runners import make_runner
+        prepared = (config.batch_size, precision, tuple(sorted((k, str(v)) for k, v in runner_knobs.items())))
+        self.last_load_s = self.last_prepare_s = 0.0
+        if self._runner is None or self._model_key != (model, runtime):
+            self.close()
+            from runners import make_runner
 
-        runner = make_runner(model, self.torch_device)
-        runner.prepare(config.batch_size, precision, runner_knobs)
-        self._runner, self._key = runner, key
-        return runner
+            started = time.monotonic()
+            self._runner = make_runner(model, self.torch_device, runtime=runtime)
+            self._model_key = (model, runtime)
+            self.last_load_s = time.monotonic() - started
+        if self._prepared != prepared:
+            started = time.monotonic()
+            self._prepared = None
+            self._runner.prepare(config.batch_size, precision, runner_knobs)
+            self._prepared = prepared
+            self.last_prepare_s = time.monotonic() - started
+        return self._runner
 
     def close(self) -> None:
         if self._runner is not None:
             self._runner.close()
-        self._runner, self._key = None, None
+        self._runner, self._model_key, self._prepared = None, None, None

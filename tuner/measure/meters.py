@@ -52,6 +52,16 @@ class Meter(Protocol):
     def stop(self) -> EnergyReading: ...
 
 
+def energy_reader(meter: Meter) -> Callable[[], tuple[float, float] | None] | None:
+    """The meter's mid-window reading, if it has one.
+
+    ``energy_now()`` returns (monotonic time, joules since ``start()``) at the
+    latest instant the meter knows exactly; an adaptive window needs it to
+    judge its own confidence interval. Meters without it give fixed windows.
+    """
+    return getattr(meter, "energy_now", None)
+
+
 def _reading(
     meter: Meter,
     energy_j: float,
@@ -115,6 +125,7 @@ class NvmlEnergyMeter:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
         self._started = 0.0
+        self._e0_mj: float | None = None
 
     def _read_mj(self) -> float:
         return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
@@ -142,6 +153,7 @@ class NvmlEnergyMeter:
         self._first_edge.clear()
         self._done.clear()
         self._started = self.clock()
+        self._e0_mj = None
         self._thread = threading.Thread(target=self._poll, name="powertune-nvml-energy", daemon=True)
         self._thread.start()
         if not self._first_edge.wait(self.edge_timeout_s + 1.0):
@@ -152,6 +164,17 @@ class NvmlEnergyMeter:
                 "this GPU does not update it; use --meter nvml-power"
             )
         self._t0 = self.clock()
+
+    def energy_now(self) -> tuple[float, float] | None:
+        """Energy up to the latest counter update, once one has been seen after the start."""
+        with self._lock:
+            edges = list(self._edges)
+        if not edges or edges[-1][0] <= self._t0:
+            return None
+        if self._e0_mj is None:
+            self._e0_mj = interpolate_counter(edges, self._t0)
+        t, value = edges[-1]
+        return t, (value - self._e0_mj) / 1e3
 
     def stop(self) -> EnergyReading:
         t1 = self.clock()
@@ -229,9 +252,20 @@ class SampledPowerMeter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._latest: tuple[float, float] | None = None
 
     def _sample(self) -> None:
-        self._samples.append((self.clock(), float(self.read_watts())))
+        point = (self.clock(), float(self.read_watts()))
+        if self._samples and self._latest is not None:
+            (ta, wa), (tb, wb) = self._samples[-1], point
+            self._latest = (tb, self._latest[1] + (tb - ta) * (wa + wb) / 2)
+        else:
+            self._latest = (point[0], 0.0)
+        self._samples.append(point)
+
+    def energy_now(self) -> tuple[float, float] | None:
+        """The trapezoid integral up to the latest power sample."""
+        return self._latest
 
     def _loop(self) -> None:
         try:
@@ -242,6 +276,7 @@ class SampledPowerMeter:
 
     def start(self) -> None:
         self._samples = []
+        self._latest = None
         self._error = None
         self._stop.clear()
         self._sample()
@@ -349,6 +384,11 @@ class RaplMeter:
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="powertune-rapl", daemon=True)
         self._thread.start()
+
+    def energy_now(self) -> tuple[float, float] | None:
+        """Read the counters now: they are exact at any instant."""
+        self._accumulate()
+        return time.monotonic(), sum(z.total_uj for z in self.zones) / 1e6
 
     def stop(self) -> EnergyReading:
         self._accumulate()

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from tuner.devices.base import WindowSettings
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
+from tuner.measure.settings import WindowSettings
 from tuner.measure.window import Monitor, Runner, WindowResult, run_window
 from tuner.measurement import Measurement
 
@@ -78,8 +78,10 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
         "meter_samples": float(reading.samples),
         "percentile": percentile,
     }
-    if window.summary.samples_per_second is not None:
+    # Samples skipped after the window ended complete instantly and would inflate LoadGen's rate.
+    if window.summary.samples_per_second is not None and not window.stop.get("skipped_queries"):
         extra["loadgen_samples_per_s"] = window.summary.samples_per_second
+    extra.update({key: value for key, value in window.stop.items() if value is not None})
     if reading.warning:
         extra["meter_warning"] = reading.warning
     extra.update({f"meter_{k}": v for k, v in reading.extra.items()})

@@ -10,7 +10,10 @@ batch size's real latency.
 TestSettings are set directly (no official 600 s config) so a trial costs
 seconds. A warm-up of ``settings.warmup_s`` runs ``runner.infer()`` outside
 LoadGen (caches, clocks, allocator, autotuning settle there) and estimates the
-throughput that sizes the LoadGen run so it fills the window.
+throughput that sizes the LoadGen run so it outlasts the window. The window
+itself is bracketed by the SUT's worker (first measured batch to last) and, in
+Offline, ends at ``window_s`` or, when adaptive, as soon as the stopping rule
+in tuner.measure.stopping is met.
 """
 
 from __future__ import annotations
@@ -29,19 +32,24 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner import interrupts
 from tuner.errors import UserError
+from tuner.measure.meters import energy_reader
+from tuner.measure.stopping import STOP_EXHAUSTED, STOP_LOADGEN, StopRule
 
 if TYPE_CHECKING:
-    from tuner.devices.base import WindowSettings
     from tuner.measure.meters import EnergyReading, Meter
+    from tuner.measure.settings import WindowSettings
 
 SCENARIOS = ("offline", "server", "singlestream")
 # LoadGen issues 1.1 x expected_qps x min_duration samples in Offline; the
 # extra margin covers a SUT faster than the warm-up loop, which would otherwise
 # end the run before min_duration and make it INVALID. Launch-bound runs vary
 # by tens of percent between the warm-up and the window (seen on an H200 and
-# on a 2-core CPU), hence 20%, and a re-run sized 60% over what LoadGen saw.
+# on a 2-core CPU), hence 20%; a window that still runs out of samples is
+# re-run sized three times over what it saw (up to three attempts): the
+# window ends at its own duration, so samples issued beyond it are not run.
 QPS_MARGIN = 1.2
-RETRY_MARGIN = 1.6
+RETRY_MARGIN = 3.0
+MAX_ATTEMPTS = 3
 MIN_WARMUP_ITERS = 3
 QSL_SIZE = 1024
 # LoadGen's early-stopping rule declares a Server run INVALID below about 460
@@ -98,6 +106,7 @@ class WindowResult:
     monitors: list[Any] = field(default_factory=list)
     error: str = ""
     attempts: int = 1
+    stop: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -136,7 +145,7 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
 
 
 class _BatchingSUT:
-    """Groups LoadGen samples into batches and runs them on one worker thread.
+    """Groups LoadGen samples into batches, runs them on one worker thread, and brackets the window.
 
     Per-batch latency: in Offline LoadGen hands over every sample in one call,
     so counting from that call would measure queueing behind earlier batches,
@@ -145,19 +154,51 @@ class _BatchingSUT:
     completion. In Server and SingleStream samples arrive over time, so the
     latency runs from the arrival of the batch's earliest sample, including
     any wait for the runner, as a user's query would see it.
+
+    The measured window is bracketed by the worker itself: monitors and meter
+    start just before the first batch runs and stop right after the batch at
+    which ``rule`` ends the window (or, in Offline, after the last issued
+    sample). LoadGen's own start-up (building and handing over the samples)
+    and tear-down (writing its logs) stay outside the energy and the queries.
+    Samples still queued when the window ends are completed at once without
+    running the model, so LoadGen can finish; they are counted as skipped and
+    never as measured queries.
     """
 
-    def __init__(self, lg: Any, runner: Runner, batch_size: int, scenario: str, timeout_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        lg: Any,
+        runner: Runner,
+        batch_size: int,
+        scenario: str,
+        meter: Meter | None = None,
+        monitors: list[Monitor] | tuple[Monitor, ...] = (),
+        rule: StopRule | None = None,
+        timeout_s: float = 0.0,
+    ) -> None:
         self.lg = lg
         self.runner = runner
         self.batch_size = batch_size
         self.offline = scenario == "offline"
         self.timeout_s = 0.0 if self.offline else max(timeout_s, 0.0)
+        self.meter = meter
+        self.monitors = list(monitors)
+        self.rule = rule
         self.inbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.latencies_ms: list[float] = []
         self.completed = 0
+        self.queries = 0
+        self.skipped = 0
         self.error = ""
         self.aborted = False
+        self.failure: BaseException | None = None
+        self.open = False
+        self.closed = False
+        self.stop_reason = ""
+        self.start = self.end = self.start_wall = self.end_wall = 0.0
+        self.reading: EnergyReading | None = None
+        self.telemetry: list[Any] = []
+        self._started: list[Monitor] = []
         self.outbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name="powertune-sut", daemon=True)
         self.completer = threading.Thread(target=self._complete, name="powertune-complete", daemon=True)
@@ -166,7 +207,7 @@ class _BatchingSUT:
         """Stop running the model: the samples still issued complete at once, so LoadGen can finish."""
         self.aborted = True
 
-    def start(self) -> None:
+    def run(self) -> None:
         self.thread.start()
         self.completer.start()
 
@@ -177,25 +218,50 @@ class _BatchingSUT:
         self.outbox.put(None)
         self.completer.join()
 
+    def open_window(self) -> None:
+        """Start monitors, then the meter; the window begins once the meter is running."""
+        for monitor in self.monitors:
+            monitor.start()
+            self._started.append(monitor)
+        if self.meter is not None:
+            self.meter.start()
+        self.start_wall, self.start = time.time(), time.monotonic()
+        if self.rule is not None:
+            self.rule.begin(self.start)
+        self.open = True
+
+    def close_window(self, reason: str) -> None:
+        """Stop the meter, then the monitors; idempotent, so every exit path may call it."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop_reason = reason
+        self.end, self.end_wall = time.monotonic(), time.time()
+        try:
+            if self.meter is not None and self.open:
+                self.reading = self.meter.stop()
+        finally:
+            self.telemetry = [m.stop() for m in reversed(self._started)][::-1]
+
     def _complete(self) -> None:
         """Report finished batches to LoadGen off the worker thread.
 
-        Building one response per sample and calling QuerySamplesComplete
-        costs Python time per batch; done on the worker it would sit between
-        two batches and idle the accelerator (about 4% of throughput at batch
-        128 on an H200). Here it overlaps the next batch, whose synchronize
-        releases the GIL.
+        The responses were built when the samples were issued, outside the
+        window; here they are only handed over, overlapping the next batch,
+        whose synchronize releases the GIL. Building them per batch on the
+        worker cost about 4% of throughput at batch 128 on an H200.
         """
         while True:
             batch = self.outbox.get()
             if batch is None:
                 return
-            self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(s.id, 0, 0) for s, _ in batch])
+            self.lg.QuerySamplesComplete([response for response, _ in batch])
             self.completed += len(batch)
 
     def issue(self, samples: list[Any]) -> None:
         now = time.monotonic()
-        self.inbox.put([(s, now) for s in samples])
+        response = self.lg.QuerySampleResponse
+        self.inbox.put([(response(s.id, 0, 0), now) for s in samples])
 
     def flush(self) -> None:
         """Nothing is held back between issues, so there is nothing to flush."""
@@ -237,37 +303,74 @@ class _BatchingSUT:
                     self.inbox.put(None)
                     break
                 pending.extend(item)
+            if self.closed or self.aborted or self.failure is not None:
+                self.skipped += len(pending)
+                self.outbox.put(list(pending))
+                pending.clear()
+                continue
             if not self._fill(pending):
                 self.inbox.put(None)
             batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
-            issued = time.monotonic()
-            if not self.error and not self.aborted:
-                try:
-                    self.runner.infer()
-                except Exception as exc:  # the samples must still complete or LoadGen waits forever
-                    self.error = f"{type(exc).__name__}: {exc}"
-            done = time.monotonic()
-            since = issued if self.offline else min(t for _, t in batch)
-            self.latencies_ms.append((done - since) * 1e3)
+            try:
+                self._run_batch(batch, exhausted=not pending and self.inbox.empty())
+            except BaseException as exc:  # re-raised on the caller's thread once LoadGen returns
+                self.failure = exc
             self.outbox.put(batch)
+
+    def _run_batch(self, batch: list[tuple[Any, float]], exhausted: bool) -> None:
+        if not self.open:
+            self.open_window()
+        issued = time.monotonic()
+        try:
+            self.runner.infer()
+        except Exception as exc:  # the samples must still complete or LoadGen waits forever
+            self.error = f"{type(exc).__name__}: {exc}"
+        done = time.monotonic()
+        since = issued if self.offline else min(t for _, t in batch)
+        self.latencies_ms.append((done - since) * 1e3)
+        self.queries += len(batch)
+        if self.error:
+            self.close_window("runner-error")
+            return
+        reason = self.rule.observe(done, self.queries) if self.rule is not None else None
+        if reason is None and exhausted and self.offline:
+            reason = STOP_EXHAUSTED
+        if reason is not None:
+            self.close_window(reason)
 
 
 def _test_settings(
     lg: Any,
     scenario: str,
-    window_s: float,
+    settings: WindowSettings,
     qps: float,
     batch_latency_s: float,
-    options: dict[str, Any],
 ) -> Any:
+    """LoadGen's settings for one window.
+
+    An adaptive Offline window asks LoadGen for ``min_window_s`` and its
+    minimum query count, but issues enough samples to keep the runner busy for
+    the whole ``window_s``: the worker ends the window once the interval is
+    narrow enough, and the samples left over complete without being run.
+    """
     ts = lg.TestSettings()
     ts.mode = lg.TestMode.PerformanceOnly
-    ts.min_duration_ms = int(window_s * 1000)
+    window_s = settings.window_s
+    options = settings.options
     if scenario == "offline":
         ts.scenario = lg.TestScenario.Offline
-        ts.offline_expected_qps = qps * QPS_MARGIN
-        ts.min_query_count = max(1, math.ceil(qps * QPS_MARGIN * window_s))
-    elif scenario == "server":
+        if settings.adaptive:
+            assert settings.min_window_s is not None
+            ts.min_duration_ms = int(settings.min_window_s * 1000)
+            ts.offline_expected_qps = qps * QPS_MARGIN * window_s / settings.min_window_s
+            ts.min_query_count = max(1, settings.min_queries)
+        else:
+            ts.min_duration_ms = int(window_s * 1000)
+            ts.offline_expected_qps = qps * QPS_MARGIN
+            ts.min_query_count = max(1, math.ceil(qps * QPS_MARGIN * window_s))
+        return ts
+    ts.min_duration_ms = int(window_s * 1000)
+    if scenario == "server":
         target = float(options.get("server_target_qps", 0.5 * qps))
         ts.scenario = lg.TestScenario.Server
         ts.server_target_qps = target
@@ -291,12 +394,15 @@ def run_window(
     meter: Meter | None = None,
     monitors: list[Monitor] | tuple[Monitor, ...] = (),
 ) -> WindowResult:
-    """Warm up, then run one LoadGen test with the meter bracketing exactly that test.
+    """Warm up, then run one LoadGen test with the meter bracketing exactly the measured batches.
 
-    The meter starts just before StartTest and stops right after it returns,
-    so energy and queries cover the same interval; monitors (telemetry) start
-    before the meter and stop after it. If LoadGen ends the run before
-    min_duration because the SUT beat the warm-up estimate, the window is run
+    The meter starts just before the first batch and stops right after the
+    last measured one, so energy and queries cover the same interval;
+    monitors (telemetry) start before the meter and stop after it. In Offline
+    the window ends after ``settings.window_s``, or earlier when adaptive
+    (see :class:`WindowSettings`); why it ended and the interval it reached
+    are in the result. If the runner ran out of samples before LoadGen's
+    minimum duration because it beat the warm-up estimate, the window is run
     once more sized on the throughput LoadGen measured.
     """
     lg = _loadgen()
@@ -309,23 +415,21 @@ def run_window(
         raise UserError(f"window must be positive, got {settings.window_s} s: pass e.g. --window 10s")
     log_path = Path(log_dir)
     log_path.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     qps = warm_up(runner, batch_size, settings.warmup_s)
+    warmup_s = time.monotonic() - started
     interrupts.check()
     result = _run_once(lg, runner, batch_size, scenario, settings, log_path, qps, meter, monitors)
-    if scenario != "server" and not result.error and _too_short(result.summary):
-        measured = result.summary.samples_per_second or result.qps
-        result = _run_once(
-            lg,
-            runner,
-            batch_size,
-            scenario,
-            settings,
-            log_path,
-            max(qps, measured) * RETRY_MARGIN,
-            meter,
-            monitors,
-        )
-        result.attempts = 2
+    attempts = 1
+    while scenario != "server" and not result.error and _too_short(result.summary) and attempts < MAX_ATTEMPTS:
+        # Samples issued beyond the window are never run, so oversizing the retry costs little.
+        measured = max(result.summary.samples_per_second or 0.0, result.qps)
+        qps = max(qps, measured) * RETRY_MARGIN
+        result = _run_once(lg, runner, batch_size, scenario, settings, log_path, qps, meter, monitors)
+        attempts += 1
+    result.attempts = attempts
+    result.stop["warmup_s"] = warmup_s
+    result.stop["loadgen_s"] = time.monotonic() - started - warmup_s
     return result
 
 
@@ -376,50 +480,62 @@ def _run_once(
     returns within a batch, everything is destroyed in order, and the signal
     is raised after (see tuner.interrupts).
     """
+    rule = None
+    if scenario == "offline":
+        rule = StopRule(
+            min_s=settings.min_window_s or settings.window_s,
+            max_s=settings.window_s,
+            ci=settings.ci,
+            min_queries=settings.min_queries,
+            adaptive=settings.adaptive,
+            energy_now=None if meter is None else energy_reader(meter),
+        )
     timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
-    sut_state = _BatchingSUT(lg, runner, batch_size, scenario, timeout_s)
-    ts = _test_settings(lg, scenario, settings.window_s, qps, batch_size / qps, settings.options)
+    sut_state = _BatchingSUT(lg, runner, batch_size, scenario, meter, monitors, rule, timeout_s)
+    ts = _test_settings(lg, scenario, settings, qps, batch_size / qps)
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_path)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False
     sut = lg.ConstructSUT(sut_state.issue, sut_state.flush)
     qsl = lg.ConstructQSL(QSL_SIZE, QSL_SIZE, _noop, _noop)
-    sut_state.start()
-    reading = None
-    started: list[Monitor] = []
+    sut_state.run()
     with interrupts.listening(sut_state.abort):
         try:
-            for monitor in monitors:
-                monitor.start()
-                started.append(monitor)
-            if meter is not None:
-                meter.start()
-            start_wall, start = time.time(), time.monotonic()
             _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
-            end, end_wall = time.monotonic(), time.time()
-            if meter is not None:
-                reading = meter.stop()
         finally:
-            telemetry = [m.stop() for m in reversed(started)][::-1]
             sut_state.join()
+            sut_state.close_window(STOP_LOADGEN)
             lg.DestroyQSL(qsl)
             lg.DestroySUT(sut)
         interrupts.check()
+    if sut_state.failure is not None:
+        raise sut_state.failure
+    stop = {
+        "stop_rule": sut_state.stop_reason,
+        "ci_target": settings.ci if settings.adaptive else None,
+        "ci_achieved": None if rule is None or math.isinf(rule.achieved) else rule.achieved,
+        "ci_blocks": 0 if rule is None else rule.blocks,
+        "min_window_s": settings.min_window_s if settings.adaptive else settings.window_s,
+        "max_window_s": settings.window_s,
+        "min_queries": ts.min_query_count,
+        "skipped_queries": sut_state.skipped,
+    }
     return WindowResult(
         batch_latencies_ms=sut_state.latencies_ms,
-        queries=sut_state.completed,
+        queries=sut_state.queries,
         batches=len(sut_state.latencies_ms),
-        start_monotonic=start,
-        end_monotonic=end,
-        start_wall=start_wall,
-        end_wall=end_wall,
+        start_monotonic=sut_state.start,
+        end_monotonic=sut_state.end,
+        start_wall=sut_state.start_wall,
+        end_wall=sut_state.end_wall,
         warmup_qps=qps,
         summary=parse_logs(log_path),
         log_dir=log_path,
-        energy=reading,
-        monitors=telemetry,
+        energy=sut_state.reading,
+        monitors=sut_state.telemetry,
         error=sut_state.error,
+        stop=stop,
     )
 
 

@@ -148,7 +148,10 @@ class JetsonDevice:
         self.mode_timeout_s = mode_timeout_s
         self._writable = writable
         self._runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
-        self._runner_factory = runner_factory or (lambda model, config: self._runners.get(model, config, self.space()))
+        self._runtime = "auto"
+        self._runner_factory = runner_factory or (
+            lambda model, config: self._runners.get(model, config, self.space(), self._runtime)
+        )
         self._measure_fn = measure_fn
         self._base_space = load_space(kind)
         if self._base_space.mode_knob is None:
@@ -539,6 +542,7 @@ class JetsonDevice:
         """Run the real runner in a LoadGen window under the board's meter; abort when too hot."""
         self.check_thermal()
         meter = self.make_meter(settings.meter)
+        self._runtime = settings.runtime
         runner = self._runner_factory(model, config)
         measure_fn = self._measure_fn
         if measure_fn is None:

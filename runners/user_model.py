@@ -1,0 +1,139 @@
+"""A user's own PyTorch model: ``--model py:package.module:factory``.
+
+The factory takes no arguments and returns ``(module, input)``, where
+``input`` describes one batch in one of three ways:
+
+- a shape per sample, e.g. ``(3, 224, 224)``: one float tensor in the
+  runner's precision;
+- a dict ``{"shape": [128], "dtype": "int64", "high": 30522}``: integer
+  inputs are drawn from ``[0, high)`` (default 2); a list of such dicts for a
+  model with several inputs;
+- a callable ``make_batch(batch_size)`` returning a tensor or a tuple of
+  tensors on the CPU; floating tensors are cast to the runner's precision.
+
+The module is imported the way ``python -m`` would: the current directory
+comes first on the path, so a file ``mymodels.py`` beside the user is found
+as ``py:mymodels:build``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from tuner.errors import UserError
+
+PREFIX = "py:"
+EXAMPLE = "py:mypackage.models:build"
+_INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
+_DTYPES = ("float32", "float16", "bfloat16", *_INT_DTYPES)
+
+
+def is_user_model(model: str) -> bool:
+    return model.startswith(PREFIX)
+
+
+def parse(model: str) -> tuple[str, str]:
+    """Split ``py:module.path:factory``; a malformed one is a one-line error with an example."""
+    body = model[len(PREFIX) :]
+    module, sep, factory = body.rpartition(":")
+    valid = sep and module and factory.isidentifier()
+    if not valid or not all(part.isidentifier() for part in module.split(".")):
+        raise UserError(f"bad user model {model!r}: write it as {EXAMPLE} (a module path, a colon, a function)")
+    return module, factory
+
+
+def _with_cwd() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def check(model: str) -> None:
+    """Check that the module can be found, without importing it (no torch, no side effects)."""
+    module, _ = parse(model)
+    _with_cwd()
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise UserError(
+            f"cannot find module {module!r} for {model!r}: run from the folder that holds it or add it to PYTHONPATH"
+        )
+
+
+def load(model: str) -> Any:
+    """Import the factory, call it, and return a ModelSource for the torch runner."""
+    import torch
+    from torch import nn
+
+    from runners.torch_runner import ModelSource
+
+    module_name, factory_name = parse(model)
+    _with_cwd()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module may fail in any way while importing
+        raise UserError(f"cannot import {module_name!r} for {model!r}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise UserError(f"module {module_name!r} has no function {factory_name!r}: check {model!r}")
+    try:
+        made = factory()
+    except Exception as exc:  # the user's factory may fail in any way
+        raise UserError(f"{model} failed: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module)):
+        raise UserError(
+            f"{model} must return (torch.nn.Module, input), where input is a shape per sample, "
+            f"a dict with shape and dtype, or a function of the batch size; got {type(made).__name__}"
+        )
+    module_obj, spec = made
+    make_batch = _batch_maker(model, spec, torch)
+    name = f"{module_name}.{factory_name}"
+    return ModelSource(name=name, build=lambda: module_obj, make_batch=make_batch)
+
+
+def _batch_maker(model: str, spec: Any, torch: Any) -> Any:
+    """Turn the factory's input description into make_batch(batch_size, dtype) -> tuple of CPU tensors."""
+    if callable(spec):
+
+        def from_function(batch: int, dtype: Any) -> tuple[Any, ...]:
+            made = spec(batch)
+            tensors = made if isinstance(made, (tuple, list)) else (made,)
+            if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+                raise UserError(f"the input function of {model} must return a tensor or a tuple of tensors")
+            return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
+
+        return from_function
+    inputs = spec if isinstance(spec, list) and spec and isinstance(spec[0], dict) else [spec]
+    described = [_one_input(model, item) for item in inputs]
+
+    def from_shapes(batch: int, dtype: Any) -> tuple[Any, ...]:
+        generator = torch.Generator().manual_seed(batch)
+        tensors = []
+        for shape, type_name, high in described:
+            full = (batch, *shape)
+            if type_name is None or type_name.startswith(("float", "bfloat")):
+                tensors.append(torch.randn(full, generator=generator).to(dtype))
+            else:
+                tensors.append(torch.randint(0, high, full, generator=generator).to(getattr(torch, type_name)))
+        return tuple(tensors)
+
+    return from_shapes
+
+
+def _one_input(model: str, item: Any) -> tuple[tuple[int, ...], str | None, int]:
+    shape, type_name, high = item, None, 2
+    if isinstance(item, dict):
+        shape, type_name, high = item.get("shape"), item.get("dtype"), int(item.get("high", 2))
+        if type_name is not None and type_name not in _DTYPES:
+            raise UserError(f"{model}: input dtype {type_name!r} is not one of {', '.join(_DTYPES)}")
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise UserError(
+            f"{model}: input shape per sample must be a list of positive integers (no batch axis), got {shape!r}"
+        )
+    return tuple(shape), type_name, high

@@ -1,0 +1,275 @@
+"""A small fake of the tensorrt Python API (TensorRT 8.5+/10 names), for CI machines without a GPU.
+
+It follows the calls the runner makes, as documented for TensorRT's Python API:
+Builder/NetworkDefinition/OnnxParser/IBuilderConfig/IOptimizationProfile to build,
+Runtime.deserialize_cuda_engine to load, and ICudaEngine/IExecutionContext with named
+I/O tensors (get_tensor_name/mode/shape/dtype, set_input_shape, set_tensor_address,
+execute_async_v3). An "ONNX file" for it is the protobuf tag byte 0x08 then JSON naming
+the inputs; an engine file is
+the JSON the fake builder serialises. It records what it was asked to do; it does not
+model kernels, layers, timing or precision loss.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from types import SimpleNamespace
+from typing import ClassVar
+
+
+class DataType(enum.Enum):
+    FLOAT = 0
+    HALF = 1
+    INT8 = 2
+    INT32 = 3
+    BOOL = 4
+    INT64 = 5
+
+
+class TensorIOMode(enum.Enum):
+    INPUT = 1
+    OUTPUT = 2
+
+
+class BuilderFlag(enum.Enum):
+    FP16 = 0
+    INT8 = 1
+
+
+class NetworkDefinitionCreationFlag(enum.IntEnum):
+    EXPLICIT_BATCH = 0
+
+
+class MemoryPoolType(enum.Enum):
+    WORKSPACE = 0
+
+
+class Logger:
+    WARNING = 2
+
+    def __init__(self, level: int = 2) -> None:
+        self.level = level
+
+
+class _Tensor:
+    def __init__(self, name: str, shape: list[int], dtype: DataType) -> None:
+        self.name, self.shape, self.dtype = name, tuple(shape), dtype
+        self.dynamic_range: tuple[float, float] | None = None
+
+    def set_dynamic_range(self, low: float, high: float) -> bool:
+        self.dynamic_range = (low, high)
+        return True
+
+
+class _Layer:
+    def __init__(self, outputs: list[_Tensor]) -> None:
+        self.outputs = outputs
+        self.num_outputs = len(outputs)
+
+    def get_output(self, i: int) -> _Tensor:
+        return self.outputs[i]
+
+
+class _Network:
+    def __init__(self) -> None:
+        self.inputs: list[_Tensor] = []
+        self.layers: list[_Layer] = []
+        self.output_spec: list[tuple[str, list[int]]] = []
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    def get_input(self, i: int) -> _Tensor:
+        return self.inputs[i]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def get_layer(self, i: int) -> _Layer:
+        return self.layers[i]
+
+
+class OnnxParser:
+    def __init__(self, network: _Network, logger: Logger) -> None:
+        self.network = network
+        self.errors: list[str] = []
+
+    def parse(self, blob: bytes) -> bool:
+        try:
+            graph = json.loads(blob[1:] if blob[:1] == b"\x08" else blob)
+        except ValueError:
+            self.errors.append("ModelImporter: failed to parse the ONNX protobuf")
+            return False
+        for item in graph["inputs"]:
+            self.network.inputs.append(_Tensor(item["name"], item["shape"], DataType[item.get("dtype", "FLOAT")]))
+        out = _Tensor(graph["output"]["name"], graph["output"]["shape"], DataType.FLOAT)
+        self.network.layers.append(_Layer([out]))
+        self.network.output_spec.append((out.name, graph["output"]["shape"]))
+        return True
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    def get_error(self, i: int) -> str:
+        return self.errors[i]
+
+
+class _Profile:
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple] = {}
+
+    def set_shape(self, name: str, low: tuple, opt: tuple, high: tuple) -> None:
+        self.shapes[name] = (tuple(low), tuple(opt), tuple(high))
+
+
+class _Config:
+    def __init__(self) -> None:
+        self.flags: set[BuilderFlag] = set()
+        self.profiles: list[_Profile] = []
+        self.pool: dict = {}
+
+    def set_flag(self, flag: BuilderFlag) -> None:
+        self.flags.add(flag)
+
+    def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
+        self.pool[pool] = size
+
+    def add_optimization_profile(self, profile: _Profile) -> int:
+        self.profiles.append(profile)
+        return len(self.profiles) - 1
+
+
+class Builder:
+    platform_has_fast_fp16 = True
+    platform_has_fast_int8 = True
+    built: ClassVar[list[dict]] = []
+
+    def __init__(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def create_network(self, flags: int = 0) -> _Network:
+        return _Network()
+
+    def create_builder_config(self) -> _Config:
+        return _Config()
+
+    def create_optimization_profile(self) -> _Profile:
+        return _Profile()
+
+    def build_serialized_network(self, network: _Network, config: _Config) -> bytes:
+        profile = config.profiles[0].shapes
+        half = BuilderFlag.FP16 in config.flags
+        record = {
+            "flags": sorted(f.name for f in config.flags),
+            "int8_ranges": all(
+                layer.get_output(j).dynamic_range for layer in network.layers for j in range(layer.num_outputs)
+            ),
+            "inputs": [
+                {"name": t.name, "shape": list(profile[t.name][1]), "dtype": t.dtype.name, "profile": profile[t.name]}
+                for t in network.inputs
+            ],
+            "outputs": [
+                {"name": name, "shape": [profile[network.inputs[0].name][1][0], *shape[1:]],
+                 "dtype": "HALF" if half else "FLOAT"}
+                for name, shape in network.output_spec
+            ],
+        }  # fmt: skip
+        Builder.built.append(record)
+        return json.dumps(record).encode()
+
+
+class _Context:
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+        self.shapes: dict[str, tuple] = {}
+        self.addresses: dict[str, int] = {}
+        self.runs = 0
+
+    def set_input_shape(self, name: str, shape: tuple) -> bool:
+        self.shapes[name] = tuple(shape)
+        return True
+
+    def get_tensor_shape(self, name: str) -> tuple:
+        """Inputs as set; outputs resolved from the inputs' batch, as TensorRT's shape inference does."""
+        if name in self.shapes:
+            return self.shapes[name]
+        shape = list(self.engine.tensors[name]["shape"])
+        if shape and shape[0] == -1 and self.shapes:
+            shape[0] = next(iter(self.shapes.values()))[0]
+        return tuple(shape)
+
+    def set_tensor_address(self, name: str, address: int) -> bool:
+        self.addresses[name] = address
+        return True
+
+    def execute_async_v3(self, stream: int) -> bool:
+        missing = set(self.engine.tensors) - set(self.addresses)
+        if missing:
+            raise RuntimeError(f"unbound tensors {missing}")
+        self.runs += 1
+        return True
+
+
+class _Engine:
+    def __init__(self, record: dict) -> None:
+        self.record = record
+        self.tensors = {t["name"]: {**t, "mode": TensorIOMode.INPUT} for t in record["inputs"]}
+        self.tensors.update({t["name"]: {**t, "mode": TensorIOMode.OUTPUT} for t in record["outputs"]})
+        self.names = list(self.tensors)
+        self.contexts: list[_Context] = []
+
+    @property
+    def num_io_tensors(self) -> int:
+        return len(self.names)
+
+    def get_tensor_name(self, i: int) -> str:
+        return self.names[i]
+
+    def get_tensor_mode(self, name: str) -> TensorIOMode:
+        return self.tensors[name]["mode"]
+
+    def get_tensor_shape(self, name: str) -> tuple:
+        return tuple(self.tensors[name]["shape"])
+
+    def get_tensor_dtype(self, name: str) -> DataType:
+        return DataType[self.tensors[name]["dtype"]]
+
+    def get_tensor_profile_shape(self, name: str, profile: int) -> tuple:
+        return tuple(tuple(s) for s in self.tensors[name]["profile"])
+
+    def create_execution_context(self) -> _Context:
+        context = _Context(self)
+        self.contexts.append(context)
+        return context
+
+
+class Runtime:
+    def __init__(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def deserialize_cuda_engine(self, blob: bytes) -> _Engine | None:
+        try:
+            return _Engine(json.loads(blob))
+        except ValueError:
+            return None
+
+
+def module() -> SimpleNamespace:
+    """The fake as a module-like object to put in sys.modules['tensorrt']."""
+    Builder.built = []
+    return SimpleNamespace(
+        DataType=DataType,
+        TensorIOMode=TensorIOMode,
+        BuilderFlag=BuilderFlag,
+        NetworkDefinitionCreationFlag=NetworkDefinitionCreationFlag,
+        MemoryPoolType=MemoryPoolType,
+        Logger=Logger,
+        Builder=Builder,
+        OnnxParser=OnnxParser,
+        Runtime=Runtime,
+        __version__="10.3.0-fake",
+    )

@@ -1,0 +1,58 @@
+"""How one configuration is measured: the settings every window and device share.
+
+It lives in measure/ because the window reads it; devices/ depends on measure/,
+never the other way round (devices.base re-exports it for the devices).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# A trial's window stops once the 95% confidence interval of energy per query
+# is within +-1% of the estimate (and never before min_window_s).
+DEFAULT_CI = 0.01
+DEFAULT_MIN_WINDOW_S = 2.0
+# LoadGen's minimum query count for an adaptive window: one pass over the 1024-sample QSL.
+DEFAULT_MIN_QUERIES = 1024
+
+
+class WindowSettings(BaseModel):
+    """How long and how to measure one configuration.
+
+    ``window_s`` is the longest window. With ``min_window_s`` below it the
+    window is adaptive: it ends once the 95% confidence interval of energy per
+    query is within ``ci`` (relative half-width) and at least ``min_queries``
+    queries completed, but never before ``min_window_s`` nor after
+    ``window_s``. ``min_window_s`` None (or equal to ``window_s``) is a fixed window.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario: str = "offline"
+    window_s: float = 10.0
+    min_window_s: float | None = None
+    ci: float = DEFAULT_CI
+    min_queries: int = DEFAULT_MIN_QUERIES
+    warmup_s: float = 1.0
+    settle_s: float = 1.0
+    percentile: str = "p99"
+    seed: int | None = None
+    noise: bool = True
+    meter: str | None = None
+    log_dir: str | None = None
+    runtime: str = "auto"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> WindowSettings:
+        if self.min_window_s is not None and not 0 < self.min_window_s <= self.window_s:
+            raise ValueError(f"min_window_s {self.min_window_s} must lie in (0, window_s={self.window_s}]")
+        if not 0 < self.ci < 1:
+            raise ValueError(f"ci {self.ci} must be a fraction in (0, 1), e.g. 0.01 for 1%")
+        return self
+
+    @property
+    def adaptive(self) -> bool:
+        return self.min_window_s is not None and self.min_window_s < self.window_s
