@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner import interrupts
 from tuner.serve.policy import Band, Policy
 from tuner.serve.rates import RateSource, RateUnavailable
 
@@ -181,11 +182,14 @@ def run_governor(
 ) -> None:
     """Read the rate every ``interval_s`` and hand it to the governor, until ``duration_s`` (or forever).
 
-    Signals end the loop as exceptions (KeyboardInterrupt, Terminated) raised
-    in ``sleep``; the caller's hardware session restores the device.
+    Under a hardware session Ctrl-C and SIGTERM are only recorded; each tick
+    is a safe point (before reading the rate and after the sleep), where the
+    recorded signal is raised and the caller's hardware session restores the
+    device.
     """
     end = None if duration_s is None else time.monotonic() + duration_s
     while end is None or time.monotonic() < end:
+        interrupts.check()
         try:
             rate = source.read()
         except RateUnavailable as exc:
@@ -195,3 +199,4 @@ def run_governor(
         if on_tick is not None:
             on_tick()
         sleep(interval_s if end is None else max(0.0, min(interval_s, end - time.monotonic())))
+        interrupts.check()
