@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
         options = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
         names, failures = ([device], []) if device else journaled_devices()
         restored = []
+        exit_code = UserError.exit_code
         for name in names:
             try:
                 dev = open_device(
@@ -99,6 +100,7 @@ def register(app: typer.Typer) -> None:
                 if device:
                     raise
                 failures.append(str(exc))
+                exit_code = min(exit_code, exc.exit_code)  # a restore that went part way (1) outranks bad input (2)
         if as_json:
             common.emit_json({"restored": restored, "failed": failures})
         elif restored or not failures:
@@ -107,7 +109,9 @@ def register(app: typer.Typer) -> None:
             )
         if failures:
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            raise UserError(failures[0] + more)
+            error = UserError(failures[0] + more)
+            error.exit_code = exit_code
+            raise error
 
 
 def journaled_devices() -> tuple[list[str], list[str]]:

@@ -222,9 +222,8 @@ def restore_pending(device: Device) -> bool:
         with interrupts.restoring():
             device.restore(entry.state)
     except UserError as exc:
-        named = UserError(f"journal {path}: {exc}")
-        named.exit_code = exc.exit_code  # a restore that went part way keeps its own code (1)
-        raise named from None
+        exc.args = (f"journal {path}: {exc}",)  # same class and exit code: a part-way restore is 1
+        raise
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise UserError(f"journal {path} holds a state {device.name} cannot take ({exc!r}); {_fix(path)}") from None
     clear_journal(device.name)
