@@ -188,6 +188,8 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "device",
                 "host",
                 "fail_reason",
+                "proposed_by",
+                "why",
             ]
         )
         for t in trials:
@@ -208,8 +210,24 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("device", ""),
                     a.get("host", ""),
                     a.get("fail_reason", ""),
+                    a.get("proposed_by", ""),
+                    a.get("why", ""),
                 ]
             )
+
+
+def log_ticks(ax: Any) -> None:
+    """Readable log axes: at most about eight labelled ticks (1, 2, 5 x 10^k) and unlabelled minor ones.
+
+    Matplotlib labels minor ticks on a log axis that spans less than a
+    decade or so, and those labels (2x10^1, 3x10^1, ...) overlap.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+        axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:
@@ -241,6 +259,7 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    log_ticks(ax)
     ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")
     ax.set_ylabel("energy per query (J)")
     twin = " [digital twin]" if pareto.twin else ""

@@ -349,7 +349,33 @@ def layer_intensity(profile: ModelProfile, batch: int, byte_scale: float = 1.0) 
     return layers.flops * batch / np.maximum(q, 1e-30)
 
 
-def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: list[Config], path: Path) -> None:
+def intensity_summary(profile: ModelProfile, batch: int, byte_scale: float = 1.0) -> dict[str, float]:
+    """Arithmetic intensity of the whole graph, and the median of its matmul and of its element-wise layers.
+
+    A plain median over layers is misleading: most layers of a CNN are
+    element-wise (batch norm, ReLU, add) at 1 FLOP per 8 bytes = 0.125
+    FLOP/B, while almost all FLOPs are in convolutions and matmuls.
+    """
+    layers = LayerTable.of(profile)
+    intensity = layer_intensity(profile, batch, byte_scale)
+    matmul = np.array([x.matmul for x in profile.layers])
+    total = layers.flops.sum() * batch / ((layers.weights.sum() + layers.acts.sum() * batch) * byte_scale)
+    return {
+        "graph_flop_per_byte": float(total),
+        "median_matmul_flop_per_byte": float(np.median(intensity[matmul])) if matmul.any() else 0.0,
+        "median_elementwise_flop_per_byte": float(np.median(intensity[~matmul])) if (~matmul).any() else 0.0,
+        "median_intensity": float(np.median(intensity)),
+    }
+
+
+def plot(
+    roofline: Roofline,
+    profile: ModelProfile,
+    space: SearchSpace,
+    modes: list[Config],
+    path: Path,
+    twin: bool = False,
+) -> None:
     """Time and energy rooflines of each mode, with the model's layers placed by arithmetic intensity."""
     import matplotlib
 
@@ -358,19 +384,19 @@ def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: l
 
     f = features(space, modes)
     params = roofline.mode_parameters(f)
-    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 5), dpi=110)
     ai = np.logspace(-2, 4, 200)
     batch = modes[0].batch_size
     intensity = layer_intensity(profile, batch, float(f.byte_scale[0]))
     for config, p in zip(modes, params, strict=True):
         label = " ".join(
             f"{k}={v}" for k, v in config.knobs.items() if k in knob_roles(space).values() or k == space.mode_knob
-        )
+        )[:80]
         flops_s = np.minimum(1 / p["tau_flop_s"], ai / p["tau_mop_s"])
-        ax_t.plot(ai, flops_s / 1e12, label=label[:60])
+        ax_t.plot(ai, flops_s / 1e12, label=label)
         t_per_flop = np.maximum(p["tau_flop_s"], p["tau_mop_s"] / ai)
         joule_per_flop = p["eps_flop_j"] + p["eps_mop_j"] / ai + p["pi0_w"] * t_per_flop
-        ax_e.plot(ai, 1 / joule_per_flop / 1e9, label=label[:60])
+        ax_e.plot(ai, 1 / joule_per_flop / 1e9, label=label)
     for ax in (ax_t, ax_e):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -380,10 +406,13 @@ def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: l
             ax.axvline(x, color="grey", alpha=0.08, lw=0.8)
     ax_t.set_ylabel("attainable TFLOP/s")
     ax_e.set_ylabel("attainable GFLOP/J")
-    ax_t.set_title(f"time roofline ({profile.model}, bs {batch}; grey: layers)")
-    ax_e.set_title("energy roofline (fitted)")
-    ax_t.legend(fontsize=6)
-    fig.tight_layout()
+    ax_t.set_title(f"time roofline ({profile.model}, bs {batch}; grey: layers)", fontsize=10)
+    ax_e.set_title("energy roofline (fitted)", fontsize=10)
+    if twin:
+        fig.suptitle("[digital twin] fitted on simulated measurements, not hardware", fontsize=10)
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(labels) + 1) // 2), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)

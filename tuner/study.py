@@ -314,7 +314,7 @@ def run_study(
     name = study_name(options.model, device, options.window.scenario, options.max_latency_ms)
     sampler = sampler or make_sampler(options.sampler, options.seed)
     if hasattr(sampler, "bind"):
-        sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile)
+        sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile, device=device)
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tuner.devices.base import Device
-from tuner.devices.registry import open_device
+from tuner.devices.registry import device_help, open_device
 from tuner.units import parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
@@ -24,9 +24,7 @@ ModelOpt = typer.Option(
     "-m",
     help="model name (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn) or path.onnx",
 )
-DeviceOpt = typer.Option(
-    ..., "--device", "-d", help="device: sim:orin, sim:h200 (twins), cuda:N, cpu, orin, orin-nano, xavier, tx2"
-)
+DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
 OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
 StorageOpt = typer.Option(None, "--storage", help="Optuna storage URL (default sqlite:///<out>/tune.db)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
@@ -90,7 +88,7 @@ def fmt(value: Any) -> str:
 def count_progress(label: str, unit: str, quiet: bool) -> Progress:
     """A transient progress bar on stderr that counts ``unit`` done out of a total, with ETA."""
     return Progress(
-        TextColumn(label),
+        TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}" + (f" {unit}" if unit else "")),
         TimeRemainingColumn(),

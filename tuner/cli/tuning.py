@@ -18,6 +18,7 @@ from tuner.pareto import results_dir, write_results
 from tuner.sampling import DEFAULT_SAMPLER, make_sampler
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
+from tuner.strategies import proposal_counts
 from tuner.study import RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 
@@ -111,7 +112,7 @@ def register(app: typer.Typer) -> None:
             out=out,
             window=window_settings(window, percentile, meter, seed, True),
         )
-        check_model(model)
+        check_model(model, dev)
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
@@ -130,6 +131,8 @@ def register(app: typer.Typer) -> None:
             "results": str(folder),
             "seconds": round(time.monotonic() - started, 2),
             "pareto_points": len(pareto.fronts.get("global", [])),
+            "strategy_notes": study.user_attrs.get("strategy_notes", []),
+            "proposed_by": proposal_counts(study),
         }
         if as_json:
             common.emit_json(payload)
@@ -138,6 +141,11 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(
             f"study {summary.study}: {summary.measured} measured, {summary.total_trials} trials in storage{note}"
         )
+        for line in payload["strategy_notes"]:
+            common.out_console.print(f"note: {line}")
+        if payload["proposed_by"]:
+            tally = ", ".join(f"{k} {v}" for k, v in payload["proposed_by"].items())
+            common.out_console.print(f"proposed by: {tally} (per trial: proposed_by, why in trials.csv)")
         if summary.best is None:
             common.out_console.print(
                 f"no configuration met {options.max_latency_ms:g} ms: relax --max-latency or widen the space"
@@ -175,7 +183,7 @@ def register(app: typer.Typer) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         bound = common.latency(max_latency) if max_latency is not None else None
-        check_model(model)
+        check_model(model, dev)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         settings = window_settings(window, percentile, meter, seed, seed is not None)
         total = space.size()
@@ -251,7 +259,7 @@ def register(app: typer.Typer) -> None:
         if repeat <= 0 or batch_size <= 0:
             raise UserError("--repeat and --batch-size must be positive integers")
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model)
+        check_model(model, dev)
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)
