@@ -384,5 +384,5 @@ def quick_settings(devices: list[str] | None = None, strategies: list[str] | Non
         random_trials=12,
         jobs=1,
         tune_boards=[0],
-        judge_boards=[1000],
+        judge_boards=[1001],
     )

@@ -253,7 +253,12 @@ def _energy_columns(layers: LayerTable, f: Features, t: np.ndarray) -> np.ndarra
 
 
 def fit(
-    layers: LayerTable, f: Features, time_s: np.ndarray, energy_j: np.ndarray, latency_ms: np.ndarray
+    layers: LayerTable,
+    f: Features,
+    time_s: np.ndarray,
+    energy_j: np.ndarray,
+    latency_ms: np.ndarray,
+    warm: RooflineParams | None = None,
 ) -> RooflineParams:
     """Fit time, energy and latency coefficients to measured batches (needs at least one point).
 
@@ -281,8 +286,11 @@ def fit(
         return np.concatenate([np.log(pred) - np.log(time_s), weight * (logp - prior)])
 
     best = None
-    for shift in ([0.0, 0.0, 0.0], [0.0, -1.5, -1.0], [-1.5, 0.0, -1.0], [-1.0, -1.0, 0.5]):
-        result = least_squares(residual, prior + np.array(shift), method="trf", x_scale=1.0, max_nfev=200)
+    starts = [prior + np.array(s) for s in ([0.0, 0.0, 0.0], [0.0, -1.5, -1.0], [-1.5, 0.0, -1.0], [-1.0, -1.0, 0.5])]
+    if warm is not None:
+        starts = [np.log([warm.alpha, warm.beta, warm.kappa])]
+    for start in starts:
+        result = least_squares(residual, start, method="trf", x_scale=1.0, max_nfev=200)
         if best is None or result.cost < best.cost:
             best = result
     logp = best.x
@@ -321,12 +329,19 @@ def _latency_line(time_ms: np.ndarray, latency_ms: np.ndarray) -> tuple[float, f
 
 
 def fit_measurements(
-    profile: ModelProfile, space: SearchSpace, configs: list[Config], metrics: list[dict], percentile: str = "p99"
+    profile: ModelProfile,
+    space: SearchSpace,
+    configs: list[Config],
+    metrics: list[dict],
+    percentile: str = "p99",
+    warm: RooflineParams | None = None,
 ) -> Roofline:
     """Fit from measured configurations and their metrics (j_per_query, qps, latency), e.g. study trials.
 
     Windows the device reported as throttled ran below their set clocks, so
-    they are left out of the fit while unthrottled ones remain.
+    they are left out of the fit while unthrottled ones remain. ``warm``
+    (the previous fit of a search that adds one trial at a time) starts the
+    time fit from its coefficients instead of four spread starts.
     """
     calm = [i for i, m in enumerate(metrics) if not m.get("throttled")]
     if calm and len(calm) < len(metrics):
@@ -339,7 +354,7 @@ def fit_measurements(
     time_s = batch / qps
     energy = np.array([m["j_per_query"] for m in metrics], dtype=float) * batch
     latency = np.array([m[f"{percentile}_ms"] for m in metrics], dtype=float)
-    return Roofline(layers=layers, params=fit(layers, f, time_s, energy, latency))
+    return Roofline(layers=layers, params=fit(layers, f, time_s, energy, latency, warm))
 
 
 def layer_intensity(profile: ModelProfile, batch: int, byte_scale: float = 1.0) -> np.ndarray:

@@ -28,7 +28,7 @@ from scipy.stats import norm
 
 from runners.profile import ModelProfile
 from tuner.models import model_profile
-from tuner.roofline import fit_measurements, knob_roles
+from tuner.roofline import RooflineParams, fit_measurements, knob_roles
 from tuner.space import Config, SearchSpace
 from tuner.surrogate import GaussianProcess, encode
 
@@ -246,7 +246,7 @@ class LearnedSampler(GuidedSampler):
 
     remeasure = (2, 2)
     local_around = 3
-    global_every = int(__import__("os").environ.get("GE", "2"))
+    global_every = 2
     misfit_factor = 3.0
     recent = 5
 
@@ -255,6 +255,7 @@ class LearnedSampler(GuidedSampler):
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
         self.profile_note = ""
+        self.roof_params: RooflineParams | None = None
         self.errors: dict[str, list[float]] = {"roofline": [], "gp+roofline": [], "gp": []}
         self.predictions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.scored: set[int] = set()
@@ -334,9 +335,16 @@ class LearnedSampler(GuidedSampler):
             return None
         from tuner.roofline import features
 
+        warm = self.roof_params if len(trials) % 5 else None
         roof = fit_measurements(
-            self.profile, self.space, [trial_config(t) for t in trials], [t.user_attrs for t in trials], self.percentile
+            self.profile,
+            self.space,
+            [trial_config(t) for t in trials],
+            [t.user_attrs for t in trials],
+            self.percentile,
+            warm,
         )
+        self.roof_params = roof.params
         key = (self.space.model_dump_json(), self.profile.model)
         cached = _FEATURES.get(key)
         if cached is None:
