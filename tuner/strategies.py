@@ -127,8 +127,6 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         if self.space is None:
             return {}
         if "fixed_params" in trial.system_attrs:
-            queued = "repeat_of" in trial.user_attrs
-            self._log(study, trial, "remeasure" if queued else "queued", self._queued_reason(trial))
             return {}
         self.reason = ("", "")
         config = self.propose(study)
@@ -139,12 +137,6 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         inner_space = self.inner.infer_relative_search_space(study, trial)
         params = self.adjust(self.inner.sample_relative(study, trial, inner_space))
         return self._unmeasured(study, params) if len(params) == len(search_space) else params
-
-    @staticmethod
-    def _queued_reason(trial: optuna.trial.FrozenTrial) -> str:
-        if "repeat_of" in trial.user_attrs:
-            return f"re-measure of trial {trial.user_attrs['repeat_of']}: judge the best on a mean, not one window"
-        return "queued by the run loop (explorer, or a configuration given in advance)"
 
     @staticmethod
     def _log(study: optuna.Study, trial: optuna.trial.FrozenTrial, proposed_by: str, why: str) -> None:

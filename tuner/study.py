@@ -280,7 +280,12 @@ class Explorer:
         left = [c for c in self._grid if json.dumps(c.key()) not in self.objective.cache]
         if not left:
             return False
-        study.enqueue_trial(self.space.params_for(self.rng.choice(left)), skip_if_exists=False)
+        why = "the sampler re-proposed measured configurations: a random unmeasured one"
+        study.enqueue_trial(
+            self.space.params_for(self.rng.choice(left)),
+            user_attrs={"proposed_by": "explorer", "why": why},
+            skip_if_exists=False,
+        )
         return True
 
 
@@ -382,7 +387,9 @@ def remeasure_top(
             break
         config = Config(knobs=t.user_attrs["config"], batch_size=t.user_attrs["batch_size"])
         for _ in range(repeats):
-            study.enqueue_trial(space.params_for(config), user_attrs={"repeat_of": t.number}, skip_if_exists=False)
+            why = f"re-measure of trial {t.number}: the best is judged on a mean, not one window"
+            attrs = {"repeat_of": t.number, "proposed_by": "remeasure", "why": why}
+            study.enqueue_trial(space.params_for(config), user_attrs=attrs, skip_if_exists=False)
         study.optimize(
             objective, n_trials=repeats, callbacks=callbacks, catch=(MeasurementRejected,), gc_after_trial=False
         )
