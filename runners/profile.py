@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.errors import UserError
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+OP_CLASSES = ("conv_dense", "conv_depthwise", "conv_pointwise", "gemm", "attention", "elementwise")
 
 
 class LayerProfile(BaseModel):
@@ -24,6 +25,9 @@ class LayerProfile(BaseModel):
     element for element-wise ops. ``weight_bytes``: parameters read once per
     batch. ``act_bytes``: input plus output activations per sample.
     ``matmul``: True where tensor cores can run it (conv, linear, matmul).
+    ``op_class``: the kernel family the twin times it as (OP_CLASSES): dense,
+    depthwise or pointwise convolution, GEMM, attention matmul, or
+    elementwise/normalisation; each has its own achieved fraction of peak.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -34,6 +38,7 @@ class LayerProfile(BaseModel):
     weight_bytes: float = Field(ge=0)
     act_bytes: float = Field(ge=0)
     matmul: bool = False
+    op_class: str = "elementwise"
 
 
 class ModelProfile(BaseModel):

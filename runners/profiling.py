@@ -48,6 +48,15 @@ def _param_bytes(module: nn.Module) -> float:
     return float(sum(p.numel() for p in module.parameters(recurse=False)) * FP32)
 
 
+def _conv_class(conv: nn.Conv2d) -> str:
+    """Depthwise (one filter per channel) and pointwise (1x1) convolutions run different kernels than dense ones."""
+    if conv.groups > 1 and conv.groups == conv.in_channels:
+        return "conv_depthwise"
+    if math.prod(conv.kernel_size) == 1 and conv.groups == 1:
+        return "conv_pointwise"
+    return "conv_dense"
+
+
 def _layer(
     name: str,
     module: nn.Module,
@@ -67,6 +76,7 @@ def _layer(
             weight_bytes=_param_bytes(module),
             act_bytes=act,
             matmul=True,
+            op_class=_conv_class(module),
         )
     if isinstance(module, nn.Linear):
         macs = out_elems * module.in_features
@@ -77,10 +87,13 @@ def _layer(
             weight_bytes=_param_bytes(module),
             act_bytes=act,
             matmul=True,
+            op_class="gemm",
         )
     if isinstance(module, zoo.MatMul):
         macs = out_elems * tensors[0].shape[-1]
-        return LayerProfile(name=name, op="matmul", flops=2 * macs, weight_bytes=0.0, act_bytes=act, matmul=True)
+        return LayerProfile(
+            name=name, op="matmul", flops=2 * macs, weight_bytes=0.0, act_bytes=act, matmul=True, op_class="attention"
+        )
     if isinstance(module, nn.Embedding):
         # A lookup reads only the gathered rows, which scale with the batch: they
         # are activation traffic, not a weight read once per batch.

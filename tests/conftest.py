@@ -1,9 +1,6 @@
 import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,16 +9,6 @@ import pytest
 def isolated_state(tmp_path, monkeypatch):
     """Journals of every test go to its own folder, never to the user's state dir."""
     monkeypatch.setenv("TUNE_STATE_DIR", str(tmp_path / "state"))
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
-    """Drive the CLI exactly as a user's shell would: a new process, real exit code, real streams."""
-    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture

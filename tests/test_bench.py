@@ -6,8 +6,8 @@ import math
 import numpy as np
 import optuna
 import pytest
+from clirun import run_cli
 
-from tests.conftest import run_cli
 from tuner.bench import BenchSettings, build_landscapes, markdown, quick_settings, run_bench, run_one
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice

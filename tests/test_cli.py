@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 import yaml
-from conftest import run_cli
+from clirun import run_cli
 
 from tuner.deploy import ExportedConfig
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import yaml
-from conftest import run_cli
+from clirun import run_cli
 from fakeboard import make_fake_board
 
 pytest.importorskip("torch")

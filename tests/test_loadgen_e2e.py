@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import run_cli
+from clirun import run_cli
 
 pytest.importorskip("torch")
 pytest.importorskip("mlperf_loadgen")

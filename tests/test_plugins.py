@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from clirun import run_cli
 
-from tests.conftest import run_cli
 from tuner.devices.base import WindowSettings
 from tuner.devices.registry import open_device
 from tuner.errors import UserError

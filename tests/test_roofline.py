@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from clirun import run_cli
 
 from runners.profile import load_profile
-from tests.conftest import run_cli
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError

@@ -18,10 +18,10 @@ def test_orin_mode_caps_reduce_configurations():
         knobs={"nvpmodel": "30W", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6}, batch_size=8
     )
     eff = space.effective(wanted)
-    assert eff.knobs["gpu_mhz"] == 522.75  # highest table value under the 612 MHz cap
+    assert eff.knobs["gpu_mhz"] == 612  # the 30W cap sits on the 102 MHz grid
     assert eff.knobs["cpu_cores"] == 8
     assert eff.knobs["cpu_mhz"] == 1651.2
-    other = wanted.model_copy(update={"knobs": {**wanted.knobs, "gpu_mhz": 930.75}})
+    other = wanted.model_copy(update={"knobs": {**wanted.knobs, "gpu_mhz": 918}})
     assert space.effective(other).key() == eff.key()
     assert space.effective(space.default_config(8)).key() == space.default_config(8).key()
 
@@ -47,7 +47,7 @@ def test_narrow_and_unknown_knob():
 def test_suggest_and_params_round_trip():
     space = load_space("orin-agx")
     config = Config(
-        knobs={"nvpmodel": "50W", "gpu_mhz": 624.75, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1190.4}, batch_size=16
+        knobs={"nvpmodel": "50W", "gpu_mhz": 612, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1190.4}, batch_size=16
     )
     study = optuna.create_study()
     study.enqueue_trial(space.params_for(config))
@@ -65,7 +65,7 @@ def test_pin_and_validate():
 
 def test_assignments_are_typed_and_checked():
     space = load_space("orin-agx")
-    assert parse_assignments(["gpu_mhz=930.75", "nvpmodel=30W"], space) == {"gpu_mhz": 930.75, "nvpmodel": "30W"}
+    assert parse_assignments(["gpu_mhz=918", "nvpmodel=30W"], space) == {"gpu_mhz": 918, "nvpmodel": "30W"}
     with pytest.raises(UserError, match="choose one of"):
         parse_assignments(["gpu_mhz=931"], space)
     with pytest.raises(UserError, match="knob=value"):

@@ -1,20 +1,27 @@
 """Digital twins (``sim:orin``, ``sim:h200``, ...): a physical model of a device running a model.
 
-Time per batch, per layer: the GPU side is the larger of compute time
-(FLOPs over the clock- and TPC-scaled peak of the precision) and memory time
-(bytes over the memory-clock-scaled bandwidth), plus a minimum kernel time, and never under the latency floor of the
-precision's matmul kernels (small-batch convolutions are latency-bound);
-the CPU side is the launch cost of the operator (cycles over CPU frequency).
-Eager frameworks launch asynchronously, so each layer costs the larger of the
-two; per-sample host work (input staging) runs on the online CPU cores.
+Time per batch, per layer: each layer belongs to an op class (dense,
+depthwise or pointwise convolution, GEMM, attention, elementwise,
+normalisation) with its own achieved fraction of the peak of the unit that
+runs it, its own achieved fraction of peak bandwidth, and a kernel minimum
+time counted in GPU cycles (so it grows as the GPU clock falls). Those three
+come from microbenchmarks on a real GPU (benchmarks/opclass_microbench.py),
+not from whole-model totals. The host side is the launch cost of the layer's
+operator type (benchmarks/launch_microbench.py) scaled by the device's host
+speed and CPU clock; eager launch is asynchronous, so a layer costs the larger
+of the two.
 
-Power: board static power, plus for the GPU leakage (proportional to voltage
-and to the powered TPCs) and dynamic C*V^2*f*activity, plus memory power
-(static scaled with its clock and energy per byte moved), plus CPU leakage per
-online core and dynamic power of the busy cores. Voltage follows a
-voltage-frequency curve that is flat below a knee. Where the device has a
-power limit, the clock is lowered until the board fits under it, as the
-firmware does.
+Power is built per rail: VDD_GPU_SOC (SoC static, GPU leakage proportional to
+voltage and to the TPCs the power mode leaves on, GPU clock power whenever the
+clock runs, dynamic C*V^2*f*activity), VDD_CPU_CV (leakage per online core,
+dynamic power of busy cores), VDDQ (memory background by EMC rate plus energy
+per byte) and VIN_SYS_5V0 (module IO and the memory controller by EMC rate).
+The rails' sum is what a Jetson's INA3221 sensors read; ``wall`` adds the
+carrier board and the power supply's loss, as MLPerf Power measures. Where the
+device has a power limit, the clock is lowered until the board fits under it.
+
+A runtime profile (eager PyTorch, or TensorRT INT8 on sim:orin-trt) changes
+precision, which layers are fused away and the launch cost.
 
 The evaluation is vectorized over configurations so that ``tune sweep`` can
 score every point of a space. Parameters and their sources are in
@@ -39,7 +46,9 @@ from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
 
 SWEEP_CHUNK = 4096
-PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0}
+PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}
+TENSOR_CLASSES = ("conv_dense", "conv_pointwise", "gemm", "attention")
+NORM_OPS = ("batchnorm", "layernorm", "softmax")
 
 
 class VfCurve(BaseModel):
@@ -58,41 +67,76 @@ class VfCurve(BaseModel):
         return self.v_min + (self.v_max - self.v_min) * frac
 
 
-class TwinParams(BaseModel):
-    """Every constant of one twin. ``sources`` says where each came from (datasheet, fit, assumption)."""
+class OpClass(BaseModel):
+    """What one kernel family achieves: fractions of peak compute (per precision) and bandwidth, and a floor."""
 
     model_config = ConfigDict(extra="forbid")
 
-    version: int = 1
+    compute_eff: dict[str, float]
+    bw_eff: float
+    kernel_min_cycles: float
+
+
+class Runtime(BaseModel):
+    """How a framework runs the graph: precision, fused layers, launch cost relative to eager PyTorch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str
+    precision: str | None = None
+    fused_ops: list[str] = Field(default_factory=list)
+    launch_scale: float = 1.0
+    kernel_floor_scale: float = 1.0
+    module_overhead: bool = True
+
+
+class Wall(BaseModel):
+    """Wall power = (rails + carrier) / PSU efficiency: what an AC meter (MLPerf Power) reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    carrier_w: float
+    psu_efficiency: float
+
+
+class TwinParams(BaseModel):
+    """Every constant of one twin. ``sources`` says where each came from (datasheet, microbenchmark, fit, assumption)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 2
     kind: str
     title: str
     knob_map: dict[str, str]
     fixed: dict[str, float | str] = Field(default_factory=dict)
     tpcs_max: int
-    peak_flops_per_cycle_per_tpc: dict[str, float]
-    vector_flops_per_cycle_per_tpc: float
-    compute_efficiency: dict[str, float]
-    conv_factor: dict[str, float] = Field(default_factory=lambda: {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0})
-    nchw_conv_factor: dict[str, float] = Field(default_factory=lambda: {"fp32": 1.0, "fp16": 1.0, "bf16": 1.0})
-    fp32_linear_peak_per_cycle_per_tpc: float | None = None
+    peak_per_cycle_per_tpc: dict[str, float]
     bytes_per_mem_mhz: float
-    memory_efficiency: float
-    min_kernel_us: float
-    matmul_min_us: dict[str, float]
-    launch_cycles: float
-    host_cycles_per_sample: float
-    host_parallel_fraction: float
+    op_classes: dict[str, OpClass]
+    launch_us: dict[str, float]
+    module_overhead_us: float
+    nchw_conv_eff: float = 1.0
+    host_factor: float
+    host_ref_mhz: float
+    host_cycles_per_sample: float = 0.0
+    host_parallel_fraction: float = 0.8
+    runtimes: dict[str, Runtime]
     gpu_vf: VfCurve
-    gpu_leak_w_per_v: float
+    gpu_leak_w_per_v_tpc: float
+    gpu_clock_w_per_v2_ghz: float
     gpu_dyn_w_per_v2_ghz: float
     gpu_compute_activity: float
-    mem_static_w: float
+    soc_static_w: float
+    mem_bg_w: float
     mem_pj_per_byte: float
+    sys_static_w: float = 0.0
+    sys_emc_w: float = 0.0
     cpu_vf: VfCurve | None = None
     cpu_leak_w_per_core_v: float = 0.0
     cpu_dyn_w_per_v2_ghz: float = 0.0
     cpu_metered: bool = True
-    base_w: float
+    wall: Wall | None = None
+    rails: list[str]
     p50_jitter_ms: float
     p99_jitter_ms: float
     p99_tail_fraction: float
@@ -118,15 +162,24 @@ class Operating:
 
 @dataclass
 class TwinResult:
-    """Noise-free outcome per configuration (arrays)."""
+    """Noise-free outcome per configuration (arrays); ``rails_w`` per rail, ``wall_w`` where modelled."""
 
     time_s: np.ndarray
     power_w: np.ndarray
     gpu_mhz: np.ndarray
     throttled: np.ndarray
+    rails_w: dict[str, np.ndarray]
+    wall_w: np.ndarray | None
 
 
-TWIN_KINDS = {"orin": "orin-agx", "orin-agx": "orin-agx", "h200": "h200", "orin-nano": "orin-nano"}
+# name -> (parameter file, runtime profile)
+TWIN_KINDS = {
+    "orin": ("orin-agx", "pytorch"),
+    "orin-agx": ("orin-agx", "pytorch"),
+    "orin-trt": ("orin-agx", "tensorrt-int8"),
+    "h200": ("h200", "pytorch"),
+    "orin-nano": ("orin-nano", "pytorch"),
+}
 
 
 def load_params(kind: str) -> TwinParams:
@@ -137,20 +190,34 @@ def load_params(kind: str) -> TwinParams:
 
 
 def twin_names() -> list[str]:
-    return sorted({k for k in TWIN_KINDS if "-" not in k} | set(TWIN_KINDS.values()) - {"orin-agx"})
+    return sorted(k for k in TWIN_KINDS if k != "orin-agx")
+
+
+def _unit(op_class: str, precision: str) -> str:
+    """The math unit a layer runs on: tensor cores for conv/GEMM/attention (eager PyTorch leaves TF32
+    off for matmuls, on for cuDNN convolutions), CUDA cores for depthwise and elementwise work."""
+    if op_class not in TENSOR_CLASSES:
+        return "vector"
+    if precision == "int8":
+        return "tensor_int8"
+    if precision in ("fp16", "bf16"):
+        return "tensor_fp16"
+    return "tensor_tf32" if op_class.startswith("conv") else "vector"
 
 
 class TwinModel:
-    """The vectorized physics of one device kind running one model."""
+    """The vectorized physics of one device kind running one model under one runtime."""
 
-    def __init__(self, params: TwinParams, space: SearchSpace) -> None:
+    def __init__(self, params: TwinParams, space: SearchSpace, runtime: str = "pytorch") -> None:
         self.params = params
         self.space = space
+        self.runtime = runtime
 
     def operating(self, configs: list[Config]) -> Operating:
         """Decode knobs into physical quantities, applying mode caps and fixed values."""
         p = self.params
         n = len(configs)
+        forced = p.runtimes[self.runtime].precision
 
         def column(role: str, default: float | str) -> list[Any]:
             knob = p.knob_map.get(role)
@@ -162,12 +229,12 @@ class TwinModel:
                     out.append(p.fixed.get(role, default))
             return out
 
-        effective = [self.space.effective(c) for c in configs]
         modes = [self.space.mode_of(c) for c in configs]
-        configs = effective
+        configs = [self.space.effective(c) for c in configs]
         tpcs = np.array(
             [m.properties.get("tpcs", p.tpcs_max) if m is not None else p.tpcs_max for m in modes], dtype=float
         )
+        precision = column("precision", "fp32") if forced is None else [forced] * n
         return Operating(
             gpu_mhz=np.array(column("gpu_mhz", 0.0), dtype=float),
             mem_mhz=np.array(column("mem_mhz", 0.0), dtype=float),
@@ -175,78 +242,133 @@ class TwinModel:
             cpu_mhz=np.array(column("cpu_mhz", 0.0), dtype=float),
             cores=np.array(column("cpu_cores", 1), dtype=float),
             batch=np.array([c.batch_size for c in configs], dtype=float),
-            precision=np.array(column("precision", "fp32"), dtype=object),
+            precision=np.array(precision, dtype=object),
             power_limit_w=np.array(column("power_limit_w", np.inf), dtype=float) if n else np.zeros(0),
             channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], bool),
         )
 
-    def _time_and_power(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _layers(self, profile: ModelProfile) -> list:
+        """The layers the runtime executes: fused ones (folded into the kernel before them) drop out."""
+        fused = set(self.params.runtimes[self.runtime].fused_ops)
+        return [layer for layer in profile.layers if layer.op not in fused]
+
+    def _class_of(self, layer) -> str:
+        return "normalisation" if layer.op in NORM_OPS else layer.op_class
+
+    def layer_times(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> dict[str, np.ndarray]:
+        """Per configuration x layer: GPU time, compute-unit time, launch time and bytes moved."""
         p = self.params
-        flops = np.array([layer.flops for layer in profile.layers])
-        wbytes = np.array([layer.weight_bytes for layer in profile.layers])
-        abytes = np.array([layer.act_bytes for layer in profile.layers])
-        matmul = np.array([layer.matmul for layer in profile.layers])
-        conv = np.array([layer.op.startswith("conv") for layer in profile.layers])
+        runtime = p.runtimes[self.runtime]
+        layers = self._layers(profile)
+        classes = [self._class_of(layer) for layer in layers]
+        flops = np.array([layer.flops for layer in layers])
+        wbytes = np.array([layer.weight_bytes for layer in layers])
+        abytes = np.array([layer.act_bytes for layer in layers])
+        hz = gpu_mhz * 1e6
+        precisions = [str(x) for x in op.precision]
+        peak = np.array(
+            [
+                [p.peak_per_cycle_per_tpc[_unit(c, x)] * p.op_classes[c].compute_eff[x] for c in classes]
+                for x in precisions
+            ]
+        ).reshape(len(precisions), len(classes))
+        bw_eff = np.array([p.op_classes[c].bw_eff for c in classes])
+        kmin = np.array([p.op_classes[c].kernel_min_cycles for c in classes]) * runtime.kernel_floor_scale
+        scale = np.array([PRECISION_BYTES[x] / 4.0 for x in precisions])
 
-        scale = np.array([PRECISION_BYTES[str(x)] / 4.0 for x in op.precision])
-        eff = np.array([p.compute_efficiency[str(x)] for x in op.precision])
-        peak_mm = np.array([p.peak_flops_per_cycle_per_tpc[str(x)] for x in op.precision])
-        ghz = gpu_mhz / 1000.0
-        rate_mm = peak_mm * op.tpcs * ghz * 1e9 * eff
-        rate_vec = p.vector_flops_per_cycle_per_tpc * op.tpcs * ghz * 1e9 * p.memory_efficiency
-        bandwidth = p.bytes_per_mem_mhz * op.mem_mhz * p.memory_efficiency
-
+        conv = np.array([c.startswith("conv") for c in classes])
+        layout = np.where(op.channels_last, 1.0, p.nchw_conv_eff)
+        peak = np.where(conv[None, :], peak * layout[:, None], peak)
         b = op.batch[:, None]
-        work = flops[None, :] * b
-        rate = np.where(matmul[None, :], rate_mm[:, None], rate_vec[:, None])
-        conv_f = np.array([p.conv_factor[str(x)] for x in op.precision])
-        nchw_f = np.array([p.nchw_conv_factor[str(x)] for x in op.precision])
-        layout_f = np.where(op.channels_last, 1.0, nchw_f)
-        rate = np.where(conv[None, :], rate * (conv_f * layout_f)[:, None], rate)
-        if p.fp32_linear_peak_per_cycle_per_tpc is not None:
-            fp32 = np.array([str(x) == "fp32" for x in op.precision])
-            rate_fp32 = p.fp32_linear_peak_per_cycle_per_tpc * op.tpcs * ghz * 1e9 * eff
-            linear = matmul & ~conv
-            rate = np.where(fp32[:, None] & linear[None, :], rate_fp32[:, None], rate)
-        t_compute = work / rate
+        rate = peak * (op.tpcs * hz)[:, None]
+        t_compute = np.where(flops[None, :] > 0, flops[None, :] * b / rate, 0.0)
         moved = (wbytes[None, :] + abytes[None, :] * b) * scale[:, None]
-        t_memory = moved / bandwidth[:, None]
-        floor_mm = np.array([p.matmul_min_us[str(x)] for x in op.precision]) * 1e-6
-        floor = np.where(matmul[None, :], floor_mm[:, None], p.min_kernel_us * 1e-6)
-        t_gpu = np.maximum(np.maximum(t_compute, t_memory) + p.min_kernel_us * 1e-6, floor)
-        cpu_hz = op.cpu_mhz * 1e6
-        t_launch = np.broadcast_to((p.launch_cycles / cpu_hz)[:, None], t_gpu.shape)
-        t_layer = np.maximum(t_gpu, t_launch)
+        bandwidth = p.bytes_per_mem_mhz * op.mem_mhz
+        t_memory = moved / (bandwidth[:, None] * bw_eff[None, :])
+        t_gpu = np.maximum(t_compute, t_memory) + kmin[None, :] / hz[:, None]
 
+        launch = np.array([p.launch_us.get(layer.op, p.launch_us["default"]) for layer in layers])
+        launch = launch * runtime.launch_scale + (p.module_overhead_us if runtime.module_overhead else 0.0)
+        host_scale = p.host_factor * p.host_ref_mhz / op.cpu_mhz
+        t_launch = launch[None, :] * 1e-6 * host_scale[:, None]
+        tensor = np.array([c in TENSOR_CLASSES for c in classes])
+        return {"gpu": t_gpu, "compute": np.where(tensor[None, :], t_compute, 0.0), "launch": t_launch, "moved": moved}
+
+    def _time_and_power(
+        self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        p = self.params
+        lt = self.layer_times(profile, op, gpu_mhz)
+        t_gpu, t_launch = lt["gpu"], lt["launch"]
+        t_layer = np.maximum(t_gpu, t_launch)
+        cpu_hz = op.cpu_mhz * 1e6
         workers = 1.0 + (op.cores - 1.0) * p.host_parallel_fraction
         t_host = op.batch * p.host_cycles_per_sample / cpu_hz / workers
         time_s = t_layer.sum(axis=1) + t_host
 
         u_gpu = t_gpu.sum(axis=1) / time_s
-        u_compute = np.where(matmul[None, :], t_compute, 0.0).sum(axis=1) / time_s
-        bytes_per_s = moved.sum(axis=1) / time_s
+        u_compute = lt["compute"].sum(axis=1) / time_s
+        bytes_per_s = lt["moved"].sum(axis=1) / time_s
         u_cpu = (t_launch.sum(axis=1) + t_host * workers) / time_s
+        return time_s, self.rails(op, gpu_mhz, u_gpu, u_compute, bytes_per_s, u_cpu)
 
+    def rails(
+        self,
+        op: Operating,
+        gpu_mhz: np.ndarray,
+        u_gpu: np.ndarray,
+        u_compute: np.ndarray,
+        bytes_per_s: np.ndarray,
+        u_cpu: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Average power per rail for the given utilisations (zero utilisation: the idle floor)."""
+        p = self.params
+        ghz = gpu_mhz / 1000.0
         volts = p.gpu_vf.volts(gpu_mhz)
         tpc_frac = op.tpcs / p.tpcs_max
         activity = (1 - p.gpu_compute_activity) * u_gpu + p.gpu_compute_activity * u_compute
-        gpu_w = p.gpu_leak_w_per_v * volts * tpc_frac + p.gpu_dyn_w_per_v2_ghz * volts**2 * ghz * tpc_frac * activity
+        gpu = (
+            p.soc_static_w
+            + p.gpu_leak_w_per_v_tpc * volts * op.tpcs
+            + (p.gpu_clock_w_per_v2_ghz + p.gpu_dyn_w_per_v2_ghz * activity) * volts**2 * ghz * tpc_frac
+        )
         mem_max = max(float(v) for v in self._mem_values())
-        mem_w = p.mem_static_w * op.mem_mhz / mem_max + p.mem_pj_per_byte * 1e-12 * bytes_per_s
-        cpu_w = np.zeros_like(time_s)
+        emc = op.mem_mhz / mem_max
+        mem = p.mem_bg_w * emc + p.mem_pj_per_byte * 1e-12 * bytes_per_s
+        out: dict[str, np.ndarray] = {}
+
+        def add(rail: str, watts: np.ndarray) -> None:
+            out[rail] = out.get(rail, 0.0) + watts
+
+        add(p.rails[0], gpu)
         if p.cpu_vf is not None and p.cpu_metered:
             cv = p.cpu_vf.volts(op.cpu_mhz)
-            cpu_w = (
-                p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * u_cpu
-            )
-        power = p.base_w + gpu_w + mem_w + cpu_w
-        return time_s, power
+            busy = np.minimum(u_cpu, op.cores)
+            cpu = p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * busy
+            add(p.rails[1], cpu)
+        add(p.rails[2] if len(p.rails) > 3 else p.rails[0], p.sys_static_w + p.sys_emc_w * emc)
+        add(p.rails[-1], mem)
+        return out
+
+    def wall(self, rails_sum: np.ndarray) -> np.ndarray | None:
+        w = self.params.wall
+        return None if w is None else (rails_sum + w.carrier_w) / w.psu_efficiency
 
     def _mem_values(self) -> list[float]:
         knob = self.params.knob_map.get("mem_mhz")
         if knob and knob in self.space.knobs:
             return [float(v) for v in self.space.knobs[knob].values]
         return [float(self.params.fixed.get("mem_mhz", 1.0))]
+
+    def idle(self, configs: list[Config], gpu_mhz: float | None = None) -> TwinResult:
+        """The idle floor under configurations (nothing running); the GPU at ``gpu_mhz`` if given (devfreq
+        settles at its lowest clock when caps leave the minimum free, as MLPerf's v3.0 settings do)."""
+        op = self.operating(configs)
+        gpu = op.gpu_mhz if gpu_mhz is None else np.full_like(op.gpu_mhz, gpu_mhz)
+        zero = np.zeros_like(gpu)
+        rails = self.rails(op, gpu, zero, zero, zero, zero)
+        total = sum(rails.values())
+        return TwinResult(zero, total, gpu, zero.astype(bool), rails, self.wall(total))
 
     def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
         """Noise-free time per batch and average power for each configuration.
@@ -256,20 +378,22 @@ class TwinModel:
         """
         op = self.operating(configs)
         gpu = op.gpu_mhz.copy()
-        time_s, power = self._time_and_power(profile, op, gpu)
+        time_s, rails = self._time_and_power(profile, op, gpu)
+        power = sum(rails.values())
         over = power > op.power_limit_w
         if over.any():
             low = np.full_like(gpu, self._lowest_gpu_mhz())
             high = gpu.copy()
             for _ in range(24):
                 mid = np.where(over, (low + high) / 2, gpu)
-                _, p_mid = self._time_and_power(profile, op, mid)
-                fits = p_mid <= op.power_limit_w
+                _, r_mid = self._time_and_power(profile, op, mid)
+                fits = sum(r_mid.values()) <= op.power_limit_w
                 low = np.where(over & fits, mid, low)
                 high = np.where(over & ~fits, mid, high)
             gpu = np.where(over, low, gpu)
-            time_s, power = self._time_and_power(profile, op, gpu)
-        return TwinResult(time_s=time_s, power_w=power, gpu_mhz=gpu, throttled=over)
+            time_s, rails = self._time_and_power(profile, op, gpu)
+            power = sum(rails.values())
+        return TwinResult(time_s, power, gpu, over, rails, self.wall(power))
 
     def _lowest_gpu_mhz(self) -> float:
         knob = self.params.knob_map["gpu_mhz"]
@@ -278,21 +402,30 @@ class TwinModel:
     def measurement(
         self, result: TwinResult, index: int, batch: int, rng: np.random.Generator | None, window_s: float
     ) -> Measurement:
-        """One configuration's result as a Measurement, with seeded noise when an RNG is given."""
+        """One configuration's result as a Measurement (power as the rails read it), with seeded noise."""
         p = self.params
         t = float(result.time_s[index])
         w = float(result.power_w[index])
         jitter50, jitter99 = p.p50_jitter_ms / 1000, p.p99_jitter_ms / 1000
+        noise_w = 1.0
         if rng is not None:
             t *= float(rng.lognormal(0.0, p.noise_time))
-            w *= float(rng.lognormal(0.0, p.noise_power))
+            noise_w = float(rng.lognormal(0.0, p.noise_power))
             jitter99 *= float(rng.lognormal(0.0, 0.1))
+        w *= noise_w
         batches = max(1, int(window_s / t))
         queries = batches * batch
         duration = batches * t
         energy = w * duration
         p99 = t * (1 + p.p99_tail_fraction) + jitter99
         p90 = t * (1 + p.p99_tail_fraction / 2) + (jitter50 + jitter99) / 2
+        extra: dict[str, float | str] = {"gpu_mhz_effective": round(float(result.gpu_mhz[index]), 1)}
+        for rail, watts in result.rails_w.items():
+            extra[f"rail_w:{rail}"] = round(float(np.broadcast_to(watts, result.time_s.shape)[index]) * noise_w, 3)
+        if result.wall_w is not None:
+            wall = float(result.wall_w[index]) * noise_w
+            extra["wall_w"] = round(wall, 3)
+            extra["wall_j_per_query"] = wall * duration / queries
         return Measurement(
             j_per_query=energy / queries,
             p50_ms=(t + jitter50) * 1000,
@@ -304,10 +437,10 @@ class TwinModel:
             queries=queries,
             duration_s=duration,
             meter="twin",
-            rails=["twin:board"],
+            rails=[f"twin:{r}" for r in p.rails],
             twin=True,
             throttled=bool(result.throttled[index]),
-            extra={"gpu_mhz_effective": round(float(result.gpu_mhz[index]), 1)},
+            extra=extra,
         )
 
 
@@ -320,7 +453,7 @@ class TwinDevice:
         short = name.split(":", 1)[1] if ":" in name else name
         if short not in TWIN_KINDS:
             raise UserError(f"unknown twin {name!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
-        self.kind = TWIN_KINDS[short]
+        self.kind, runtime = TWIN_KINDS[short]
         self.name = f"sim:{short}"
         self.slug = f"sim-{short}"
         self.params = load_params(self.kind)
@@ -333,7 +466,7 @@ class TwinDevice:
                     f"{self.name} needs kind {self.kind} with knobs from {', '.join(self._space.knobs)}"
                 )
             self._space = custom
-        self.model = TwinModel(self.params, self._space)
+        self.model = TwinModel(self.params, self._space, runtime)
         self._applied: Config | None = None
 
     def space(self) -> SearchSpace:
@@ -373,4 +506,10 @@ class TwinDevice:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "twin": True, "title": self.params.title}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "twin": True,
+            "title": self.params.title,
+            "runtime": self.params.runtimes[self.model.runtime].description,
+        }

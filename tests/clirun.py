@@ -1,0 +1,21 @@
+"""Run ``tune`` as a user's shell would, for tests that need a real process.
+
+A plain module beside the tests (like fakeboard.py and pgserver.py), not
+conftest.py: pytest puts this folder on sys.path, so ``from clirun import
+run_cli`` works under both ``pytest`` and ``python -m pytest``.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Drive the CLI exactly as a user's shell would: a new process, real exit code, real streams."""
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )

@@ -1,0 +1,185 @@
+"""One trial: suggest a configuration, reduce it to what the hardware runs, reuse or measure it.
+
+Energy per query is the objective; the latency bound is an Optuna constraint
+(<= 0 is feasible). A re-measurement trial carries the mean of every window of
+its configuration and a noise margin on its constraint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import zlib
+from pathlib import Path
+
+import optuna
+
+from tuner.devices.base import Device
+from tuner.measurement import Measurement
+from tuner.run_options import RunOptions
+from tuner.space import Config, SearchSpace
+
+METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
+NOISE_Z = 1.645
+NOISE_FLOOR = 0.01
+
+
+class MeasurementRejected(Exception):
+    """A trial whose number must not be trusted (invalid window, throttling, failed apply)."""
+
+
+def trial_seed(seed: int | None, number: int) -> int | None:
+    """Per-trial measurement seed: reproducible runs, but a fresh noise draw per trial."""
+    if seed is None:
+        return None
+    return zlib.crc32(f"{seed}:{number}".encode())
+
+
+def record_measurement(trial: optuna.Trial, m: Measurement) -> None:
+    for key in METRIC_KEYS:
+        trial.set_user_attr(key, getattr(m, key))
+    trial.set_user_attr("meter", m.meter)
+    trial.set_user_attr("rails", m.rails)
+    trial.set_user_attr("twin", m.twin)
+    trial.set_user_attr("throttled", m.throttled)
+    if m.temps_c:
+        trial.set_user_attr("temps_c", m.temps_c)
+    if m.extra:
+        trial.set_user_attr("extra", m.extra)
+
+
+class Objective:
+    """The function Optuna calls per trial; also counts how many trials really measured."""
+
+    def __init__(self, device: Device, space: SearchSpace, options: RunOptions, study: optuna.Study) -> None:
+        self.device = device
+        self.space = space
+        self.options = options
+        self.worker = options.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.measured = 0
+        self.cache: dict[str, int] = {}
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            key = t.user_attrs.get("effective_key")
+            if key is not None and "j_per_query" in t.user_attrs:
+                self.cache.setdefault(key, t.number)
+        self.study = study
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        config = self.space.suggest(trial)
+        effective = self.space.effective(config)
+        key = json.dumps(effective.key())
+        trial.set_user_attr("config", config.knobs)
+        trial.set_user_attr("batch_size", config.batch_size)
+        trial.set_user_attr("effective", effective.knobs)
+        trial.set_user_attr("effective_key", key)
+        trial.set_user_attr("device", self.device.name)
+        trial.set_user_attr("device_kind", self.device.kind)
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("worker", self.worker)
+        trial.set_user_attr("latency_key", f"{self.options.window.percentile}_ms")
+        repeat_of = trial.user_attrs.get("repeat_of")
+        if key in self.cache and repeat_of is None:
+            return self._reuse(trial, self.cache[key])
+        measurement = self.measure(trial, effective)
+        if repeat_of is not None:
+            self.measured += 1
+            return self._repeat(trial, key, measurement)
+        record_measurement(trial, measurement)
+        self.measured += 1
+        self.cache[key] = trial.number
+        bound = self.options.max_latency_ms
+        trial.set_constraint("latency", measurement.latency_ms(self.options.window.percentile) - bound)
+        return measurement.j_per_query
+
+    def measure(self, trial: optuna.Trial, effective: Config) -> Measurement:
+        update: dict = {"seed": trial_seed(self.options.seed, trial.number)}
+        if not self.device.simulated:
+            folder = (
+                self.options.out
+                / self.device.slug
+                / Path(self.options.model).stem
+                / "loadgen"
+                / f"trial-{trial.number:04d}"
+            )
+            update["log_dir"] = str(folder)
+            trial.set_user_attr("loadgen_logs", str(folder))
+        settings = self.options.window.model_copy(update=update)
+        try:
+            self.device.apply(effective)
+            measurement = self.device.measure(self.options.model, effective, settings)
+        except MeasurementRejected as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            raise
+        if not measurement.valid:
+            trial.set_user_attr("fail_reason", measurement.reason or "measurement not trustworthy")
+            record_measurement(trial, measurement)
+            raise MeasurementRejected(measurement.reason)
+        return measurement
+
+    def _repeat(self, trial: optuna.Trial, key: str, measurement: Measurement) -> float:
+        """A re-measurement: the trial carries the mean of every window of this configuration.
+
+        Its constraint adds a noise margin (z x the relative spread of the
+        latency, for one future window and the error of the mean), so a
+        configuration only counts as feasible if a fresh measurement would
+        also meet the bound with about 95% probability.
+        """
+        windows = [
+            t.user_attrs.get("raw", t.user_attrs)
+            for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("effective_key") == key and "reused_from" not in t.user_attrs
+        ]
+        raw = {k: getattr(measurement, k) for k in METRIC_KEYS}
+        windows.append(raw)
+        record_measurement(trial, measurement)
+        mean = {k: sum(float(w[k]) for w in windows) / len(windows) for k in METRIC_KEYS}
+        for k, v in mean.items():
+            trial.set_user_attr(k, v)
+        trial.set_user_attr("raw", raw)
+        trial.set_user_attr("measurements", len(windows))
+        lat_key = f"{self.options.window.percentile}_ms"
+        lats = [float(w[lat_key]) for w in windows]
+        spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
+        margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
+        trial.set_user_attr("latency_margin", margin)
+        trial.set_constraint("latency", mean[lat_key] * (1 + margin) - self.options.max_latency_ms)
+        return mean["j_per_query"]
+
+    def _pooled_spread(self, lat_key: str, key: str, lats: list[float]) -> float:
+        """Relative spread of the latency, pooled over every configuration measured more than once.
+
+        Three windows of one configuration say little about the noise; the
+        noise of one device and model is much the same across configurations.
+        """
+        groups: dict[str, list[float]] = {key: lats}
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            other = t.user_attrs.get("effective_key")
+            if other != key and "reused_from" not in t.user_attrs and lat_key in t.user_attrs:
+                groups.setdefault(other, []).append(float(t.user_attrs.get("raw", t.user_attrs)[lat_key]))
+        squares, dof = 0.0, 0
+        for values in groups.values():
+            if len(values) >= 2:
+                squares += rel_std(values) ** 2 * (len(values) - 1)
+                dof += len(values) - 1
+        return math.sqrt(squares / dof) if dof else 0.0
+
+    def _reuse(self, trial: optuna.Trial, source: int) -> float:
+        """Copy an earlier trial's measurement of the same effective configuration."""
+        earlier = self.study.get_trials(deepcopy=False)[source]
+        for key, value in earlier.user_attrs.items():
+            if key in METRIC_KEYS or key in ("meter", "rails", "twin", "throttled", "temps_c", "extra"):
+                trial.set_user_attr(key, value)
+        trial.set_user_attr("reused_from", source)
+        for key, value in earlier.constraints.items():
+            trial.set_constraint(key, value)
+        return float(earlier.value)
+
+
+def rel_std(values: list[float]) -> float:
+    """Sample standard deviation relative to the mean (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean

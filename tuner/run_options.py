@@ -1,0 +1,36 @@
+"""The options of one tuning run (``tune run`` fills them in; tests and benchmarks build them directly).
+
+Kept apart from the run loop so the trial objective can read them without
+importing the loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tuner.devices.base import WindowSettings
+from tuner.sampling import DEFAULT_SAMPLER
+from tuner.storage import DEFAULT_HEARTBEAT_S
+
+
+class RunOptions(BaseModel):
+    """Everything ``tune run`` needs; the CLI only fills this in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_latency_ms: float
+    trials: int = 40
+    timeout_s: float | None = None
+    seed: int | None = None
+    batch_sizes: list[int] | None = None
+    knobs: list[str] | None = None
+    sampler: str = DEFAULT_SAMPLER
+    storage: str | None = None
+    study_trials: int | None = None
+    worker_id: str | None = None
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
+    out: Path = Path("studies")
+    window: WindowSettings = Field(default_factory=WindowSettings)
