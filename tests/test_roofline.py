@@ -109,8 +109,8 @@ def test_tune_roofline_writes_plot_and_parameters(tmp_path):
 def test_intensity_summary_separates_matmul_from_elementwise_layers():
     """ResNet-50's plain median is an element-wise layer (1 FLOP per 8 bytes); its convolutions are far denser."""
     summary = intensity_summary(load_profile("resnet50"), 8)
-    assert summary["median_intensity"] == pytest.approx(0.125)
-    assert summary["median_elementwise_flop_per_byte"] == pytest.approx(0.125)
+    assert summary["median_intensity"] == pytest.approx(0.125, rel=1e-3)
+    assert summary["median_elementwise_flop_per_byte"] == pytest.approx(0.125, rel=1e-3)
     assert summary["median_matmul_flop_per_byte"] > 20 * summary["median_elementwise_flop_per_byte"]
     assert summary["graph_flop_per_byte"] > 1
 
