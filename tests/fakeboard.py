@@ -1,18 +1,60 @@
-"""A fake Jetson sysfs tree and a fake ``nvpmodel``, faithful enough to test the Jetson backend.
+"""A fake Jetson, laid out and behaving as real boards do, not as our backend reads them.
 
-No board is at hand, so the backend is tested against this tree, laid out as
-on a real AGX Orin or Orin Nano (L4T 35 or L4T 36 GPU devfreq paths, cpufreq
-policies per cluster, CPU online files, EMC cap and debugfs rate, TPC mask,
-INA3221 hwmon folders at a random hwmonN, thermal zones). The fake
-``nvpmodel`` is a Python script written into the tree: ``-m ID`` moves the
-caps, clamps min/max frequencies, sets cores online and the TPC mask from the
-same search space the tuner uses, and persists the mode; ``-q`` prints like
-the real tool. Rails are derived from the current clocks whenever the fake
-``nvpmodel`` runs or :meth:`FakeBoard.refresh` is called, so a meter reads a
-plausible, configuration-dependent, non-zero power.
+The tree is what a board shows under /, and every rule the tests rely on comes
+from a real board or its sources (cited where it is set). Writes obey the
+kernel's rules through :mod:`fakekernel` (offline clusters refuse their limits,
+read-only attributes refuse writes, nothing can be created under /sys, bad
+values are refused), in this process and in every child the tests start.
 
-Usable from tests and from end-to-end CLI tests: point TUNE_SYSFS_ROOT and
-TUNE_NVPMODEL at ``board.root`` and ``board.nvpmodel`` (see :meth:`FakeBoard.env`).
+What it lays out:
+
+- Releases (``layout``): ``l4t35`` (JetPack 5: GPU ``/sys/devices/17000000.ga10b``,
+  EMC cap ``/sys/kernel/nvpmodel_emc_cap/emc_iso_cap``, as in the L4T 35 nvpmodel
+  conf published in mlcommons inference_results_v3.0
+  closed/*/code/common/nvpmodel_orin.py), ``l4t36.3`` (JetPack 6.0: GPU under
+  ``/sys/devices/platform/bus@0/17000000.gpu``) and ``l4t36.4`` (JetPack 6.1+:
+  ``/sys/devices/platform/17000000.gpu`` with its ``devfreq_dev`` link and the
+  ``/sys/kernel/nvpmodel_clk_cap/emc`` cap, as user scripts and runbooks for
+  36.4 boards read them). ``l4t36`` means ``l4t36.4``. nvgpu links ``gpu.0`` in
+  the GPU's parent folder to the GPU device (nvgpu's sysfs.c), which is where
+  the conf's TPC_PG_MASK path points; ``tpc_pg_mask`` and ``railgate_enable``
+  are attributes of the GPU device itself (jetson-stats reads them there).
+- /sys/class/devfreq holds VIC and NVDEC before the GPU (15340000.vic,
+  15480000.nvdec sort first); each ``device/of_node/name`` is a device-tree
+  string ending with NUL ("gpu" on L4T 36, "ga10b" on 35), which is how
+  jetson-stats (jtop/core/gpu.py, read for behaviour only) finds the GPU.
+- GPU tables (``grid``): ``jp5``, the 13 steps of JetPack 5.0 (114.75 ...
+  1300.5 MHz, shared reference jetson-orin-agx.md), and ``jp6``, the 102 MHz
+  grid of later releases (306 ... 1224, 1300.5 MHz, shared reference
+  orin-mlperf.md). Frequency lists end with a space, as the kernel prints them.
+- cpufreq: one real folder per cluster (``cpufreq/policyN``) and a
+  ``cpuN/cpufreq`` link to it for every CPU of the cluster, as the kernel
+  makes them; ``online`` for cpu1 and up.
+- ``/etc/nvpmodel.conf``, an absolute link into ``/etc/nvpmodel/``, in NVIDIA's
+  format (the PARAM / POWER_MODEL / PM_CONFIG header of every conf, e.g.
+  mlcommons inference_results_v1.0 closed/NVIDIA/power/nvpmodel-computelab-310.conf),
+  with the AGX Orin 64 GB modes of nvpmodel_p3701_0000.conf as tabulated in
+  the shared reference jetson-orin-agx.md (MAXN, MODE_15W, MODE_30W, MODE_50W;
+  default MODE_30W). A mode's block lists only the clusters it keeps online,
+  as NVIDIA's confs do (MODE_10W of the Xavier conf lists CPU_DENVER_0 alone).
+  The Orin Nano's two modes come from the Jetson Linux guide's table
+  (15W, 7W), not from a conf file: none was found to check them against.
+- The fake ``nvpmodel`` reads that conf and, for ``-m ID``, writes the mode's
+  lines in order through the same kernel rules (cores, TPC mask, CPU and GPU
+  clocks, EMC cap; -1 means the table's maximum, a GPU minimum of 0 the
+  table's minimum); ``-q`` prints ``NV Power Mode: NAME`` then the id, as the
+  real tool does; the mode persists in /var/lib/nvpmodel/status.
+- Starting state (``start``): the board boots with every core online and the
+  full ranges, then nvpmodel sets the start mode, so a ``MODE_30W`` start
+  leaves cluster 2 offline with limits nobody can write until it is online.
+- Sensors: INA3221 channels by label (unused ones labelled "NC"), at a random
+  hwmonN; thermal zones including PMIC-Die at 100 C and CV0/CV1-therm at
+  -256 C (sensor off); /proc/device-tree/model and compatible (NUL-separated);
+  /etc/nv_tegra_release.
+
+What it does not model: clocks that move by themselves (cur_freq and the EMC
+rate stay where written), the reboot some mode changes ask for on JetPack 6,
+thermal throttling, the kernel clamping a max below a min.
 """
 
 from __future__ import annotations
@@ -20,6 +62,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import random
 import stat
 import sys
@@ -31,67 +74,50 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tuner.space import load_space
+import fakekernel
+
+from tuner.devices.base import WindowSettings
+from tuner.measurement import Measurement
+from tuner.space import Config
+
+TESTS = Path(__file__).resolve().parent
 
 _A78AE_KHZ = [
-    115200,
-    192000,
-    268800,
-    345600,
-    422400,
-    499200,
-    576000,
-    652800,
-    729600,
-    806400,
-    883200,
-    960000,
-    1036800,
-    1113600,
-    1190400,
-    1267200,
-    1344000,
-    1420800,
-    1497600,
-    1574400,
-    1651200,
-    1728000,
-    1804800,
-    1881600,
-    1958400,
-    2035200,
-    2112000,
-    2188800,
-    2201600,
-]
+    115200, 192000, 268800, 345600, 422400, 499200, 576000, 652800, 729600, 806400, 883200, 960000,
+    1036800, 1113600, 1190400, 1267200, 1344000, 1420800, 1497600, 1574400, 1651200, 1728000,
+    1804800, 1881600, 1958400, 2035200, 2112000, 2188800, 2201600,
+]  # fmt: skip
 
-# Per model: CPU clusters, TPCs, the board's frequency tables, INA3221 channels,
-# thermal zones. GPU tables deliberately lack one value of the search space
-# (1236.75 MHz on AGX Orin, 522.75 MHz on Orin Nano) so that intersecting the
-# board's table with the space is observable.
+GRIDS = {
+    "jp5": [
+        114750000, 216750000, 318750000, 420750000, 522750000, 624750000, 726750000, 828750000,
+        930750000, 1032750000, 1134750000, 1236750000, 1300500000,
+    ],
+    "jp6": [
+        306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000, 1020000000,
+        1122000000, 1224000000, 1300500000,
+    ],
+}  # fmt: skip
+
+# Per model: clusters, TPCs, the modes of its conf (cores online, per-cluster CPU max in kHz or -1,
+# GPU max in Hz or -1, EMC cap in Hz or 0, TPC_PG_MASK), tables, rails, zones.
 BOARDS: dict[str, dict[str, Any]] = {
     "orin-agx": {
+        "conf": "nvpmodel_p3701_0005.conf",
+        "model": "NVIDIA Jetson AGX Orin Developer Kit",
+        "compatible": b"nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
         "clusters": [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]],
         "tpcs": 8,
-        "gpu_hz": [
-            114750000,
-            216750000,
-            318750000,
-            420750000,
-            522750000,
-            624750000,
-            726750000,
-            828750000,
-            930750000,
-            1032750000,
-            1134750000,
-            1300500000,
-        ],
         "cpu_khz": _A78AE_KHZ,
-        "emc_khz": [204000, 665600, 2133000, 3199000],
         "cpu_min_khz": 729600,
+        "emc_khz": [204000, 665600, 2133000, 3199000],
+        "modes": [
+            (0, "MAXN", 12, -1, -1, 0, 0),
+            (1, "MODE_15W", 4, 1113600, 408000000, 2133000000, 248),
+            (2, "MODE_30W", 8, 1728000, 612000000, 3199000000, 240),
+            (3, "MODE_50W", 12, 1497600, 816000000, 3199000000, 0),
+        ],
         "default_mode": 2,
-        "compatible": b"nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
         "ina": {
             "1-0040": {1: "VDD_GPU_SOC", 2: "VDD_CPU_CV", 3: "VIN_SYS_5V0"},
             "1-0041": {2: "VDDQ_VDD2_1V8AO"},
@@ -99,156 +125,250 @@ BOARDS: dict[str, dict[str, Any]] = {
         "zones": {
             "CPU-therm": 45.5,
             "GPU-therm": 44.0,
-            "CV0-therm": 43.2,
+            "CV0-therm": -256.0,
+            "CV1-therm": -256.0,
             "SOC0-therm": 44.8,
             "Tj-therm": 46.1,
             "PMIC-Die": 100.0,
         },
     },
     "orin-nano": {
+        "conf": "nvpmodel_p3767_0003.conf",
+        "model": "NVIDIA Jetson Orin Nano Developer Kit",
+        "compatible": b"nvidia,p3768-0000+p3767-0005\0nvidia,p3767-0005\0nvidia,tegra234\0",
         "clusters": [[0, 1, 2, 3], [4, 5]],
         "tpcs": 4,
-        "gpu_hz": [114750000, 216750000, 318750000, 420750000, 624750000],
         "cpu_khz": [f for f in _A78AE_KHZ if f <= 1497600] + [1510400],
-        "emc_khz": [204000, 665600, 2133000],
         "cpu_min_khz": 729600,
+        "emc_khz": [204000, 665600, 2133000],
+        "modes": [
+            (0, "15W", 6, 1510400, 624750000, 2133000000, 0),
+            (1, "7W", 4, 1113600, 420750000, 2133000000, 0),
+        ],
         "default_mode": 0,
-        "compatible": b"nvidia,p3768-0000+p3767-0005\0nvidia,p3767-0005\0nvidia,tegra234\0",
         "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
         "zones": {"CPU-therm": 41.0, "GPU-therm": 40.5, "SOC0-therm": 40.9, "tj-therm": 42.0},
     },
 }
+NANO_GRID = [114750000, 216750000, 318750000, 420750000, 522750000, 624750000]
 
-POLICY_LAYOUTS = {
-    "l4t35": "sys/devices/system/cpu/cpu{cpu}/cpufreq",
-    "l4t36": "sys/devices/system/cpu/cpufreq/policy{cpu}",
+LAYOUTS: dict[str, dict[str, str]] = {
+    "l4t35": {
+        "release": "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64",
+        "parent": "sys/devices",
+        "gpu": "sys/devices/17000000.ga10b",
+        "devfreq": "sys/devices/17000000.ga10b/devfreq/17000000.ga10b",
+        "class": "17000000.ga10b",
+        "node": "ga10b",
+        "conf_gpu": "/sys/devices/17000000.ga10b/devfreq/17000000.ga10b",
+        "emc_cap": "sys/kernel/nvpmodel_emc_cap/emc_iso_cap",
+        "host1x": "sys/devices/platform/13e40000.host1x",
+    },
+    "l4t36.3": {
+        "release": "# R36 (release), REVISION: 3.0, GCID: 36191598, BOARD: generic, EABI: aarch64",
+        "parent": "sys/devices/platform/bus@0",
+        "gpu": "sys/devices/platform/bus@0/17000000.gpu",
+        "devfreq": "sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu",
+        "class": "17000000.gpu",
+        "node": "gpu",
+        "conf_gpu": "/sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu",
+        "emc_cap": "sys/kernel/nvpmodel_clk_cap/emc",
+        "host1x": "sys/devices/platform/bus@0/13e00000.host1x",
+    },
+    "l4t36.4": {
+        "release": "# R36 (release), REVISION: 4.0, GCID: 37537400, BOARD: generic, EABI: aarch64",
+        "parent": "sys/devices/platform",
+        "gpu": "sys/devices/platform/17000000.gpu",
+        "devfreq": "sys/devices/platform/17000000.gpu/devfreq/17000000.gpu",
+        "class": "17000000.gpu",
+        "node": "gpu",
+        "conf_gpu": "/sys/devices/platform/17000000.gpu/devfreq_dev",
+        "emc_cap": "sys/kernel/nvpmodel_clk_cap/emc",
+        "host1x": "sys/devices/platform/13e00000.host1x",
+    },
 }
+ALIASES = {"l4t36": "l4t36.4"}
+GOVERNORS_CPU = "userspace ondemand performance schedutil "
+GOVERNORS_GPU = "nvhost_podgov userspace performance simple_ondemand "
 
-LAYOUTS = {
-    "l4t35": "sys/devices/17000000.ga10b/devfreq/17000000.ga10b",
-    "l4t36": "sys/devices/platform/17000000.gpu/devfreq_dev",
-}
-
-# Files the board changes by itself (sensors, the instantaneous GPU clock):
+# Files the board changes by itself (sensors, the instantaneous clocks):
 # left out of snapshots, since no restore can or should put them back.
-SENSOR_SUFFIXES = ("_input", "/temp", "/cur_freq")
+SENSOR_SUFFIXES = ("_input", "/temp", "/cur_freq", "/scaling_cur_freq")
 
 _SCRIPT = r'''
-"""Fake nvpmodel for tests: same options and output shape as NVIDIA's tool."""
+"""Fake nvpmodel for tests: reads /etc/nvpmodel.conf and applies a mode's lines in order."""
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-CONF = json.loads((HERE / "nvpmodel.json").read_text())
+sys.path.insert(0, {tests!r})
+import fakekernel  # noqa: E402
+
+fakekernel.register(ROOT)
+EXTRA = json.loads((HERE / "fake.json").read_text())
+STATUS = ROOT / "var/lib/nvpmodel/status"
 
 
-def _p(rel):
-    return ROOT / rel
+def under(path):
+    return ROOT / path.lstrip("/")
 
 
-def _read(rel):
-    return _p(rel).read_text().strip()
+def conf_text():
+    path = ROOT / "etc/nvpmodel.conf"
+    while path.is_symlink():
+        target = os.readlink(path)
+        path = under(target) if target.startswith("/") else path.parent / target
+    return path.read_text()
 
 
-def _write(rel, value):
-    _p(rel).write_text(f"{value}\n")
+def parse():
+    params, modes, default, cur, section = {{}}, [], None, None, None
+    for raw in conf_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        head = re.fullmatch(r"<\s*(.*?)\s*>", line)
+        if head:
+            fields = dict(re.findall(r"(\w+)=(\S+)", head.group(1)))
+            kind = head.group(1).split()[0]
+            cur = section = None
+            if kind == "PARAM":
+                cur = fields["NAME"]
+                params[cur] = {{"type": fields["TYPE"], "args": {{}}}}
+            elif kind == "POWER_MODEL":
+                section = {{"id": int(fields["ID"]), "name": fields["NAME"], "lines": []}}
+                modes.append(section)
+            elif kind == "PM_CONFIG":
+                default = int(fields["DEFAULT"])
+            continue
+        parts = line.split()
+        if section is not None:
+            section["lines"].append(parts)
+        elif cur is not None:
+            params[cur]["args"][parts[0]] = parts[1]
+    return params, modes, default
 
 
-def _floor(table, value):
-    below = [f for f in table if f <= value]
-    return max(below) if below else min(table)
+def read(rel):
+    return (ROOT / rel).read_text().strip()
 
 
-def status_id():
-    status = _p(CONF["status"])
-    if not status.exists():
-        return CONF["default_mode"]
-    return int(status.read_text().strip().split(":")[1])
+def write(path, value):
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, f"{{value}}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def status_id(default):
+    if not STATUS.exists():
+        return default
+    return int(STATUS.read_text().split()[0].split(":")[1])
+
+
+def clock_path(args, key):
+    for name in (f"{{key}}_KNEXT", key):
+        if name in args and os.path.exists(under(args[name])):
+            return under(args[name])
+    return None
 
 
 def set_mode(mode_id):
-    mode = next((m for m in CONF["modes"] if m["id"] == mode_id), None)
+    params, modes, _ = parse()
+    mode = next((m for m in modes if m["id"] == mode_id), None)
     if mode is None:
-        print(f"NVPM ERROR: Invalid power mode ID: {mode_id}", file=sys.stderr)
+        print(f"NVPM ERROR: Invalid power mode ID: {{mode_id}}", file=sys.stderr)
         return 1
-    caps = mode["caps"]
-    cores = int(caps.get("cpu_cores", CONF["cpus"]))
-    for cpu in range(1, CONF["cpus"]):
-        _write(f"sys/devices/system/cpu/cpu{cpu}/online", 1 if cpu < cores else 0)
-    cpu_max = _floor(CONF["cpu_khz"], round(caps.get("cpu_mhz", 1e9) * 1000))
-    cpu_min = min(_floor(CONF["cpu_khz"], CONF["cpu_min_khz"]), cpu_max)
-    for policy in CONF["policies"]:
-        base = CONF["policy_dirs"][str(policy)]
-        _write(f"{base}/scaling_max_freq", cpu_max)
-        _write(f"{base}/scaling_min_freq", cpu_min)
-    gpu_max = _floor(CONF["gpu_hz"], round(caps.get("gpu_mhz", 1e9) * 1e6))
-    _write(f"{CONF['gpu']}/max_freq", gpu_max)
-    _write(f"{CONF['gpu']}/min_freq", min(CONF["gpu_hz"]))
-    cap = round(caps.get("emc_mhz", 1e9) * 1e6)
-    _write("sys/kernel/nvpmodel_emc_cap/emc_iso_cap", cap)
-    emc = "sys/kernel/debug/bpmp/debug/clk/emc/rate"
-    if _p(emc).exists():
-        _write(emc, min(int(_read(emc)), _floor([k * 1000 for k in CONF["emc_khz"]], cap)))
-    total = CONF["tpcs"]
-    on = int(mode["tpcs"])
-    _write("sys/devices/gpu.0/tpc_pg_mask", ((1 << total) - 1) & ~((1 << on) - 1))
-    _p(CONF["status"]).parent.mkdir(parents=True, exist_ok=True)
-    _p(CONF["status"]).write_text(f"pmode:{mode_id:04d}\n")
+    for param, arg, value in mode["lines"]:
+        spec = params[param]
+        if spec["type"] == "FILE":
+            write(under(spec["args"][arg]), value)
+            continue
+        path = clock_path(spec["args"], arg)
+        if path is None:
+            print(f"NVPM ERROR: Error opening {{spec['args'].get(arg)}}", file=sys.stderr)
+            return 1
+        number = int(value)
+        table_file = clock_path(spec["args"], "FREQ_TABLE")
+        table = sorted(int(t) for t in table_file.read_text().split()) if table_file else []
+        if "cpufreq" in str(path) and number < 0:
+            number = int(read(os.path.relpath(path.parent / "cpuinfo_max_freq", ROOT)))
+        elif table and arg.startswith("MAX") and number < 0:
+            number = max(table)
+        elif table and arg.startswith("MIN") and number == 0 and "devfreq" in str(path):
+            number = min(table)
+        elif number < 0:
+            number = 0
+        write(path, number)
+    STATUS.parent.mkdir(parents=True, exist_ok=True)
+    STATUS.write_text(f"pmode:{{mode_id:04d}}\n")
     refresh()
     return 0
 
 
 def clocks():
     """Current clocks (GHz), online cores and active TPCs, from the files."""
-    online = [0] + [c for c in range(1, CONF["cpus"])
-                    if _read(f"sys/devices/system/cpu/cpu{c}/online") == "1"]
-    freqs = [int(_read(f"{CONF['policy_dirs'][str(p)]}/scaling_max_freq")) / 1e6
-             for p in CONF["policies"]]
-    mask = int(_read("sys/devices/gpu.0/tpc_pg_mask"))
+    cpus = EXTRA["cpus"]
+    online = [0] + [c for c in range(1, cpus) if read(f"sys/devices/system/cpu/cpu{{c}}/online") == "1"]
+    freqs = [int(read(f"sys/devices/system/cpu/cpufreq/policy{{p}}/scaling_max_freq")) / 1e6
+             for p in EXTRA["policies"]]
+    mask = int(read(f"{{EXTRA['gpu']}}/tpc_pg_mask"))
+    cap_ghz = int(read(EXTRA["emc_cap"])) / 1e9 or 3.2
     emc = "sys/kernel/debug/bpmp/debug/clk/emc/rate"
-    cap_ghz = int(_read("sys/kernel/nvpmodel_emc_cap/emc_iso_cap")) / 1e9
-    tpcs = CONF["tpcs"] - bin(mask).count("1")
-    return {
-        "gpu": int(_read(f"{CONF['gpu']}/max_freq")) / 1e9,
+    tpcs = EXTRA["tpcs"] - bin(mask & ((1 << EXTRA["tpcs"]) - 1)).count("1")
+    return {{
+        "gpu": int(read(f"{{EXTRA['devfreq']}}/max_freq")) / 1e9,
         "cpu": sum(freqs) / len(freqs),
         "cores": len(online),
-        "emc": int(_read(emc)) / 1e9 if _p(emc).exists() else cap_ghz,
-        "tpc_share": tpcs / CONF["tpcs"],
-    }
+        "emc": int(read(emc)) / 1e9 if (ROOT / emc).exists() else cap_ghz,
+        "tpc_share": tpcs / EXTRA["tpcs"],
+    }}
 
 
 def rail_watts(c):
     gpu = 1.2 + 14.0 * c["tpc_share"] * c["gpu"] ** 2
     cpu = 0.6 + 0.45 * c["cores"] * c["cpu"] ** 2
     mem = 0.4 + 0.6 * c["emc"]
-    if "VDD_IN" in CONF["rails"]:
-        return {"VDD_IN": 2.0 + gpu + cpu + 2 * mem, "VDD_CPU_GPU_CV": gpu + cpu,
-                "VDD_SOC": 1.0 + mem}
-    return {"VDD_GPU_SOC": 2.5 + gpu, "VDD_CPU_CV": cpu, "VIN_SYS_5V0": 3.0 + mem,
-            "VDDQ_VDD2_1V8AO": mem}
+    if "VDD_IN" in EXTRA["rails"]:
+        return {{"VDD_IN": 2.0 + gpu + cpu + 2 * mem, "VDD_CPU_GPU_CV": gpu + cpu, "VDD_SOC": 1.0 + mem}}
+    return {{"VDD_GPU_SOC": 2.5 + gpu, "VDD_CPU_CV": cpu, "VIN_SYS_5V0": 3.0 + mem, "VDDQ_VDD2_1V8AO": mem}}
+
+
+def sensor(path, value):
+    """A sensor changes at once: a reader never sees it half written (temporary name, then rename)."""
+    tmp = path.with_name(f".{{path.name}}.tmp_input")
+    tmp.write_text(f"{{value}}\n")
+    os.replace(tmp, path)
 
 
 def refresh():
     c = clocks()
-    _write(f"{CONF['gpu']}/cur_freq", int(_read(f"{CONF['gpu']}/max_freq")))
+    sensor(ROOT / EXTRA["devfreq"] / "cur_freq", read(f"{{EXTRA['devfreq']}}/max_freq"))
     for name, watts in rail_watts(c).items():
-        folder, channel, millivolts = CONF["rails"][name]
-        _write(f"{folder}/in{channel}_input", millivolts)
-        _write(f"{folder}/curr{channel}_input", round(watts * 1e6 / millivolts))
+        folder, channel, millivolts = EXTRA["rails"][name]
+        sensor(ROOT / folder / f"in{{channel}}_input", millivolts)
+        sensor(ROOT / folder / f"curr{{channel}}_input", round(watts * 1e6 / millivolts))
 
 
 def main(argv):
+    params, modes, default = parse()
     if argv[:1] == ["-q"]:
-        mode_id = status_id()
-        name = next(m["name"] for m in CONF["modes"] if m["id"] == mode_id)
-        print(f"NV Power Mode: {name}")
+        mode_id = status_id(default)
+        name = next(m["name"] for m in modes if m["id"] == mode_id)
+        print(f"NV Power Mode: {{name}}")
         print(mode_id)
         return 0
     if len(argv) == 2 and argv[0] == "-m" and argv[1].isdigit():
-        if CONF.get("ignore_m"):
+        if EXTRA.get("ignore_m"):
             return 0
+        if EXTRA.get("fail_m"):
+            print("NVPM ERROR: Error opening /sys/devices/platform/17000000.gpu/devfreq_dev/available_frequencies")
+            return 1
         return set_mode(int(argv[1]))
     print("usage: nvpmodel [-m ID] [-q]", file=sys.stderr)
     return 1
@@ -266,27 +386,43 @@ class FakeBoard:
     root: Path
     model: str
     layout: str
+    grid: str
     nvpmodel: Path
     gpu_dir: Path
+    gpu_device: Path
     hwmon_dirs: dict[str, Path]
     conf: dict[str, Any]
 
     def env(self) -> dict[str, str]:
-        """Environment that points the tuner at this board."""
-        return {"TUNE_SYSFS_ROOT": str(self.root), "TUNE_NVPMODEL": str(self.nvpmodel)}
+        """Environment that points the tuner at this board and makes child processes obey its kernel."""
+        site = str(TESTS / "fakekernel_site")
+        path = os.environ.get("PYTHONPATH", "")
+        return {
+            "TUNE_SYSFS_ROOT": str(self.root),
+            "TUNE_NVPMODEL": str(self.nvpmodel),
+            "FAKE_KERNEL_ROOTS": str(self.root),
+            "PYTHONPATH": site + (os.pathsep + path if path else ""),
+        }
 
     def path(self, rel: str) -> Path:
         return self.root / rel
 
     def read(self, rel: str) -> str:
-        return (self.root / rel).read_text().strip()
+        return (self.root / rel).read_text().strip().strip("\0")
+
+    def policy(self, cpu: int) -> Path:
+        return self.root / f"sys/devices/system/cpu/cpufreq/policy{cpu}"
 
     def snapshot(self) -> dict[str, bytes]:
-        """Every configuration file's bytes (not sensors or cur_freq: the board moves those)."""
-        files = {}
+        """Every configuration file's bytes and every link's target (not sensors: the board moves those)."""
+        files: dict[str, bytes] = {}
         for path in sorted(self.root.rglob("*")):
             rel = path.relative_to(self.root).as_posix()
-            if path.is_file() and not rel.startswith("etc/") and not rel.endswith(SENSOR_SUFFIXES):
+            if rel.startswith("etc/fake-nvpmodel") or rel.endswith(SENSOR_SUFFIXES):
+                continue
+            if path.is_symlink():
+                files[rel] = b"-> " + os.readlink(path).encode()
+            elif path.is_file():
                 files[rel] = path.read_bytes()
         return files
 
@@ -324,10 +460,20 @@ class FakeBoard:
     def set_nvpmodel_ignores_m(self, ignore: bool = True) -> None:
         """Make ``nvpmodel -m`` succeed without switching (a mode that needs a reboot does that)."""
         self.conf["ignore_m"] = ignore
-        (self.nvpmodel.parent / "nvpmodel.json").write_text(json.dumps(self.conf))
+        (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
+
+    def set_nvpmodel_fails(self, fail: bool = True) -> None:
+        """Make ``nvpmodel -m`` fail as it does when the conf names a missing node (seen on 36.x boards)."""
+        self.conf["fail_m"] = fail
+        (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
 
     def mode_id(self) -> int:
-        return int(self.read(self.conf["status"]).split(":")[1])
+        return int(self.read("var/lib/nvpmodel/status").split()[0].split(":")[1])
+
+    def set_mode(self, mode_id: int) -> None:
+        """What ``sudo nvpmodel -m ID`` does on the board."""
+        if self._module().set_mode(mode_id) != 0:
+            raise RuntimeError(f"fake nvpmodel could not set mode {mode_id}")
 
     @contextmanager
     def live(self, period_s: float = 0.02) -> Iterator[None]:
@@ -353,54 +499,127 @@ def _write(path: Path, value: object) -> None:
     path.write_text(f"{value}\n")
 
 
-def make_fake_board(root: Path, model: str = "orin-agx", layout: str = "l4t35", seed: int | None = None) -> FakeBoard:
-    """Lay out a fake ``model`` board under ``root`` and put it in its default nvpmodel mode."""
+def _link(path: Path, target: Path | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(target, path.parent) if isinstance(target, Path) else target, path)
+
+
+def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
+    """An nvpmodel.conf in NVIDIA's format for this board and release (see the module docstring)."""
+    cpus = sum(len(c) for c in board["clusters"])
+    gpu_parent = "/" + lay["parent"]
+    out = ["# fake nvpmodel.conf: NVIDIA's PARAM / POWER_MODEL / PM_CONFIG format", ""]
+    out.append("< PARAM TYPE=FILE NAME=CPU_ONLINE >")
+    out += [f"CORE_{c} /sys/devices/system/cpu/cpu{c}/online" for c in range(cpus)]
+    out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", f"TPC_PG_MASK {gpu_parent}/gpu.0/tpc_pg_mask"]
+    control = f"{gpu_parent}/gpu.0/power/control"
+    out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >", f"GPU_PWR_CNTL_EN {control}"]
+    out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >", f"GPU_PWR_CNTL_DIS {control}"]
+    for index, cluster in enumerate(board["clusters"]):
+        base = f"/sys/devices/system/cpu/cpu{cluster[0]}/cpufreq"
+        out += ["", f"< PARAM TYPE=CLOCK NAME=CPU_A78_{index} >"]
+        out += [f"FREQ_TABLE {base}/scaling_available_frequencies", f"MAX_FREQ {base}/scaling_max_freq"]
+        out += [f"MIN_FREQ {base}/scaling_min_freq"]
+    out += ["", "< PARAM TYPE=CLOCK NAME=GPU >"]
+    out += [f"FREQ_TABLE {lay['conf_gpu']}/available_frequencies"]
+    out += [f"MAX_FREQ {lay['conf_gpu']}/max_freq", f"MIN_FREQ {lay['conf_gpu']}/min_freq"]
+    out += ["", "< PARAM TYPE=CLOCK NAME=EMC >", f"MAX_FREQ /{lay['emc_cap']}", ""]
+    for mode_id, name, cores, cpu_max, gpu_max, emc_cap, tpc in board["modes"]:
+        out.append(f"< POWER_MODEL ID={mode_id} NAME={name} >")
+        out += [f"CPU_ONLINE CORE_{c} {1 if c < cores else 0}" for c in range(cpus)]
+        out += [f"TPC_POWER_GATING TPC_PG_MASK {tpc}", "GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on"]
+        for index, cluster in enumerate(board["clusters"]):
+            if cluster[0] < cores:
+                out += [f"CPU_A78_{index} MIN_FREQ {board['cpu_min_khz']}", f"CPU_A78_{index} MAX_FREQ {cpu_max}"]
+        out += ["GPU MIN_FREQ 0", f"GPU MAX_FREQ {gpu_max}", "GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto"]
+        out += [f"EMC MAX_FREQ {emc_cap}", ""]
+    out += ["# mandatory section to configure the default power mode", f"< PM_CONFIG DEFAULT={board['default_mode']} >"]
+    return "\n".join(out) + "\n"
+
+
+def make_fake_board(
+    root: Path,
+    model: str = "orin-agx",
+    layout: str = "l4t35",
+    seed: int | None = None,
+    grid: str = "jp5",
+    start: str | None = None,
+) -> FakeBoard:
+    """Lay out a fake ``model`` board under ``root`` and boot it into ``start`` (default: the conf's default)."""
     if model not in BOARDS:
         raise ValueError(f"unknown fake board {model!r}: choose from {', '.join(BOARDS)}")
+    layout = ALIASES.get(layout, layout)
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}: choose from {', '.join(LAYOUTS)}")
     board = BOARDS[model]
+    lay = LAYOUTS[layout]
     rng = random.Random(seed)
     root = Path(root)
-    space = load_space(model)
     cpus = sum(len(c) for c in board["clusters"])
-    gpu = LAYOUTS[layout]
+    gpu_hz = GRIDS[grid] if model == "orin-agx" else NANO_GRID
+    gpu_device, devfreq = root / lay["gpu"], root / lay["devfreq"]
 
-    _write(root / gpu / "available_frequencies", " ".join(map(str, board["gpu_hz"])))
-    for name in ("min_freq", "max_freq", "cur_freq"):
-        _write(root / gpu / name, max(board["gpu_hz"]))
-    _write(root / gpu / "governor", "nvhost_podgov")
+    _write(devfreq / "available_frequencies", " ".join(map(str, gpu_hz)) + " ")
+    _write(devfreq / "available_governors", GOVERNORS_GPU)
+    _write(devfreq / "min_freq", min(gpu_hz))
+    for name in ("max_freq", "cur_freq"):
+        _write(devfreq / name, max(gpu_hz))
+    _write(devfreq / "governor", "nvhost_podgov")
+    _link(devfreq / "device", gpu_device)
+    _link(root / "sys/class/devfreq" / lay["class"], devfreq)
+    if layout == "l4t36.4":
+        _link(gpu_device / "devfreq_dev", devfreq)
+    _write(gpu_device / "tpc_pg_mask", 0)
+    _write(gpu_device / "railgate_enable", 1)
+    _write(gpu_device / "power" / "control", "auto")
+    node = root / "sys/firmware/devicetree/base" / f"gpu@17000000-{lay['node']}"
+    (node).mkdir(parents=True, exist_ok=True)
+    (node / "name").write_bytes(lay["node"].encode() + b"\0")
+    _link(gpu_device / "of_node", node)
+    _link(root / lay["parent"] / "gpu.0", gpu_device)
+    others = (("15340000.vic", "vic", [115200000, 729600000]), ("15480000.nvdec", "nvdec", [115200000]))
+    for unit, name, rates in others:
+        dev = root / lay["host1x"] / unit
+        other = dev / "devfreq" / unit
+        _write(other / "available_frequencies", " ".join(map(str, rates)) + " ")
+        _write(other / "min_freq", min(rates))
+        _write(other / "max_freq", max(rates))
+        _link(other / "device", dev)
+        on = root / "sys/firmware/devicetree/base" / f"{name}@{unit.split('.')[0]}"
+        on.mkdir(parents=True, exist_ok=True)
+        (on / "name").write_bytes(name.encode() + b"\0")
+        _link(dev / "of_node", on)
+        _link(root / "sys/class/devfreq" / unit, other)
 
     cpu_base = root / "sys/devices/system/cpu"
-    _write(cpu_base / "online", f"0-{cpus - 1}")
-    for cpu in range(1, cpus):
+    for cpu in range(cpus):
         _write(cpu_base / f"cpu{cpu}" / "online", 1)
-    policy_dirs: dict[str, str] = {}
     for cluster in board["clusters"]:
-        # L4T 35 trees are laid out with cpuN/cpufreq folders (as in the reference),
-        # L4T 36 ones with cpufreq/policyN folders (as the kernel's own layout).
-        rel = POLICY_LAYOUTS[layout].format(cpu=cluster[0])
-        policy_dirs[str(cluster[0])] = rel
-        pol = root / rel
+        pol = cpu_base / "cpufreq" / f"policy{cluster[0]}"
         _write(pol / "scaling_available_frequencies", " ".join(map(str, board["cpu_khz"])) + " ")
+        _write(pol / "scaling_available_governors", GOVERNORS_CPU)
         _write(pol / "related_cpus", " ".join(map(str, cluster)))
+        _write(pol / "affected_cpus", " ".join(map(str, cluster)))
+        _write(pol / "cpuinfo_min_freq", min(board["cpu_khz"]))
+        _write(pol / "cpuinfo_max_freq", max(board["cpu_khz"]))
         _write(pol / "scaling_governor", "schedutil")
-        _write(pol / "scaling_min_freq", board["cpu_min_khz"])
+        _write(pol / "scaling_min_freq", min(board["cpu_khz"]))
         _write(pol / "scaling_max_freq", max(board["cpu_khz"]))
+        _write(pol / "scaling_cur_freq", max(board["cpu_khz"]))
+        for cpu in cluster:
+            _link(cpu_base / f"cpu{cpu}" / "cpufreq", pol)
 
-    _write(root / "sys/kernel/nvpmodel_emc_cap/emc_iso_cap", 0)
+    _write(root / lay["emc_cap"], 0)
     emc = root / "sys/kernel/debug/bpmp/debug/clk/emc"
     _write(emc / "rate", max(board["emc_khz"]) * 1000)
     _write(emc / "mrq_rate_locked", 0)
-    _write(
-        root / "sys/kernel/debug/bpmp/debug/emc/possible_rates",
-        " ".join(map(str, board["emc_khz"])),
-    )
-    _write(root / "sys/devices/gpu.0/tpc_pg_mask", 0)
-    _write(root / "sys/devices/gpu.0/railgate_enable", 1)
-    compatible = root / "proc/device-tree/compatible"
-    compatible.parent.mkdir(parents=True, exist_ok=True)
-    compatible.write_bytes(board["compatible"])
+    _write(root / "sys/kernel/debug/bpmp/debug/emc/possible_rates", " ".join(map(str, board["emc_khz"])) + " ")
+    (root / "proc/device-tree").mkdir(parents=True, exist_ok=True)
+    (root / "proc/device-tree/compatible").write_bytes(board["compatible"])
+    (root / "proc/device-tree/model").write_bytes(board["model"].encode() + b"\0")
+    _write(root / "etc/nv_tegra_release", lay["release"])
+    _write(root / "etc/nvpmodel" / board["conf"], _conf_text(board, lay))
+    _link(root / "etc/nvpmodel.conf", f"/etc/nvpmodel/{board['conf']}")
 
     rails: dict[str, list[Any]] = {}
     hwmon_dirs: dict[str, Path] = {}
@@ -421,41 +640,61 @@ def make_fake_board(root: Path, model: str = "orin-agx", layout: str = "l4t35", 
         _write(folder / "type", zone)
         _write(folder / "temp", round(celsius * 1000))
 
-    modes = [
-        {"id": m.id, "name": name, "caps": m.caps, "tpcs": m.properties.get("tpcs", board["tpcs"])}
-        for name, m in space.modes.items()
-    ]
     conf = {
         "cpus": cpus,
         "policies": [c[0] for c in board["clusters"]],
-        "policy_dirs": policy_dirs,
-        "cpu_khz": board["cpu_khz"],
-        "gpu_hz": board["gpu_hz"],
-        "emc_khz": board["emc_khz"],
-        "cpu_min_khz": board["cpu_min_khz"],
         "tpcs": board["tpcs"],
-        "gpu": gpu,
-        "modes": modes,
-        "default_mode": board["default_mode"],
-        "status": "var/lib/nvpmodel/status",
+        "gpu": lay["gpu"],
+        "devfreq": lay["devfreq"],
+        "emc_cap": lay["emc_cap"],
         "rails": rails,
+        "modes": {name: mode_id for mode_id, name, *_ in board["modes"]},
     }
     tool_dir = root / "etc" / "fake-nvpmodel"
     tool_dir.mkdir(parents=True, exist_ok=True)
-    (tool_dir / "nvpmodel.json").write_text(json.dumps(conf))
+    (tool_dir / "fake.json").write_text(json.dumps(conf))
     script = tool_dir / "nvpmodel"
-    script.write_text(f"#!{sys.executable}\n{_SCRIPT.lstrip()}")
+    script.write_text(f"#!{sys.executable} -S\n{_SCRIPT.format(tests=str(TESTS)).lstrip()}")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    fakekernel.register(root)
 
     fake = FakeBoard(
         root=root,
         model=model,
         layout=layout,
+        grid=grid,
         nvpmodel=script,
-        gpu_dir=root / gpu,
+        gpu_dir=devfreq,
+        gpu_device=gpu_device,
         hwmon_dirs=hwmon_dirs,
         conf=conf,
     )
-    if fake._module().set_mode(board["default_mode"]) != 0:
-        raise RuntimeError("fake nvpmodel could not set the default mode")
+    fake.set_mode(conf["modes"][start] if start is not None else board["default_mode"])
     return fake
+
+
+def quick_measure(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:
+    """A stand-in for JetsonDevice.measure in end-to-end tests of board state: the board's own rail
+    meter over a 0.1 s window and made-up latencies, no model and no LoadGen. What these tests check
+    is what a run does to the board, not the measurement (tests/test_loadgen_e2e.py covers that)."""
+    import time
+
+    self.check_thermal()
+    meter = self.make_meter(settings.meter)
+    meter.start()
+    time.sleep(0.1)
+    reading = meter.stop()
+    queries = 50 * config.batch_size
+    return Measurement(
+        j_per_query=reading.energy_j / queries,
+        p50_ms=5,
+        p90_ms=6,
+        p99_ms=7,
+        qps=queries / reading.duration_s,
+        avg_w=reading.avg_w,
+        energy_j=reading.energy_j,
+        queries=queries,
+        duration_s=reading.duration_s,
+        meter=reading.meter,
+        rails=reading.rails,
+    )

@@ -1,5 +1,6 @@
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -200,7 +201,7 @@ def test_corrupt_space_file(tmp_path):
 def test_narrower_space_file_is_used(tmp_path):
     narrow = tmp_path / "orin.yaml"
     text = shutil.os.path.dirname(__import__("search_spaces").__file__) + "/orin-agx.yaml"
-    data = yaml.safe_load(open(text).read())
+    data = yaml.safe_load(Path(text).read_text())
     data["batch_sizes"] = [2, 4]
     narrow.write_text(yaml.safe_dump(data))
     r = run_cli(

@@ -51,17 +51,23 @@ def pg():
 
 
 STARTED: list[subprocess.Popen] = []
+OPENED: list[optuna.storages.RDBStorage] = []
 
 
 @pytest.fixture(autouse=True)
 def no_stray_workers():
-    """A failed assertion must not leave a parked worker sleeping for an hour."""
+    """A failed assertion must not leave a parked worker sleeping for an hour, nor pipes or connections open."""
     yield
     while STARTED:
         proc = STARTED.pop()
         if proc.poll() is None:
             proc.kill()
-            proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    while OPENED:
+        OPENED.pop().engine.dispose()
 
 
 def start_worker(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen:
@@ -88,7 +94,9 @@ def wait_for(path: Path, procs: list[subprocess.Popen], timeout: float = 120) ->
 
 
 def load(url: str) -> optuna.Study:
-    return optuna.load_study(study_name=STUDY, storage=open_storage(url, None))
+    storage = open_storage(url, None)
+    OPENED.append(storage)
+    return optuna.load_study(study_name=STUDY, storage=storage)
 
 
 def check_retried(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> None:
@@ -167,19 +175,19 @@ def test_sqlite_run_killed_mid_trial_keeps_its_trials_and_resumes(tmp_path, sig)
         check_retried(study, study.trials[stopped.number])
 
 
-@pytest.mark.xfail(
-    reason="open bug: now and then the retry that the stale-trial callback queues for the killed worker's trial "
-    "is left WAITING after the study reached its quota (seen in 2 of 7 CI runs); the COMPLETE count was exact",
-    strict=False,
-)
 def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
-    """Four twin workers share a 40-trial study; one dies mid-trial; exactly 40 complete, its trial retried."""
+    """Four twin workers (default sampler) share a 24-trial study; one dies mid-trial; exactly 24 complete.
+
+    The killed trial is retried, the quota's last slots re-measure the best candidates, and nothing is left
+    WAITING or RUNNING (issue 13: StudyFull through the re-measurement, and a retry left waiting).
+    """
     pg.create_database("fleet")
-    total = 40
+    total = 24
     marker = tmp_path / "parked"
     env = pg.env("fleet")
     # Heartbeat 2 s (grace 6 s): a loaded CI machine must not starve a live worker's heartbeat into staleness.
-    common = [*RUN, "--study-trials", str(total), "--heartbeat", "2", "--out", "studies"]
+    default_sampler = RUN[: RUN.index("--sampler")]
+    common = [*default_sampler, "--study-trials", str(total), "--heartbeat", "2", "--out", "studies"]
     victim = start_worker(
         *common,
         "--seed",
@@ -188,7 +196,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
         "victim",
         "--storage",
         pg.url("fleet"),
-        env={**env, "FLEET_DELAY_S": "0.2", "FLEET_HANG_AFTER": "3", "FLEET_MARKER": str(marker)},
+        env={**env, "FLEET_DELAY_S": "0.2", "FLEET_HANG_AFTER": "2", "FLEET_MARKER": str(marker)},
         cwd=tmp_path,
     )
     others = [
@@ -206,11 +214,12 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
         )
         for i in (1, 2, 3)
     ]
-    wait_for(marker, [victim])
+    # Generous: on a loaded CI machine four workers starting and proposing one at a time are slow.
+    wait_for(marker, [victim], timeout=600)
     victim.kill()
     outputs = [victim.communicate(timeout=30)]
     for p in others:
-        outputs.append(p.communicate(timeout=300))
+        outputs.append(p.communicate(timeout=1200))
         assert p.returncode == 0, outputs[-1][1]
 
     study = load(pg.url("fleet"))
@@ -221,7 +230,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     (killed,) = [t for t in study.trials if t.user_attrs.get("worker") == "victim" and t.state != TrialState.COMPLETE]
     check_retried(study, killed)
-    assert {t.user_attrs["worker"] for t in done} >= {"board-1", "board-2", "board-3"}
+    assert 1 <= sum("repeat_of" in t.user_attrs for t in done) <= 4
 
     query = ["status", "--storage", "postgresql://", "-m", "resnet50", "-d", "orin-agx", "--json"]
     status = subprocess.run(
@@ -235,7 +244,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
     (report,) = json.loads(status.stdout)["studies"]
     assert (report["complete"], report["target"], report["running"], report["retried"]) == (total, total, 0, 1)
     per_worker = {w["worker"]: w for w in report["workers"]}
-    assert per_worker["victim"]["failed"] == 1 and per_worker["victim"]["complete"] >= 3
+    assert per_worker["victim"]["failed"] == 1 and per_worker["victim"]["complete"] >= 2
     assert sum(w["complete"] for w in per_worker.values()) == total
     outputs.append((status.stdout, status.stderr))
 
@@ -268,8 +277,23 @@ def test_postgres_credentials_never_leak(pg, tmp_path):
     env["PGPASSWORD"] = pgserver.PASSWORD
     from_env = tune("status", "--storage", "postgresql://", "--json")
     assert from_env.returncode == 0 and json.loads(from_env.stdout)["studies"][0]["complete"] == 3
+    del env["PGPASSWORD"]
+    env["TUNE_TEST_DB_SECRET"] = pgserver.PASSWORD
+    named = url.replace(f":{pgserver.PASSWORD}@", "@") + "?password_env=TUNE_TEST_DB_SECRET"
+    assert pgserver.PASSWORD not in named
+    from_var = tune("status", "--storage", named, "--json")
+    assert from_var.returncode == 0 and json.loads(from_var.stdout)["studies"][0]["complete"] == 3, from_var.stderr
     written = [p.read_text() for p in tmp_path.rglob("*") if p.suffix in (".json", ".csv", ".yaml")]
-    for text in [*written, run.stdout, run.stderr, export.stdout, export.stderr, wrong.stderr, from_env.stdout]:
+    for text in [
+        *written,
+        run.stdout,
+        run.stderr,
+        export.stdout,
+        export.stderr,
+        wrong.stderr,
+        from_env.stdout,
+        from_var.stdout,
+    ]:
         assert pgserver.PASSWORD not in text
 
 
@@ -343,3 +367,49 @@ def test_trial_failed_by_a_peer_while_still_running_does_not_stop_the_worker(tmp
     study, _ = run_study(Stalled("sim:orin"), options.model_copy(update={"storage": url}))
     states = [t.state for t in study.trials]
     assert states.count(TrialState.COMPLETE) == 5 and states.count(TrialState.FAIL) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_worker_killed_before_its_first_heartbeat_does_not_block_the_quota(tmp_path):
+    """A RUNNING trial with no heartbeat (issue 10: a SIGKILL before the first beat) is failed and retried."""
+    from datetime import datetime, timedelta
+
+    from optuna.storages._rdb import models
+
+    from tuner.devices.twin import TwinDevice
+    from tuner.storage import FleetStorage
+    from tuner.strategies import distributions
+    from tuner.study import narrowed_space, open_study
+
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    other = open_study("other", url, heartbeat_s=1)
+    started = other.ask()
+    session = other._storage._backend.scoped_session()
+    assert session.query(models.TrialHeartbeatModel).filter_by(trial_id=started._trial_id).count() == 1
+    session.close()
+
+    space = narrowed_space(TwinDevice("sim:orin"), None, None)
+    study = open_study(STUDY, url, heartbeat_s=1)
+    orphan = optuna.trial.FrozenTrial(
+        number=0,
+        state=TrialState.RUNNING,
+        value=None,
+        datetime_start=datetime.now() - timedelta(hours=1),
+        datetime_complete=None,
+        params=space.params_for(space.default_config()),
+        distributions=distributions(space),
+        user_attrs={},
+        system_attrs={},
+        intermediate_values={},
+        trial_id=0,
+    )
+    # What a worker killed between creating its trial and its first beat leaves: no heartbeat row at all.
+    optuna.storages.RDBStorage._create_new_trial(study._storage._backend, study._study_id, orphan)
+    assert isinstance(study._storage._backend, FleetStorage)
+
+    options = RunOptions(model="resnet50", max_latency_ms=50.0, sampler="random", seed=0, out=tmp_path, timeout_s=120)
+    study, _ = run_study(TwinDevice("sim:orin"), options.model_copy(update={"storage": url, "study_trials": 3}))
+    states = [t.state for t in study.trials]
+    assert states.count(TrialState.COMPLETE) == 3 and TrialState.RUNNING not in states
+    assert TrialState.WAITING not in states
+    check_retried(study, study.trials[0])

@@ -1,7 +1,8 @@
-"""Jetson backend on a fake sysfs tree (AGX Orin and Orin Nano, L4T 35 and 36 layouts)."""
+"""Jetson backend on the strict fake board (AGX Orin on L4T 35, 36.3 and 36.4 and both GPU grids; Orin Nano)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -14,52 +15,43 @@ import time
 from pathlib import Path
 
 import pytest
-from fakeboard import FakeBoard, make_fake_board
+from fakeboard import GRIDS, FakeBoard, make_fake_board
 
 from tuner.devices.base import Device, WindowSettings
 from tuner.devices.jetson import (
     ApplyError,
     JetsonDevice,
     RailMeter,
+    RestoreIncomplete,
     ThermalLimitError,
     jetson_device,
+    parse_nvpmodel_conf,
+    sysfs,
 )
-from tuner.devices.journal import pending_journals, restore_pending
+from tuner.devices.journal import pending_journals, restore_pending, write_journal
 from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, load_space
 
 REPO = Path(__file__).resolve().parents[1]
 BOARDS = [
-    ("orin-agx", "l4t35"),
-    ("orin-agx", "l4t36"),
-    ("orin-nano", "l4t35"),
-    ("orin-nano", "l4t36"),
+    ("orin-agx", "l4t35", "jp5"),
+    ("orin-agx", "l4t36.3", "jp6"),
+    ("orin-agx", "l4t36.4", "jp5"),
+    ("orin-nano", "l4t36.4", "jp5"),
 ]
 
 # A configuration that changes every knob away from each board's default state.
 CONFIGS = {
-    "orin-agx": {
-        "nvpmodel": "50W",
-        "gpu_mhz": 624.75,
-        "emc_mhz": 2133,
-        "cpu_cores": 6,
-        "cpu_mhz": 1344.0,
-    },
-    "orin-nano": {
-        "nvpmodel": "7W",
-        "gpu_mhz": 318.75,
-        "emc_mhz": 665.6,
-        "cpu_cores": 2,
-        "cpu_mhz": 883.2,
-    },
+    "orin-agx": {"nvpmodel": "50W", "emc_mhz": 2133, "cpu_cores": 6, "cpu_mhz": 1344},
+    "orin-nano": {"nvpmodel": "7W", "emc_mhz": 665.6, "cpu_cores": 2, "cpu_mhz": 883.2},
 }
 
 
 @pytest.fixture(params=BOARDS, ids=["-".join(b) for b in BOARDS])
 def board(request: pytest.FixtureRequest, tmp_path: Path) -> FakeBoard:
-    model, layout = request.param
-    return make_fake_board(tmp_path / "board", model, layout, seed=len(tmp_path.name))
+    model, layout, grid = request.param
+    return make_fake_board(tmp_path / "board", model, layout, seed=len(tmp_path.name), grid=grid)
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +63,13 @@ def device(board: FakeBoard, **kw: object) -> JetsonDevice:
     return JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel), **kw)  # type: ignore[arg-type]
 
 
+def low_gpu_mhz(board: FakeBoard) -> float:
+    """The second-lowest GPU step this board reports: under every mode's cap on every grid."""
+    return device(board).space().knobs["gpu_mhz"].values[1]  # type: ignore[return-value]
+
+
 def config(board: FakeBoard, **knobs: object) -> Config:
-    return Config(knobs={**CONFIGS[board.model], **knobs}, batch_size=8)
+    return Config(knobs={**CONFIGS[board.model], "gpu_mhz": low_gpu_mhz(board), **knobs}, batch_size=8)
 
 
 # -- discovery ---------------------------------------------------------------
@@ -83,19 +80,22 @@ def test_discovery_finds_every_part_of_the_board(board: FakeBoard) -> None:
     assert isinstance(dev, Device) and not dev.simulated
     info = dev.describe()
     assert info["layout"] == board.layout
-    assert Path(info["gpu_devfreq"]) == board.gpu_dir
+    assert info["release"] == {"l4t35": "L4T 35.4.1", "l4t36.3": "L4T 36.3.0", "l4t36.4": "L4T 36.4.0"}[board.layout]
+    assert info["title"].startswith("NVIDIA Jetson ") and info["release"] in info["title"]
+    # The GPU is found by its device-tree name although VIC and NVDEC sort before it.
+    assert Path(info["gpu_devfreq"]) == Path(os.path.realpath(board.gpu_dir))
+    assert Path(info["tpc_mask"]) == Path(os.path.realpath(board.gpu_device)) / "tpc_pg_mask"
     if board.model == "orin-agx":
-        assert info["cpu_policies"] == {
-            "cpu0": [0, 1, 2, 3],
-            "cpu4": [4, 5, 6, 7],
-            "cpu8": [8, 9, 10, 11],
-        }
+        assert info["cpu_policies"] == {"cpu0": [0, 1, 2, 3], "cpu4": [4, 5, 6, 7], "cpu8": [8, 9, 10, 11]}
         assert info["rails"] == ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]
+        assert info["modes"] == {"MAXN": 0, "15W": 1, "30W": 2, "50W": 3}
     else:
         assert info["cpu_policies"] == {"cpu0": [0, 1, 2, 3], "cpu4": [4, 5]}
         assert info["rails"] == ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]
-    assert info["emc_settable"] and info["tpc_mask"]
+    assert info["emc_settable"]
     assert "PMIC-Die" not in info["thermal_zones"] and "CPU-therm" in info["thermal_zones"]
+    temps = dev.temperatures()
+    assert all(t > -200 for t in temps.values()) and "CPU-therm" in temps  # -256 C zones have no sensor
 
 
 def test_rails_are_found_whatever_the_hwmon_number(tmp_path: Path) -> None:
@@ -107,15 +107,84 @@ def test_rails_are_found_whatever_the_hwmon_number(tmp_path: Path) -> None:
     assert len(names) > 1
 
 
-def test_space_is_the_board_table_intersected_with_the_search_space(board: FakeBoard) -> None:
+@pytest.mark.parametrize("grid", ["jp5", "jp6"])
+def test_the_gpu_clock_is_tuned_over_every_value_the_board_reports(tmp_path: Path, grid: str) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.4", grid=grid)
+    dev = device(fake)
+    space = dev.space()
+    values = [f / 1e6 if f % 1_000_000 else f // 1_000_000 for f in GRIDS[grid]]
+    assert space.knobs["gpu_mhz"].values == values
+    assert "gpu_mhz" in space.tuned_knobs
+    # Every value applies and reads back on the board.
+    for mhz in space.knobs["gpu_mhz"].values:
+        knobs = {**space.default_config().knobs, "nvpmodel": "MAXN", "gpu_mhz": mhz}
+        dev.apply(Config(knobs=knobs, batch_size=1))
+        assert int(fake.read(f"{fake.gpu_dir.relative_to(fake.root)}/max_freq")) == round(float(mhz) * 1e6)
+    # Where the committed YAML has the other grid, the run says so in one line.
+    differs = [float(v) for v in load_space("orin-agx").knobs["gpu_mhz"].values] != [float(v) for v in values]
+    first, last = values[0], values[-1]
+    assert (f"gpu_mhz {first}..{last} ({len(values)} values)" in " ".join(dev.notes)) == differs
+    assert all("\n" not in note for note in dev.notes)
+
+
+def test_space_takes_cores_caps_and_tpc_masks_from_the_boards_conf(board: FakeBoard) -> None:
     space = device(board).space()
     base = load_space(board.model)
-    missing = 1236.75 if board.model == "orin-agx" else 522.75
-    assert missing in base.knobs["gpu_mhz"].values
-    assert missing not in space.knobs["gpu_mhz"].values
-    assert set(space.knobs["gpu_mhz"].values) == set(base.knobs["gpu_mhz"].values) - {missing}
-    assert space.knobs["cpu_mhz"].values == base.knobs["cpu_mhz"].values
-    assert space.knobs["gpu_mhz"].default == base.knobs["gpu_mhz"].default
+    assert set(space.modes) == set(base.modes)
+    for name, mode in space.modes.items():
+        assert mode.id == base.modes[name].id
+        assert mode.caps["cpu_cores"] == base.modes[name].caps["cpu_cores"]
+    if board.model == "orin-agx":
+        assert space.modes["30W"].properties["tpc_pg_mask"] == 240
+        assert space.modes["30W"].caps["gpu_mhz"] == 612
+        assert space.knobs["nvpmodel"].default == "30W"  # the conf's PM_CONFIG DEFAULT
+
+
+def test_conf_parser_reads_nvidias_format() -> None:
+    """Modes of NVIDIA's AGX Xavier conf (as published in mlcommons inference_results_v1.0), abridged."""
+    text = textwrap.dedent("""
+        < PARAM TYPE=FILE NAME=CPU_ONLINE >
+        CORE_0 /sys/devices/system/cpu/cpu0/online
+        CORE_1 /sys/devices/system/cpu/cpu1/online
+        CORE_2 /sys/devices/system/cpu/cpu2/online
+        < PARAM TYPE=FILE NAME=TPC_POWER_GATING >
+        TPC_PG_MASK /sys/devices/gpu.0/tpc_pg_mask
+        < PARAM TYPE=CLOCK NAME=CPU_DENVER_0 >
+        FREQ_TABLE /sys/devices/system/cpu/cpu0/cpufreq/scaling_available_frequencies
+        MAX_FREQ /sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq
+        < PARAM TYPE=CLOCK NAME=GPU >
+        MAX_FREQ /sys/devices/17000000.gv11b/devfreq/17000000.gv11b/max_freq
+        < PARAM TYPE=CLOCK NAME=EMC >
+        MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
+        # MAXN is the NONE power model to release all constraints
+        < POWER_MODEL ID=0 NAME=MAXN >
+        CPU_ONLINE CORE_0 1
+        CPU_ONLINE CORE_1 1
+        CPU_ONLINE CORE_2 1
+        TPC_POWER_GATING TPC_PG_MASK 0
+        CPU_DENVER_0 MAX_FREQ -1
+        GPU MAX_FREQ -1
+        EMC MAX_FREQ 0
+        < POWER_MODEL ID=1 NAME=MODE_10W >
+        CPU_ONLINE CORE_0 1
+        CPU_ONLINE CORE_1 1
+        CPU_ONLINE CORE_2 0
+        TPC_POWER_GATING TPC_PG_MASK 5
+        CPU_DENVER_0 MIN_FREQ 1200000
+        CPU_DENVER_0 MAX_FREQ 1200000
+        GPU MAX_FREQ 520000000
+        EMC MAX_FREQ 1065600000
+        < PM_CONFIG DEFAULT=1 >
+    """)
+    modes, default = parse_nvpmodel_conf(text)
+    assert default == 1
+    maxn, ten = modes
+    assert (maxn.id, maxn.name, maxn.cores, maxn.cpu_max_khz, maxn.gpu_max_hz, maxn.emc_max_hz) == (
+        0, "MAXN", 3, None, None, None,
+    )  # fmt: skip
+    assert (ten.cores, ten.cpu_max_khz, ten.gpu_max_hz, ten.emc_max_hz, ten.tpc_pg_mask) == (
+        2, 1200000, 520000000, 1065600000, 5,
+    )  # fmt: skip
 
 
 def test_missing_board_is_a_one_line_user_error(tmp_path: Path, board: FakeBoard) -> None:
@@ -168,7 +237,7 @@ def test_apply_in_fixed_order_and_values_read_back(board: FakeBoard, monkeypatch
     assert policy.max_path.read_text().strip() == policy.min_path.read_text().strip()
     assert policy.max_path.read_text().strip() == str(t["cpu_khz"])
     assert (board.gpu_dir / "min_freq").read_text().strip() == (board.gpu_dir / "max_freq").read_text().strip()
-    assert int((board.gpu_dir / "max_freq").read_text()) == round(CONFIGS[board.model]["gpu_mhz"] * 1e6)
+    assert int((board.gpu_dir / "max_freq").read_text()) == round(float(cfg.knobs["gpu_mhz"]) * 1e6)
     assert board.read("sys/kernel/debug/bpmp/debug/clk/emc/rate") == str(round(CONFIGS[board.model]["emc_mhz"] * 1e6))
     assert board.read("sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked") == "1"
 
@@ -184,19 +253,13 @@ def test_mode_caps_clamp_the_clocks(tmp_path: Path) -> None:
     dev = device(fake)
     dev.apply(
         Config(
-            knobs={
-                "nvpmodel": "15W",
-                "gpu_mhz": 1300.5,
-                "emc_mhz": 3199,
-                "cpu_cores": 12,
-                "cpu_mhz": 2201.6,
-            },
+            knobs={"nvpmodel": "15W", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6},
             batch_size=1,
         )
     )
-    assert fake.read("sys/devices/gpu.0/tpc_pg_mask") == "248"
+    assert fake.read("sys/devices/gpu.0/tpc_pg_mask") == "248"  # nvpmodel set the mode's TPC mask
     assert int((fake.gpu_dir / "max_freq").read_text()) == 318750000  # highest step under 408 MHz
-    assert fake.read("sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq") == "1036800"  # under the 1113.6 MHz cap
+    assert fake.read("sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq") == "1113600"  # the cap is a step
     assert fake.read("sys/devices/system/cpu/cpu4/online") == "0"
     assert fake.read("sys/kernel/debug/bpmp/debug/clk/emc/rate") == "2133000000"
 
@@ -230,9 +293,8 @@ def test_mode_that_does_not_switch_fails_the_trial(board: FakeBoard) -> None:
 
 def test_unsupported_frequency_writes_nothing(board: FakeBoard) -> None:
     before = board.snapshot()
-    missing = 1236.75 if board.model == "orin-agx" else 522.75
     with pytest.raises(UserError, match="gpu_mhz"):
-        device(board).apply(config(board, gpu_mhz=missing))
+        device(board).apply(config(board, gpu_mhz=1234.5))
     with pytest.raises(UserError, match="cpu_mhz"):
         device(board).apply(config(board, cpu_mhz=1234.5))
     assert board.snapshot() == before
@@ -276,12 +338,13 @@ def _child(board: FakeBoard, tmp_path: Path) -> subprocess.Popen[str]:
             {board.model!r}, sysfs_root={str(board.root)!r}, nvpmodel={str(board.nvpmodel)!r}
         )
         with hardware_session(dev):
-            dev.apply(Config(knobs={CONFIGS[board.model]!r}, batch_size=8))
+            dev.apply(Config(knobs={config(board).knobs!r}, batch_size=8))
             print("applied", flush=True)
             time.sleep(60)
     """)
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TUNE_STATE_DIR": os.environ["TUNE_STATE_DIR"]}
+    env = {**os.environ, **board.env(), "TUNE_STATE_DIR": os.environ["TUNE_STATE_DIR"]}
+    env["PYTHONPATH"] += os.pathsep + str(REPO)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "applied"
@@ -483,12 +546,150 @@ def test_restore_goes_on_past_a_failure_and_reports_it(board: FakeBoard) -> None
     state = dev.read_state()
     dev.apply(config(board))
     board.set_nvpmodel_ignores_m()
-    with pytest.raises(ApplyError, match="restore incomplete: nvpmodel did not switch"):
+    with pytest.raises(RestoreIncomplete, match="nvpmodel did not switch") as err:
         dev.restore(state)
+    assert "tune restore --device" in str(err.value) and "\n" not in str(err.value)
     after = board.snapshot()
     for rel in before:
-        if rel.endswith(("/online", "scaling_min_freq", "scaling_max_freq", "clk/emc/rate")):
+        if rel.endswith(("/governor", "clk/emc/rate", "max_freq")) and "devfreq" in rel and "vic" not in rel:
             assert after[rel] == before[rel], rel
+
+
+# -- kernel rules, and the backend under them ------------------------------------------
+
+
+def _policy8_offline_board(tmp_path: Path) -> FakeBoard:
+    return make_fake_board(tmp_path / "b", "orin-agx", "l4t36.4", start="MODE_30W")
+
+
+def test_the_fake_kernel_refuses_what_a_real_one_refuses(tmp_path: Path) -> None:
+    fake = _policy8_offline_board(tmp_path)
+    root = fake.root
+    policy8 = fake.policy(8)
+    assert fake.read("sys/devices/system/cpu/cpu8/online") == "0"
+    cases = [
+        (policy8 / "scaling_max_freq", "729600", errno.EPERM),  # a cluster with every core offline
+        (fake.gpu_dir / "available_frequencies", "1", errno.EACCES),  # read-only attribute
+        (fake.gpu_dir / "new_file", "1", errno.ENOENT),  # nothing can be created
+        (root / "sys/devices/system/cpu/cpu4/online", "2", errno.EINVAL),  # online takes 0 or 1
+        (fake.policy(0) / "scaling_governor", "fast", errno.EINVAL),  # not an available governor
+    ]
+    for path, value, code in cases:
+        before = path.read_bytes() if path.exists() else None
+        with pytest.raises(sysfs.BoardWriteError) as err:
+            sysfs.write(root, path, value)
+        assert err.value.errno == code, path
+        assert (path.read_bytes() if path.exists() else None) == before
+    assert "offline" in _rule_of(root, policy8 / "scaling_min_freq")
+    sysfs.write(root, fake.policy(0) / "scaling_max_freq", "1728000")  # an online cluster takes it
+
+
+def _rule_of(root: Path, path: Path) -> str:
+    with pytest.raises(sysfs.BoardWriteError) as err:
+        sysfs.write(root, path, "729600")
+    return err.value.rule
+
+
+def test_from_mode_30w_a_maxn_configuration_applies_and_restores(tmp_path: Path) -> None:
+    """Issue 9: restore used to write policy8's limits after nvpmodel took cluster 2 offline again."""
+    fake = _policy8_offline_board(tmp_path)
+    before = fake.snapshot()
+    dev = device(fake)
+    state = dev.read_state()
+    dev.apply(
+        Config(
+            knobs={"nvpmodel": "MAXN", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 1344},
+            batch_size=1,
+        )
+    )
+    assert fake.read("sys/devices/system/cpu/cpufreq/policy8/scaling_max_freq") == "1344000"
+    dev.restore(state)
+    assert fake.snapshot() == before
+    # MAXN with 8 cores: cluster 2 goes offline by our hand, and its limits are never written.
+    dev.apply(
+        Config(
+            knobs={"nvpmodel": "MAXN", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 8, "cpu_mhz": 1344},
+            batch_size=1,
+        )
+    )
+    dev.restore(state)
+    assert fake.snapshot() == before
+
+
+def test_board_writes_never_follow_a_planted_symlink(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35")
+    dev = device(fake)
+    outside = tmp_path / "victim"
+    outside.write_text("untouched\n")
+    target = fake.gpu_dir / "max_freq"
+    target.unlink()
+    target.symlink_to(outside)
+    with pytest.raises(ApplyError, match=r"outside the sysfs root|symlink"):
+        dev._write(target, "318750000")
+    assert outside.read_text() == "untouched\n"
+    inside_link = fake.gpu_dir / "min_freq"
+    inside_link.unlink()
+    inside_link.symlink_to(fake.gpu_dir / "governor")
+    with pytest.raises(ApplyError, match="symlink"):
+        dev._write(inside_link, "114750000")
+
+
+HOSTILE = [
+    ({"nvpmodel_id": 99}, "nvpmodel_id=99 is not a mode"),
+    ({"online": {"8": "7"}}, "cpu8/online='7'"),
+    ({"online": {"../../etc": "1"}}, "cpu../../etc is not a CPU"),
+    ({"gpu": {"min": "114750000", "max": "99999999999", "governor": "nvhost_podgov"}}, "outside the board's range"),
+    ({"gpu": {"min": "1", "max": "2", "governor": "../../../bin/sh"}}, "not a governor this board offers"),
+    ({"cpufreq": {"0": {"min": "x", "max": "2201600"}}}, "'x' is not a number"),
+    ({"emc": {"rate": "3199000000", "locked": "yes"}}, "mrq_rate_locked='yes'"),
+    ({"kind": "tx2"}, "of a 'tx2' board, not this orin-agx"),
+]
+
+
+@pytest.mark.parametrize(("change", "reported"), HOSTILE, ids=[h[1][:24] for h in HOSTILE])
+def test_a_hostile_journal_value_is_refused_and_the_rest_is_restored(
+    tmp_path: Path, change: dict, reported: str
+) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.3", start="MAXN")
+    before = fake.snapshot()
+    dev = device(fake)
+    state = dev.read_state()
+    write_journal(dev, {**state, **change})
+    dev.apply(config(fake))
+    with pytest.raises(RestoreIncomplete, match=re.escape(reported)):
+        restore_pending(dev)
+    assert [j.device for j in pending_journals()] == ["orin-agx"]  # kept, to finish with tune restore
+    after = fake.snapshot()
+    # What the refused key covers may stay changed; everything else is back. A refused mode leaves
+    # what only nvpmodel sets (status, caps, TPC mask) as the applied mode set it.
+    spoiled = {
+        "nvpmodel_id": ("var/lib", "nvpmodel_", "tpc_pg_mask", "power/control"),
+        "online": ("/online",),
+        "gpu": ("devfreq/",),
+        "cpufreq": ("policy",),
+        "emc": ("emc",),
+        "kind": ("",),  # nothing at all is restored from another board's state
+    }[next(iter(change))]
+    for rel in before:
+        if not any(marker in rel for marker in spoiled):
+            assert after[rel] == before[rel], rel
+
+
+def test_a_journal_missing_keys_still_restores_what_it_has(board: FakeBoard) -> None:
+    dev = device(board)
+    state = dev.read_state()
+    dev.apply(config(board))
+    partial = {k: v for k, v in state.items() if k != "gpu"}
+    with pytest.raises(RestoreIncomplete, match="gpu: missing"):
+        dev.restore(partial)
+    assert board.mode_id() == state["nvpmodel_id"]
+    for cpu, value in state["online"].items():
+        assert board.read(f"sys/devices/system/cpu/cpu{cpu}/online") == value
+
+
+def test_layout_is_named_from_the_path_under_the_root_not_the_root_itself(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "platform" / "b", "orin-agx", "l4t35")
+    assert device(fake).describe()["layout"] == "l4t35"
 
 
 def test_live_board_moves_its_rails_after_direct_writes(tmp_path: Path) -> None:
@@ -502,3 +703,46 @@ def test_live_board_moves_its_rails_after_direct_writes(tmp_path: Path) -> None:
         while fake.rail_watts() == settled and time.monotonic() < deadline:
             time.sleep(0.02)
     assert fake.rail_watts()["VDD_GPU_SOC"] < settled["VDD_GPU_SOC"]
+
+
+def test_a_mode_the_space_file_does_not_know_comes_from_the_boards_conf(tmp_path: Path) -> None:
+    """A conf with other modes (as the 32 GB module's MODE_40W): the board's modes are the knob, with their caps.
+
+    The numbers of this mode are made up for the test; what is checked is that they come from the conf.
+    """
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35", start="MAXN")
+    conf = next((fake.root / "etc/nvpmodel").glob("*.conf"))
+    text = (
+        conf.read_text().replace("NAME=MODE_50W", "NAME=MODE_40W").replace("MAX_FREQ 816000000", "MAX_FREQ 714000000")
+    )
+    conf.write_text(text)
+    dev = device(fake)
+    space = dev.space()
+    assert space.knobs["nvpmodel"].values == ["MAXN", "15W", "30W", "40W"]
+    assert space.modes["40W"].caps["gpu_mhz"] == 714 and space.modes["40W"].id == 3
+    assert any("nvpmodel modes MAXN, 15W, 30W, 40W" in note for note in dev.notes)
+    before = fake.snapshot()
+    state = dev.read_state()
+    dev.apply(Config(knobs={**space.default_config().knobs, "nvpmodel": "40W"}, batch_size=1))
+    assert fake.mode_id() == 3
+    dev.restore(state)
+    assert fake.snapshot() == before
+
+
+def test_an_offline_cluster_is_woken_only_when_its_saved_limits_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _policy8_offline_board(tmp_path)
+    dev = device(fake)
+    state = dev.read_state()
+    written: list[str] = []
+    real = sysfs.write
+    monkeypatch.setattr(sysfs, "write", lambda root, path, value: (written.append(path.name), real(root, path, value)))
+    dev.apply(Config(knobs={**dev.space().default_config().knobs, "cpu_mhz": 1344}, batch_size=1))  # stays 30W
+    dev.restore(state)
+    assert "online" not in written  # policy8 was never touched, so cpu8 never came online
+    maxn = {"nvpmodel": "MAXN", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 1344}
+    dev.apply(Config(knobs=maxn, batch_size=1))
+    written.clear()
+    dev.restore(state)
+    assert written.count("online") == 2  # cpu8 up for policy8's limits, then down again

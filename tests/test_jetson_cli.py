@@ -1,5 +1,12 @@
-"""A new user's session against a fake AGX Orin, through the CLI: run, export, apply, restore, crashes."""
+"""A new user's session against the strict fake AGX Orin, through the CLI: run, export, apply, restore, crashes.
 
+The matrix tests start the board in MODE_30W (cluster 2 offline, the shipped default) or MAXN, on
+the L4T 35, 36.3 and 36.4 layouts and both GPU grids, and check that every way a session can end
+leaves the tree byte for byte as it was. Board state is what they check, so their windows are
+quick_measure's 0.1 s rail readings; the first test runs the real model under LoadGen.
+"""
+
+import errno
 import json
 import os
 import signal
@@ -10,7 +17,12 @@ import time
 import pytest
 import yaml
 from clirun import run_cli
-from fakeboard import make_fake_board
+from fakeboard import make_fake_board, quick_measure
+from typer.testing import CliRunner
+
+from tuner.cli import app, main
+from tuner.devices.jetson import JetsonDevice, sysfs
+from tuner.devices.journal import pending_journals
 
 pytest.importorskip("torch")
 pytest.importorskip("mlperf_loadgen")
@@ -49,10 +61,10 @@ RUN = (
 def test_run_export_apply_restore(board, tmp_path):
     original = board.snapshot()
     out = tmp_path / "studies"
-    r = run_cli(*RUN, "--trials", "3", "--out", str(out), "--json")
+    r = run_cli(*RUN, "--trials", "2", "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
     payload = json.loads(r.stdout)
-    assert payload["measured"] == 3 and payload["twin"] is False
+    assert payload["measured"] == 2 and payload["twin"] is False
     assert payload["best"]["meter"] == "ina3221"
     assert board.snapshot() == original  # the study restored the board
 
@@ -105,7 +117,7 @@ def test_unsupported_frequency_in_an_export_writes_nothing(board, tmp_path):
                 "twin": False,
                 "model": "resnet50",
                 "batch_size": 8,
-                "knobs": {"nvpmodel": "MAXN", "gpu_mhz": 1236.75, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6},
+                "knobs": {"nvpmodel": "MAXN", "gpu_mhz": 1234.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6},
                 "max_latency_ms": 50.0,
                 "percentile": "p99",
                 "metrics": {},
@@ -115,7 +127,7 @@ def test_unsupported_frequency_in_an_export_writes_nothing(board, tmp_path):
     )
     r = run_cli("apply", str(best))
     assert r.returncode == 2
-    assert "gpu_mhz=1236.75 is not supported" in r.stderr and "Traceback" not in r.stderr
+    assert "gpu_mhz=1234.5 is not supported" in r.stderr and "Traceback" not in r.stderr
     assert board.snapshot() == original
     best.write_text("version: 1\ndevice_kind: [broken")
     r = run_cli("apply", str(best))
@@ -168,4 +180,145 @@ def test_killed_mid_trial_and_the_board_comes_back_byte_for_byte(board, tmp_path
 def test_devices_finds_the_board(board):
     r = run_cli("devices", "--json")
     boards = [d for d in json.loads(r.stdout)["devices"] if not d["twin"] and d["kind"] == "orin-agx"]
-    assert [d["name"] for d in boards] == ["orin"]
+    assert [(d["name"], d["title"]) for d in boards] == [("orin", "NVIDIA Jetson AGX Orin Developer Kit (L4T 36.4.0)")]
+
+
+# -- the matrix: starting state x layout x GPU grid ----------------------------------------
+
+STARTS = ["MODE_30W", "MAXN"]
+LAYOUTS = ["l4t35", "l4t36.3", "l4t36.4"]
+GRIDS = ["jp5", "jp6"]
+LAYOUT_REV = {"l4t35": "4.1", "l4t36.3": "3.0", "l4t36.4": "4.0"}
+FULL = [(s, lay, g) for s in STARTS for lay in LAYOUTS for g in GRIDS]
+# Runs and kills cost seconds each: each start on L4T 35 and on 36, each start with each grid,
+# each layout once at least (apply + restore, which is cheap, runs the full matrix).
+COVER = [
+    ("MODE_30W", "l4t35", "jp5"),
+    ("MODE_30W", "l4t36.4", "jp6"),
+    ("MAXN", "l4t35", "jp6"),
+    ("MAXN", "l4t36.3", "jp5"),
+]
+
+
+def matrix_board(tmp_path, monkeypatch, start, layout, grid):
+    fake = make_fake_board(tmp_path / "board", "orin-agx", layout, seed=2, grid=grid, start=start)
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    return fake
+
+
+def invoke(*args):
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0 and result.exception is None, (result.output, result.exception)
+    return result
+
+
+@pytest.mark.parametrize(("start", "layout", "grid"), COVER, ids=["-".join(c) for c in COVER])
+def test_run_leaves_the_board_as_it_was(tmp_path, monkeypatch, start, layout, grid):
+    fake = matrix_board(tmp_path, monkeypatch, start, layout, grid)
+    monkeypatch.setattr(JetsonDevice, "measure", quick_measure)
+    original = fake.snapshot()
+    invoke(
+        "run", "--model", "tiny-cnn", "--device", "orin", "--max-latency", "500ms",
+        "--knobs", "nvpmodel,gpu_mhz,cpu_cores", "--batch-sizes", "1", "--sampler", "random", "--window", "1",
+        "--seed", "3", "--trials", "2",
+        "--out", str(tmp_path / "s"), "--json",
+    )  # fmt: skip
+    assert fake.snapshot() == original and pending_journals() == []
+    pareto = json.loads(next((tmp_path / "s").rglob("pareto.json")).read_text())
+    record = pareto["provenance"]
+    assert record["hardware"] == "NVIDIA Jetson AGX Orin Developer Kit"
+    assert f"R{layout[3:5]} (release), REVISION: {LAYOUT_REV[layout]}" in record["l4t"]
+
+
+@pytest.mark.parametrize(("start", "layout", "grid"), FULL, ids=["-".join(c) for c in FULL])
+def test_apply_then_restore_leaves_the_board_as_it_was(tmp_path, monkeypatch, start, layout, grid):
+    fake = matrix_board(tmp_path, monkeypatch, start, layout, grid)
+    original = fake.snapshot()
+    gpu = sorted(int(f) for f in (fake.gpu_dir / "available_frequencies").read_text().split())[2]
+    mhz = gpu / 1e6 if gpu % 1_000_000 else gpu // 1_000_000
+    best = tmp_path / "best.yaml"
+    export = {
+        "version": 1, "device_kind": "orin-agx", "device": "orin", "twin": False, "model": "tiny-cnn", "batch_size": 4,
+        "knobs": {"nvpmodel": "MAXN", "gpu_mhz": mhz, "emc_mhz": 2133, "cpu_cores": 12, "cpu_mhz": 1344},
+        "max_latency_ms": 50.0, "percentile": "p99", "metrics": {},
+        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
+    }  # fmt: skip
+    best.write_text(yaml.safe_dump(export))
+    invoke("apply", str(best))
+    assert fake.read("sys/devices/system/cpu/cpu8/online") == "1"
+    assert int((fake.gpu_dir / "max_freq").read_text()) == gpu
+    assert "restored: orin" in invoke("restore").output
+    assert fake.snapshot() == original
+
+
+@pytest.mark.parametrize(("start", "layout", "grid"), COVER, ids=["-".join(c) for c in COVER])
+def test_kill_9_mid_trial_then_restore_leaves_the_board_as_it_was(tmp_path, monkeypatch, start, layout, grid):
+    fake = matrix_board(tmp_path, monkeypatch, start, layout, grid)
+    original = fake.snapshot()
+    cmd = [sys.executable, "-m", "tuner", *RUN, "--knobs", "nvpmodel,gpu_mhz,cpu_cores", "--trials", "1"]
+    env = {**os.environ, "FAKE_MEASURE": "hang"}
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(tmp_path / "s")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    wait_until_applied(fake, original, proc)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert fake.snapshot() != original and [j.device for j in pending_journals()] == ["orin"]
+    assert "restored: orin" in invoke("restore").output
+    assert fake.snapshot() == original and pending_journals() == []
+
+
+def tune(capsys, monkeypatch, *args):
+    """The console script in this process: exit code and stderr, as a user's shell sees them."""
+    monkeypatch.setattr(sys, "argv", ["tune", *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+        raise SystemExit(0)
+    return done.value.code or 0, capsys.readouterr().err
+
+
+def test_a_partial_restore_keeps_the_journal_and_says_how_to_finish(board, tmp_path, capsys, monkeypatch):
+    original = board.snapshot()
+    best = tmp_path / "best.yaml"
+    export = {
+        "version": 1, "device_kind": "orin-agx", "device": "orin", "twin": False, "model": "tiny-cnn", "batch_size": 4,
+        "knobs": {"nvpmodel": "15W", "gpu_mhz": 318.75, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1113.6},
+        "max_latency_ms": 50.0, "percentile": "p99", "metrics": {},
+        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
+    }  # fmt: skip
+    best.write_text(yaml.safe_dump(export))
+    assert tune(capsys, monkeypatch, "apply", str(best))[0] == 0
+    board.set_nvpmodel_fails()  # nvpmodel -m fails, as when a release's conf names a missing devfreq node
+    code, err = tune(capsys, monkeypatch, "restore")
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "restore of orin incomplete" in err and "tune restore --device orin" in err
+    assert [j.device for j in pending_journals()] == ["orin"]
+    code, err = tune(capsys, monkeypatch, *RUN, "--trials", "1", "--out", str(tmp_path / "s"))
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and "restore of orin incomplete" in errors[0] and "Traceback" not in err
+    board.set_nvpmodel_fails(False)
+    assert tune(capsys, monkeypatch, "restore")[0] == 0
+    assert board.snapshot() == original and pending_journals() == []
+
+
+def test_a_value_the_kernel_refuses_mid_run_is_one_line_and_the_board_comes_back(board, tmp_path, capsys, monkeypatch):
+    """A board that refuses a write (here: a cluster's limits made unwritable) ends the run in one line."""
+    original = board.snapshot()
+    monkeypatch.setattr(JetsonDevice, "measure", quick_measure)
+    real_write = sysfs.write
+
+    def refusing(root, path, value):
+        if path.name == "scaling_max_freq":
+            raise sysfs.BoardWriteError(path, errno.EPERM, sysfs._rule(path, errno.EPERM))
+        return real_write(root, path, value)
+
+    monkeypatch.setattr("tuner.devices.jetson.sysfs.write", refusing)
+    knobs = RUN.index("--knobs") + 1
+    args = [*RUN[:knobs], "cpu_mhz", *RUN[knobs + 1 :], "--trials", "1", "--out", str(tmp_path / "s")]
+    code, err = tune(capsys, monkeypatch, *args)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 1 and "Traceback" not in err and len(errors) == 1
+    assert "scaling_max_freq" in errors[0] and "Operation not permitted" in errors[0] and "offline" in errors[0]
+    monkeypatch.setattr("tuner.devices.jetson.sysfs.write", real_write)
+    assert board.snapshot() == original

@@ -23,6 +23,13 @@ EXPORT_VERSION = 1
 
 
 class Provenance(BaseModel):
+    """Where an exported mode comes from: the study and trial, and what it was measured on and with.
+
+    ``measured_on`` (hardware name, driver or L4T release, host) and
+    ``software`` (tool, torch, onnxruntime, LoadGen versions) are copied from
+    the study; exports written before they were recorded lack them.
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     study: str
@@ -30,6 +37,9 @@ class Provenance(BaseModel):
     trial: int
     exported_at: str
     tool_version: str = __version__
+    meter: str | None = None
+    measured_on: dict[str, Any] | None = None
+    software: dict[str, str | None] | None = None
 
 
 class ExportedConfig(BaseModel):
@@ -78,6 +88,8 @@ def export_config(study: optuna.Study, storage: str, max_latency_ms: float) -> E
     metrics = {k: record[k] for k in ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")}
     metrics["meter"] = record["meter"]
     metrics["feasible_in_study"] = is_feasible(trial)
+    measured = dict(attrs.get("provenance") or {})
+    software = measured.pop("software", None)
     return ExportedConfig(
         device_kind=attrs["device_kind"],
         device=attrs["device"],
@@ -93,6 +105,9 @@ def export_config(study: optuna.Study, storage: str, max_latency_ms: float) -> E
             storage=redact(storage),
             trial=trial.number,
             exported_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            meter=record["meter"],
+            measured_on=measured or None,
+            software=software,
         ),
     )
 
@@ -107,7 +122,9 @@ def write_export(config: ExportedConfig, path: Path) -> None:
 
 def load_export(path: Path) -> ExportedConfig:
     """Read an exported configuration; a corrupt or foreign file is a one-line user error."""
-    return load_yaml_model(path, ExportedConfig, "exported configuration", "re-create it with tune export")
+    return load_yaml_model(
+        path, ExportedConfig, "exported configuration", "re-create it with tune export", version=EXPORT_VERSION
+    )
 
 
 def deploy_config(exported: ExportedConfig, device: Device) -> Config:

@@ -5,6 +5,11 @@ privilege) is raised as :class:`UserError`; the CLI prints its one-line message
 and exits with code 2, before any hardware write where the check allows it.
 """
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
 
 class UserError(Exception):
     """A problem the user can fix; the message names the problem and the fix."""
@@ -14,3 +19,13 @@ class UserError(Exception):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, turned into an exception so the same finally-blocks restore the hardware."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean resnet50?)' for a near miss among ``choices``, else ''.
+
+    A typo is the commonest bad input; naming the likely intent is a better fix
+    than a list the user has to scan.
+    """
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

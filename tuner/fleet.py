@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
+from tuner.records import candidates
 from tuner.storage import open_storage, redact, storage_errors
 from tuner.study import best_feasible, is_feasible, trial_record
 
@@ -71,6 +72,8 @@ def _feasible_value(trial: FrozenTrial) -> float | None:
 def study_status(study: optuna.Study, url: str) -> StudyStatus:
     """Counts by state for the study and for each worker, and the best feasible trial of each."""
     trials = study.get_trials(deepcopy=False)
+    # A worker's best is drawn from the trials the study's best is drawn from, so it is never better.
+    eligible = {t.number for t in candidates([t for t in trials if t.state == TrialState.COMPLETE])}
     workers: dict[str, WorkerStatus] = {}
     for t in trials:
         if t.state == TrialState.WAITING:
@@ -82,7 +85,7 @@ def study_status(study: optuna.Study, url: str) -> StudyStatus:
             t.state, "pruned"
         )
         setattr(w, field, getattr(w, field) + 1)
-        value = _feasible_value(t)
+        value = _feasible_value(t) if t.number in eligible else None
         if value is not None and (w.best_j_per_query is None or value < w.best_j_per_query):
             w.best_trial, w.best_j_per_query = t.number, value
         if t.datetime_complete is not None:

@@ -49,6 +49,8 @@ class ParetoFile(BaseModel):
     trials_completed: int
     best: dict[str, Any] | None
     fronts: dict[str, list[FrontPoint]] = Field(default_factory=dict)
+    meters: list[str] = Field(default_factory=list)
+    provenance: dict[str, Any] | None = None
 
 
 def completed_records(study: optuna.Study) -> list[dict[str, Any]]:
@@ -116,6 +118,8 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
         trials_completed=len(records),
         best=trial_record(best) if best else None,
         fronts=fronts,
+        meters=sorted({str(r["meter"]) for r in records if r.get("meter")}),
+        provenance=attrs.get("provenance"),
     )
 
 
@@ -188,10 +192,16 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "device",
                 "host",
                 "fail_reason",
+<<<<<<< HEAD
                 "proposed_by",
                 "why",
+=======
+                "source",
+                "feasibility",
+>>>>>>> main
             ]
         )
+        bound = study.user_attrs.get("max_latency_ms")
         for t in trials:
             a = t.user_attrs
             eff = a.get("effective", {})
@@ -210,12 +220,18 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("device", ""),
                     a.get("host", ""),
                     a.get("fail_reason", ""),
+<<<<<<< HEAD
                     a.get("proposed_by", ""),
                     a.get("why", ""),
+=======
+                    trial_source(t),
+                    feasibility(t, bound),
+>>>>>>> main
                 ]
             )
 
 
+<<<<<<< HEAD
 def log_ticks(ax: Any) -> None:
     """Readable log axes: at most about eight labelled ticks (1, 2, 5 x 10^k) and unlabelled minor ones.
 
@@ -228,6 +244,36 @@ def log_ticks(ax: Any) -> None:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
         axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         axis.set_minor_formatter(NullFormatter())
+=======
+def trial_source(trial: optuna.trial.FrozenTrial) -> str:
+    """Where a trial's numbers come from, so an empty reused_from is never a mystery."""
+    a = trial.user_attrs
+    if "reused_from" in a:
+        return f"copied from trial {a['reused_from']} (same effective configuration)"
+    if "repeat_of" in a:
+        return f"re-measurement of trial {a['repeat_of']}: mean of {a.get('measurements', '?')} windows"
+    if "j_per_query" in a:
+        return "measured"
+    return ""
+
+
+def feasibility(trial: optuna.trial.FrozenTrial, bound_ms: float | None) -> str:
+    """Why a trial is (in)feasible, with the noise margin a re-measurement adds to its latency."""
+    slack = trial.constraints.get("latency") if trial.constraints else None
+    key = trial.user_attrs.get("latency_key", "p99_ms")
+    latency = trial.user_attrs.get(key)
+    if slack is None or latency is None or bound_ms is None:
+        return ""
+    name = key.removesuffix("_ms")
+    verdict = "meets" if slack <= 0 else "misses"
+    margin = trial.user_attrs.get("latency_margin")
+    if margin is None:
+        return f"{verdict} the bound: {name} {latency:.4g} ms vs {bound_ms:g} ms"
+    return (
+        f"{verdict} the bound: mean {name} {latency:.4g} ms plus a {margin:.1%} noise margin "
+        f"= {latency * (1 + margin):.4g} ms vs {bound_ms:g} ms"
+    )
+>>>>>>> main
 
 
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:

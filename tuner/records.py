@@ -32,6 +32,12 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 def best_of(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
     """best_feasible over a list of completed trials (a study, or the first n trials of one)."""
+    done = candidates(trials)
+    return min(done, key=lambda t: (t.value, t.number)) if done else None
+
+
+def candidates(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials best_of may pick from: anything else shown as a "best" would contradict it."""
     done = [t for t in representatives(trials) if t.value is not None and math.isfinite(t.value) and is_feasible(t)]
     repeats = [t for t in representatives(trials) if "repeat_of" in t.user_attrs]
     if repeats:
@@ -41,7 +47,7 @@ def best_of(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial 
         else:
             margin = max(t.user_attrs.get("latency_margin", 0.0) for t in repeats) * SINGLE_WINDOW_MARGIN
             done = [t for t in done if _meets_with_margin(t, margin)]
-    return min(done, key=lambda t: (t.value, t.number)) if done else None
+    return done
 
 
 def _meets_with_margin(trial: optuna.trial.FrozenTrial, margin: float) -> bool:

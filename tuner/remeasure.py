@@ -1,8 +1,17 @@
-"""After the search: re-measure the best feasible configurations so a lucky window cannot win."""
+"""After the search: re-measure the best feasible configurations so a lucky window cannot win.
+
+A single run re-measures after its search loop (:func:`remeasure_top`). A
+fleet with a study quota cannot: once the quota is full no trial may start.
+There the quota's last slots are kept for re-measurements, and whichever
+worker takes such a slot asks :func:`next_repeat` which configuration to
+measure again (tuner.storage.QuotaStudy).
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 
@@ -42,3 +51,39 @@ def remeasure_top(
         budget -= repeats
         last = study.get_trials(deepcopy=False)[-1]
         passed += last.state == optuna.trial.TrialState.COMPLETE and is_feasible(last)
+
+
+def next_repeat(
+    study: optuna.Study, space: SearchSpace, top: int, repeats: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The fleet's next re-measurement window as ``(params, user_attrs)``, or None when there is none.
+
+    The same choice as :func:`remeasure_top`, read from the study's state so
+    that any worker can make it: walk the feasible candidates best first,
+    skip those that already have ``repeats`` windows (done or running), and
+    stop after ``top`` of them or ``top x repeats`` windows in all. A
+    candidate whose mean misses the bound drops out of the feasible ones, so
+    the next one is re-measured instead. The caller holds the admission lock,
+    so running re-measurements carry their effective key from the start.
+    """
+    trials = study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+    )
+    windows = Counter(t.user_attrs.get("effective_key") for t in trials if "repeat_of" in t.user_attrs)
+    if sum(windows.values()) >= top * repeats:
+        return None
+    covered = 0
+    for t in sorted(finite_representatives(study), key=lambda t: (t.value, t.number)):
+        if not is_feasible(t):
+            continue
+        if covered >= top:
+            return None
+        key = t.user_attrs["effective_key"]
+        if windows[key] < repeats:
+            config = Config(knobs=t.user_attrs["config"], batch_size=t.user_attrs["batch_size"])
+            return space.params_for(config), {
+                "repeat_of": t.user_attrs.get("repeat_of", t.number),
+                "effective_key": key,
+            }
+        covered += 1
+    return None

@@ -24,15 +24,17 @@ lacks is a constant that its fitted coefficient absorbs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
 from runners.profile import ModelProfile
 from tuner.errors import UserError
-from tuner.space import Config, SearchSpace
+from tuner.space import Config, Grid, Mode, SearchSpace
 
 ROLE_NAMES = {
     "gpu_mhz": ("gpu_mhz", "sm_mhz", "gpu_clock_mhz", "graphics_mhz"),
@@ -81,15 +83,22 @@ class Features:
         return Features(**arrays, gpu_max=self.gpu_max, mem_max=self.mem_max, cpu_max=self.cpu_max)
 
 
-def features(space: SearchSpace, configs: list[Config]) -> Features:
-    """Decode configurations (already effective) into the roofline's physical inputs."""
-    roles = knob_roles(space)
+def features(space: SearchSpace, configs: list[Config] | Grid) -> Features:
+    """Decode configurations (already effective) into the roofline's physical inputs.
 
-    def column(role: str, default: float) -> np.ndarray:
+    A whole space's :class:`~tuner.space.Grid` is decoded from its per-knob
+    tables in numpy, without building a Config per point.
+    """
+    roles = knob_roles(space)
+    grid = configs if isinstance(configs, Grid) else None
+
+    def column(role: str, default: float, value: Callable[[Any], float] = float) -> np.ndarray:
         knob = roles.get(role)
         if knob is None:
             return np.full(len(configs), default)
-        return np.array([float(c.knobs[knob]) for c in configs])
+        if grid is not None:
+            return grid.column(knob, value)
+        return np.array([value(c.knobs[knob]) for c in configs], dtype=float)
 
     def top(role: str) -> float:
         knob = roles.get(role)
@@ -97,20 +106,23 @@ def features(space: SearchSpace, configs: list[Config]) -> Features:
             return 1.0
         return max(float(v) for v in space.knobs[knob].values)
 
-    tpcs = []
-    for c in configs:
-        mode = space.mode_of(c)
-        tpcs.append(float(mode.properties.get("tpcs", 1.0)) if mode is not None else 1.0)
-    precision_knob = roles.get("precision")
-    scale = [PRECISION_BYTES.get(str(c.knobs[precision_knob]), 1.0) if precision_knob else 1.0 for c in configs]
+    def tpcs(mode: Mode | None) -> float:
+        return float(mode.properties.get("tpcs", 1.0)) if mode is not None else 1.0
+
+    if grid is not None:
+        tpc = grid.mode_column(tpcs)
+        batch = grid.batch_column()
+    else:
+        tpc = np.array([tpcs(space.mode_of(c)) for c in configs], dtype=float)
+        batch = np.array([float(c.batch_size) for c in configs])
     return Features(
         gpu=column("gpu_mhz", 1.0),
-        tpcs=np.array(tpcs),
+        tpcs=tpc,
         mem=column("mem_mhz", 1.0),
         cpu=column("cpu_mhz", 1.0),
         cores=column("cpu_cores", 1.0),
-        batch=np.array([float(c.batch_size) for c in configs]),
-        byte_scale=np.array(scale),
+        batch=batch,
+        byte_scale=column("precision", 1.0, lambda v: PRECISION_BYTES.get(str(v), 1.0)),
         power_limit=column("power_limit_w", np.inf),
         gpu_max=top("gpu_mhz"),
         mem_max=top("mem_mhz"),

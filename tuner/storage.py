@@ -10,12 +10,16 @@ this module in clear: every URL that is printed or stored goes through
 RDB storages get Optuna's heartbeat: a worker killed in the middle of a trial
 stops beating, another worker marks that trial FAIL once the grace period has
 passed and enqueues a copy of its parameters, which the next ``ask`` picks up.
+A trial beats from the moment it starts (:class:`FleetStorage`), so a worker
+killed before its heartbeat thread ran leaves nothing RUNNING forever.
 
 A fleet that should reach N completed trials in total admits trials under a
 lock held in the database (PostgreSQL advisory lock) or next to it (a file
 lock beside an SQLite file): a new trial starts only while completed plus
 running trials are fewer than N. Running trials that fail free their slot
-again, so waiting workers keep polling until N trials are complete.
+again, so waiting workers keep polling until N trials are complete. Failing a
+stale trial and queuing its retry happen under that lock too, in one step, so
+no peer can take the freed slot while the retry is not yet queued.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import re
 import time
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import optuna
+from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
 from tuner.errors import UserError
@@ -68,9 +74,38 @@ def driver_url(url: str) -> str:
     kept in PGPASSWORD (or ~/.pgpass) is never part of any URL.
     """
     name = scheme(url)
+    url = _password_from_env(url)
     if name in PG_SCHEMES:
         return f"{PG_DIALECT}://{url.split('://', 1)[1]}"
     return url
+
+
+_PASSWORD_ENV = re.compile(r"(?i)([?&;])password_env=([^&#;]*)&?")
+
+
+def password_env(url: str) -> str | None:
+    """The environment variable named by ``?password_env=VAR`` in a storage URL, if any."""
+    match = _PASSWORD_ENV.search(url)
+    return match.group(2) if match else None
+
+
+def _password_from_env(url: str) -> str:
+    """Move the password named by ``password_env=VAR`` into the URL handed to the driver.
+
+    The typed URL (and so the process list) holds only the variable's name;
+    the secret goes straight from the environment to the driver.
+    """
+    var = password_env(url)
+    if var is None:
+        return url
+    secret = os.environ.get(var)
+    if not secret:
+        raise UserError(f"--storage names password_env={var}, but {var} is not set: export {var}=... first")
+    url = _PASSWORD_ENV.sub(lambda m: m.group(1), url).rstrip("?&;")
+    head, rest = url.split("://", 1)
+    userinfo, at, hostpart = rest.rpartition("@")
+    user = userinfo.split(":", 1)[0] if at else ""
+    return f"{head}://{user}:{quote(secret, safe='')}@{hostpart}"
 
 
 def redact(url: str) -> str:
@@ -92,6 +127,9 @@ def secrets_of(url: str) -> list[str]:
             found += [query.group(1), unquote(query.group(1))]
     if is_postgres(url) and os.environ.get("PGPASSWORD"):
         found.append(os.environ["PGPASSWORD"])
+    var = password_env(url)
+    if var and os.environ.get(var):
+        found += [os.environ[var], quote(os.environ[var], safe="")]
     return sorted(set(found), key=len, reverse=True)
 
 
@@ -133,6 +171,83 @@ def _stale_callback_kwargs() -> dict[str, Any]:
     return {name: retry}
 
 
+class FleetStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage with two fleet guarantees on top of its heartbeat.
+
+    A trial gets its first heartbeat in the step that makes it RUNNING, not
+    when Optuna's heartbeat thread first runs: a worker killed in between
+    would otherwise leave a RUNNING trial that no peer ever sees as stale (a
+    trial with no heartbeat at all is never stale to Optuna), and a quota
+    fleet would wait for it forever. A RUNNING trial that still has no
+    heartbeat (killed between those two commits, or written by an older
+    version) counts as stale once it started twice the grace period ago by
+    this host's clock.
+
+    With ``stale_checks_when_admitting`` (set by :class:`QuotaStudy`), stale
+    trials are only looked for inside :meth:`admitting`, which QuotaStudy
+    enters under the admission lock: Optuna's own check at the start of each
+    trial runs outside that lock, and a peer could take the slot freed by
+    the failed trial before its retry is queued.
+    """
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.stale_checks_when_admitting = False
+        self._admitting = False
+
+    @contextlib.contextmanager
+    def admitting(self) -> Iterator[None]:
+        self._admitting = True
+        try:
+            yield
+        finally:
+            self._admitting = False
+
+    def _create_new_trial(self, study_id: int, template_trial: optuna.trial.FrozenTrial | None = None) -> Any:
+        frozen = super()._create_new_trial(study_id, template_trial)
+        if frozen.state == TrialState.RUNNING and self.heartbeat_interval is not None:
+            self.record_heartbeat(frozen._trial_id)
+        return frozen
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
+        changed = super().set_trial_state_values(trial_id, state, values)
+        if changed and state == TrialState.RUNNING and self.heartbeat_interval is not None:
+            self.record_heartbeat(trial_id)
+        return changed
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        if self.stale_checks_when_admitting and not self._admitting:
+            return []
+        stale = super()._get_stale_trial_ids(study_id)
+        return stale + self._never_beaten(study_id, exclude=set(stale))
+
+    def _never_beaten(self, study_id: int, exclude: set[int]) -> list[int]:
+        """RUNNING trials with no heartbeat row that started more than two grace periods ago."""
+        from optuna.storages._rdb import models
+
+        running = [
+            t
+            for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+            if t._trial_id not in exclude
+        ]
+        if not running:
+            return []
+        session = self.scoped_session()
+        try:
+            query = session.query(models.TrialHeartbeatModel.trial_id)
+            beaten = {
+                row[0] for row in query.filter(models.TrialHeartbeatModel.trial_id.in_([t._trial_id for t in running]))
+            }
+        finally:
+            session.close()
+        limit = datetime.now() - timedelta(seconds=2 * (self.grace_period or 2 * (self.heartbeat_interval or 0)))
+        return [
+            t._trial_id
+            for t in running
+            if t._trial_id not in beaten and t.datetime_start is not None and t.datetime_start < limit
+        ]
+
+
 def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str | optuna.storages.BaseStorage:
     """What ``optuna.create_study`` should get for ``url``: an RDBStorage with heartbeat where possible.
 
@@ -149,7 +264,7 @@ def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str
         if heartbeat_s is not None:
             kwargs.update(heartbeat_interval=int(heartbeat_s), grace_period=3 * int(heartbeat_s))
             kwargs.update(_stale_callback_kwargs())
-        storage = optuna.storages.RDBStorage(driver_url(url), **kwargs)
+        storage = FleetStorage(driver_url(url), **kwargs)
     if heartbeat_s is not None and sqlite_path(url) is not None:
         # Write-ahead logging: one sync per commit instead of several, which pays for the heartbeat's
         # extra writes, and readers (tune status) never block a running study. It persists in the file;
@@ -213,13 +328,21 @@ class StudyFull(Exception):
 class QuotaStudy(optuna.Study):
     """A study whose ``ask`` admits a trial only while the study-wide quota has room.
 
-    Admission (count, then create or pop a waiting trial) happens under
-    :func:`storage_lock`, so two workers can never both take the last slot:
-    completed plus running trials never exceed ``quota``, and since workers
-    only stop once ``quota`` trials are COMPLETE, the study ends with exactly
-    that many. A worker that finds every slot taken by running trials waits,
-    failing stale ones (a dead worker's) so their slots, and their retries,
-    come back.
+        Admission happens under :func:`storage_lock`, in this order: fail stale
+        trials (a dead worker's) and queue their retries; count; then create a
+        trial or take a queued one, and sample all its parameters (``propose``,
+    the objective's own suggest calls, which later return the same values). So two workers
+        can never both take the last slot (completed plus running trials never
+        exceed ``quota``, and since workers only stop once ``quota`` trials are
+        COMPLETE, the study ends with exactly that many); a slot freed by a
+        failed trial goes to its retry first; and every proposal sees the
+        parameters of every trial already running. A worker that finds every
+        slot taken by running trials waits and polls.
+
+        The last ``reserve`` slots go to re-measurements: while one is free,
+        ``plan_repeat`` (read under the lock) names the next configuration to
+        measure again as ``(params, user_attrs)``, or None when there is none,
+        and the slot then goes to an ordinary trial.
     """
 
     def __init__(
@@ -229,12 +352,21 @@ class QuotaStudy(optuna.Study):
         quota: int,
         deadline: float | None = None,
         poll_s: float = 1.0,
+        propose: Callable[[optuna.Trial], Any] | None = None,
+        reserve: int = 0,
+        plan_repeat: Callable[[optuna.Study], tuple[dict[str, Any], dict[str, Any]] | None] | None = None,
     ) -> None:
         super().__init__(study_name=study.study_name, storage=study._storage, sampler=study.sampler)
         self.url = url
         self.quota = quota
         self.deadline = deadline
         self.poll_s = poll_s
+        self.propose = propose
+        self.reserve = reserve if plan_repeat is not None else 0
+        self.plan_repeat = plan_repeat
+        self._fleet = getattr(self._storage, "_backend", self._storage)
+        if isinstance(self._fleet, FleetStorage):
+            self._fleet.stale_checks_when_admitting = True
 
     def counts(self) -> tuple[int, int]:
         trials = self.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
@@ -244,14 +376,46 @@ class QuotaStudy(optuna.Study):
     def ask(self, fixed_distributions: dict | None = None) -> optuna.Trial:
         while True:
             with storage_lock(self.url, self.study_name):
+                self._fail_stale()
                 done, running = self.counts()
                 if done >= self.quota:
                     raise StudyFull(f"the study has its {self.quota} completed trials")
                 if done + running < self.quota:
-                    return super().ask(fixed_distributions)
+                    if done + running >= self.quota - self.reserve:
+                        self._queue_repeat()
+                    return self._start(fixed_distributions)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 raise StudyFull("timeout")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(self)
             time.sleep(self.poll_s)
+
+    def _start(self, fixed_distributions: dict | None) -> optuna.Trial:
+        """Create or take the trial and sample it, beating meanwhile: a slow proposal is not a dead worker."""
+        trial = super().ask(fixed_distributions)
+        if self.propose is not None:
+            try:
+                with get_heartbeat_thread(trial._trial_id, self._storage):
+                    self.propose(trial)
+            except BaseException:
+                # Ctrl-C or a sampler error before the objective ran: no trial left RUNNING behind.
+                self.tell(trial, state=TrialState.FAIL)
+                raise
+        return trial
+
+    def _fail_stale(self) -> None:
+        """Fail stale trials and queue their retries: one step, as the caller holds the admission lock."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if isinstance(self._fleet, FleetStorage):
+                with self._fleet.admitting():
+                    optuna.storages.fail_stale_trials(self)
+            else:
+                optuna.storages.fail_stale_trials(self)
+
+    def _queue_repeat(self) -> None:
+        """Queue the next re-measurement, unless a queued trial (a retry) takes this slot anyway."""
+        if self.plan_repeat is None or self.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        job = self.plan_repeat(self)
+        if job is not None:
+            params, user_attrs = job
+            self.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=False)

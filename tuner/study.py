@@ -9,6 +9,8 @@ tuner.records; their public names are re-exported here for callers.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import random
@@ -23,11 +25,12 @@ from tuner.devices.base import Device
 from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.objective import METRIC_KEYS, MeasurementRejected, Objective
+from tuner.provenance import provenance
 from tuner.records import best_feasible, best_of, is_feasible, representatives, trial_record
-from tuner.remeasure import remeasure_top
+from tuner.remeasure import next_repeat, remeasure_top
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
-from tuner.space import Config, SearchSpace
+from tuner.space import Grid, SearchSpace
 from tuner.storage import QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
 from tuner.units import format_ms
 
@@ -113,18 +116,22 @@ class Explorer:
         self.space = space
         self.objective = objective
         self.rng = random.Random(seed)
-        self._grid: list[Config] | None = None
 
     def enqueue_unmeasured(self, study: optuna.Study) -> bool:
         """Queue a random unmeasured configuration; False when every one has been measured."""
-        if self._grid is None:
-            self._grid = self.space.grid()
-        left = [c for c in self._grid if json.dumps(c.key()) not in self.objective.cache]
-        if not left:
+        grid = Grid(self.space)
+        measured = {grid.position(key) for key in self.objective.cache} - {None}
+        left = len(grid) - len(measured)
+        if left <= 0:
             return False
+        # Draw by position; once most of the grid is measured, pick among the few left instead.
+        if left * 4 >= len(grid):
+            pick = next(i for i in iter(lambda: self.rng.randrange(len(grid)), None) if i not in measured)
+        else:
+            pick = self.rng.choice([i for i in range(len(grid)) if i not in measured])
         why = "the sampler re-proposed measured configurations: a random unmeasured one"
         study.enqueue_trial(
-            self.space.params_for(self.rng.choice(left)),
+            self.space.params_for(grid[pick]),
             user_attrs={"proposed_by": "explorer", "why": why},
             skip_if_exists=False,
         )
@@ -165,14 +172,27 @@ def run_study(
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)
+        check_same_space(study, space)
         _stamp(study, device, options, space)
+    top, repeats = getattr(sampler, "remeasure", (0, 0))
+    reserve = 0
     if options.study_trials is not None:
-        poll_s = min(2.0, options.heartbeat_s / 2)
-        study = QuotaStudy(study, storage, options.study_trials, deadline, poll_s)
+        # The fleet re-measures inside its quota (the last slots), not after it: see tuner.remeasure.
+        reserve = top * repeats if options.study_trials >= 4 * top * repeats else 0
+        study = QuotaStudy(
+            study,
+            storage,
+            options.study_trials,
+            deadline,
+            poll_s=min(2.0, options.heartbeat_s / 2),
+            propose=space.suggest,
+            reserve=reserve,
+            plan_repeat=functools.partial(next_repeat, space=space, top=top, repeats=repeats),
+        )
+        top = 0
     objective = Objective(device, space, options, study)
     distinct = space.size()
-    target = min(options.trials, max(distinct - len(objective.cache), 0))
-    top, repeats = getattr(sampler, "remeasure", (0, 0))
+    target = min(options.trials, max(distinct - len(objective.cache), 0) + reserve)
     if target < 4 * top * repeats:
         top = 0
     target -= top * repeats
@@ -233,6 +253,43 @@ def _optimize(study: optuna.Study, objective: Objective, callback: Callable, dea
                 raise
 
 
+def space_key(space: SearchSpace) -> str:
+    """A short hash of what a trial's parameters mean: each tuned knob's values in order, and the batch sizes.
+
+    Pinned knobs are left out (they are not parameters), so an observe-only
+    GPU whose clocks were changed between runs still resumes its study.
+    """
+    meaning = {
+        "knobs": {n: [str(v) for v in space.knobs[n].values] for n in space.tuned_knobs},
+        "batch_sizes": space.batch_sizes,
+    }
+    return hashlib.sha256(json.dumps(meaning, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _space_flags(tuned: list[str], batch_sizes: list[int] | None) -> str:
+    flags = f"--knobs {','.join(tuned)}"
+    return flags + (f" --batch-sizes {','.join(map(str, batch_sizes))}" if batch_sizes else "")
+
+
+def check_same_space(study: optuna.Study, space: SearchSpace) -> None:
+    """Refuse to resume a study with another space: its parameter indexes would change meaning.
+
+    Studies from before the key was recorded are compared by their tuned knobs,
+    the only part of the space they recorded.
+    """
+    attrs = study.user_attrs
+    recorded = attrs.get("space_key")
+    if recorded is None and "tuned_knobs" not in attrs:
+        return
+    same = recorded == space_key(space) if recorded is not None else attrs["tuned_knobs"] == space.tuned_knobs
+    if not same:
+        before = _space_flags(attrs.get("tuned_knobs", []), attrs.get("batch_sizes"))
+        raise UserError(
+            f"study {study.study_name} was tuned over another space ({before}, or another --space file): "
+            "run with the same flags to resume it, or give another --out or --storage for this space"
+        )
+
+
 def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
     """Study-level attributes so results and exports can say what was tuned, and how."""
     study.set_user_attr("model", options.model)
@@ -244,5 +301,8 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("percentile", options.window.percentile)
     study.set_user_attr("scenario", options.window.scenario)
     study.set_user_attr("tuned_knobs", space.tuned_knobs)
+    study.set_user_attr("batch_sizes", space.batch_sizes)
+    study.set_user_attr("space_key", space_key(space))
+    study.set_user_attr("provenance", provenance(device))
     if options.study_trials is not None:
         study.set_user_attr("study_trials", options.study_trials)

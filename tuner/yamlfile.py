@@ -1,13 +1,17 @@
 """Reading the YAML files users hand to the tool (search spaces, exported configs).
 
-Both formats fail the same ways (missing file, broken YAML, wrong fields), and
-each failure must be one line that names the file, the place and the fix.
+Both formats fail the same ways (missing file, broken YAML, wrong fields, a
+version from a newer tool, a hostile file), and each failure must be one line
+that names the file, the place and the fix. Hostile files are bounded before
+they cost anything: the size is checked before reading, and a tree of aliases
+that expands past a node budget ("billion laughs") is refused before pydantic
+walks it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -15,23 +19,69 @@ from pydantic import BaseModel, ValidationError
 from tuner.errors import UserError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 200_000
 
 
-def load_yaml_model(path: Path, model: type[ModelT], what: str, fix: str) -> ModelT:
-    """Parse ``path`` into ``model``; ``what`` names the file's role, ``fix`` says how to repair it."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{what} {path} is not valid YAML{where}: {fix}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{what} {path} must be a YAML mapping: {fix}")
+def load_yaml_model(path: Path, model: type[ModelT], what: str, fix: str, version: int | None = None) -> ModelT:
+    """Parse ``path`` into ``model``; ``what`` names the file's role, ``fix`` says how to repair it.
+
+    With ``version`` (the newest one this tool reads), a file from another
+    version is refused by name rather than by a pydantic field error.
+    """
+    data = _read(path, what, fix)
+    if version is not None:
+        found = data.get("version")
+        if found != version:
+            raise UserError(
+                f"{what} {path} has version {found!r}, this tool reads version {version}: "
+                + ("upgrade powertune, or " if isinstance(found, int) and found > version else "")
+                + fix
+            )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "top level"
         raise UserError(f"{what} {path} is invalid at {loc} ({first['msg']}): {fix}") from None
+
+
+def _read(path: Path, what: str, fix: str) -> dict[str, Any]:
+    try:
+        if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
+            raise UserError(f"{what} {path} is larger than {MAX_FILE_BYTES >> 20} MiB: {fix}")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise UserError(f"{what} {path} is larger than {MAX_FILE_BYTES >> 20} MiB: {fix}")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{what} {path} is not UTF-8 text: {fix}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{what} {path} is not valid YAML{where}: {fix}") from None
+    except RecursionError:
+        raise UserError(f"{what} {path} is nested too deeply: {fix}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path} must be a YAML mapping: {fix}")
+    if _expanded_nodes(data, MAX_NODES) > MAX_NODES:
+        raise UserError(f"{what} {path} expands to more than {MAX_NODES} values (YAML aliases?): {fix}")
+    return data
+
+
+def _expanded_nodes(data: Any, budget: int) -> int:
+    """Count the nodes of ``data`` as if aliases were copied, stopping once past ``budget``."""
+    count, stack = 0, [data]
+    while stack and count <= budget:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count

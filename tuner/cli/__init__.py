@@ -1,7 +1,9 @@
 """The ``tune`` command line: a thin Typer layer over the library.
 
 Every command calls a library function; user mistakes surface as one line on
-stderr and exit code 2, never a traceback.
+stderr and exit code 2, never a traceback. That includes Click's own usage
+errors (a mistyped flag, a value that is not a number): they are printed as
+one line with the fix, not as a usage box.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sys
 
 import typer
 
+from tuner import __version__
 from tuner.cli import deploy, fleet, results, search, tuning
 from tuner.errors import UserError
 
@@ -21,7 +24,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"powertune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Find the power mode and batch size that minimise energy per query under a latency bound."""
+
+
 tuning.register(app)
 results.register(app)
 deploy.register(app)
@@ -29,12 +50,20 @@ fleet.register(app)
 search.register(app)
 
 
-def main() -> None:
-    """Entry point of the console script."""
+def usage_line(exc: Exception) -> str:
+    """One line for a Click usage error: Click's own message (with its "Did you mean") and where help is."""
+    message = " ".join(str(exc.format_message()).split()) if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "tune"
+    return f"error: {message.rstrip('.')}: see {path} --help"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script (``argv`` lets tests call it in-process)."""
     try:
-        code = app(standalone_mode=False)
+        code = app(args=argv, prog_name="tune", standalone_mode=False)
     except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted: hardware state restored", err=True)
@@ -48,7 +77,10 @@ def main() -> None:
         # releases and depends on it in older ones, so they are recognised by shape.
         show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
         if callable(show) and isinstance(exit_code, int):
-            show()
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                show()  # a bare `tune` or `tune run`: the help is the answer
+            else:
+                typer.echo(usage_line(exc), err=True)
             sys.exit(exit_code)
         raise
     if code == INTERRUPTED:

@@ -1,8 +1,13 @@
-"""Options and output helpers shared by the commands."""
+"""Options, argument checks and output helpers shared by the commands.
+
+Every check here runs before a command touches disk or hardware: a command
+that fails on bad input leaves the folder exactly as it found it.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +17,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tuner.devices.base import Device
+<<<<<<< HEAD
 from tuner.devices.registry import device_help, open_device
+=======
+from tuner.devices.registry import DEVICE_HELP, open_device
+from tuner.errors import UserError, did_you_mean
+from tuner.storage import redact, sqlite_path
+>>>>>>> main
 from tuner.units import parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
@@ -24,9 +35,18 @@ ModelOpt = typer.Option(
     "-m",
     help="model name (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn) or path.onnx",
 )
+<<<<<<< HEAD
 DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
+=======
+DeviceOpt = typer.Option(..., "--device", "-d", help=f"device: {DEVICE_HELP}")
+>>>>>>> main
 OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
-StorageOpt = typer.Option(None, "--storage", help="Optuna storage URL (default sqlite:///<out>/tune.db)")
+StorageOpt = typer.Option(
+    None,
+    "--storage",
+    help="Optuna storage URL (default sqlite:///<out>/tune.db); keep PostgreSQL passwords out of it: "
+    "PGPASSWORD, ~/.pgpass or ?password_env=VAR",
+)
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
 BatchOpt = typer.Option(None, "--batch-sizes", help="narrow batch sizes, e.g. 1,8,32")
 PercentileOpt = typer.Option("p99", "--percentile", help="latency percentile the bound applies to: p50, p90 or p99")
@@ -55,6 +75,71 @@ def knob_list(text: str | None) -> list[str] | None:
     return None if text is None else [k.strip() for k in text.split(",") if k.strip()]
 
 
+def choice(value: str, choices: tuple[str, ...] | list[str], flag: str) -> str:
+    """``value`` if it is one of ``choices`` (case-insensitive), else a one-line error with a suggestion."""
+    if value.lower() not in choices:
+        raise UserError(
+            f"unknown {flag.lstrip('-')} {value!r}{did_you_mean(value.lower(), choices)}: "
+            f"choose one of {', '.join(choices)}"
+        )
+    return value.lower()
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path("/")
+
+
+def check_out_dir(path: Path, flag: str = "--out") -> Path:
+    """A folder that exists, or can be created where it is named; nothing is created here."""
+    path = Path(path)
+    found = _nearest_existing(path.absolute())
+    if not found.is_dir():
+        what = "is a file" if found == path.absolute() else f"is under {found}, which is a file"
+        raise UserError(f"{flag} {path} {what}, not a folder: give a folder")
+    if not os.access(found, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: {found} is not writable by this user: give a folder you can write to")
+    return path
+
+
+def check_out_file(path: Path, flag: str = "--output") -> Path:
+    """A file path that can be written: not a folder, in a folder that exists or can be created."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder, not a file: give a file name, e.g. {path / 'best.yaml'}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UserError(f"{flag} {path} is not writable by this user: give another file name")
+    check_out_dir(path.parent, flag)
+    return path
+
+
+def run_storage(storage: str | None, out: Path) -> str:
+    """The storage a measuring command will write, checked (not created) up front."""
+    check_out_dir(out)
+    if storage is None:
+        return f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
+    path = sqlite_path(storage)
+    if path is not None:
+        if path.is_dir():
+            raise UserError(f"--storage {storage}: {path} is a folder: name the database file, e.g. {path}/tune.db")
+        check_out_dir(path.parent, "--storage")
+    return storage
+
+
+def read_storage(storage: str | None, out: Path) -> str:
+    """The storage a reading command opens; a missing SQLite file is an error, never created."""
+    url = storage if storage is not None else f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        where = "--storage" if storage is not None else "--out"
+        raise UserError(
+            f"no study storage at {redact(url)}: run tune run first, or point {where} at the folder of your studies"
+        )
+    return url
+
+
 def device(name: str, **options: Any) -> Device:
     return open_device(name, **options)
 
@@ -71,10 +156,13 @@ def twin_note(device: Device) -> str:
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     t = Table(title=title)
     for c in columns:
-        t.add_column(c, justify="right" if c not in ("config", "front") else "left")
+        t.add_column(c, justify="left" if c in _TEXT_COLUMNS else "right")
     for r in rows:
         t.add_row(*[fmt(v) for v in r])
     return t
+
+
+_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "usable here", "worker", "device")
 
 
 def fmt(value: Any) -> str:
@@ -83,6 +171,14 @@ def fmt(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+def pinned_knobs(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Knobs with one value in every configuration shown (an observe-only GPU's clocks, say): shown once."""
+    if len(configs) < 2:
+        return {}
+    first = configs[0]
+    return {k: v for k, v in first.items() if all(c.get(k) == v for c in configs[1:])}
 
 
 def count_progress(label: str, unit: str, quiet: bool) -> Progress:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -12,12 +13,28 @@ from tuner.devices.journal import pending_journals, restore_pending
 from tuner.devices.registry import device_name_for_kind, open_device
 
 
+def default_device(exported_device: str, kind: str) -> str:
+    """The device an export is applied to unless --device says otherwise: the one it was tuned on.
+
+    Only built-in names are taken from the file (a twin, a Jetson board, an
+    NVIDIA GPU, the CPU): a ``py:`` plugin named in a file would run that
+    file's code, so plugins are always named on the command line.
+    """
+    from tuner.devices.jetson import DEVICE_KINDS
+
+    if exported_device.startswith("sim:") or exported_device in DEVICE_KINDS or exported_device == "cpu":
+        return exported_device
+    if re.fullmatch(r"cuda:\d+", exported_device):
+        return exported_device
+    return device_name_for_kind(kind)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def apply(
         config_file: Path = typer.Argument(..., help="a YAML file written by tune export"),
         device: str | None = typer.Option(
-            None, "--device", "-d", help="device to apply to (default: from the export's kind)"
+            None, "--device", "-d", help="device to apply to (default: the export's own device)"
         ),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every write and change nothing"),
         allow_clock_changes: bool = common.ClockOpt,
@@ -26,12 +43,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Apply an exported best mode at deploy time (idempotent; undo with tune restore)."""
         exported = load_export(config_file)
-        name = device or device_name_for_kind(exported.device_kind)
+        name = device or default_device(exported.device, exported.device_kind)
         options = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
         dev = open_device(name, allow_clock_changes=allow_clock_changes, **options)
+        steps = apply_export(exported, dev, dry_run=dry_run)
         if exported.twin:
             common.err_console.print("warning: this configuration was measured on a digital twin, not on hardware")
-        steps = apply_export(exported, dev, dry_run=dry_run)
         if as_json:
             common.emit_json(
                 {"device": dev.name, "dry_run": dry_run, "writes": steps, "batch_size": exported.batch_size}

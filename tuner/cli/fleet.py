@@ -10,7 +10,6 @@ from tuner.cli import common
 from tuner.cli.results import find_study
 from tuner.errors import UserError
 from tuner.fleet import StudyStatus, all_statuses, study_status
-from tuner.study import default_storage
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +29,9 @@ def register(app: typer.Typer) -> None:
         """Progress of a study across workers: trials done, running, failed, best feasible so far."""
         if (model is None) != (device is None):
             raise UserError("give both --model and --device to pick a study, or neither to list every study")
-        url = storage or default_storage(out)
+        bound = common.latency(max_latency) if max_latency is not None else None
+        url = common.read_storage(storage, out)
         if model is not None and device is not None:
-            bound = common.latency(max_latency) if max_latency else None
             statuses = [study_status(find_study(url, model, device, bound), url)]
         else:
             statuses = all_statuses(url)

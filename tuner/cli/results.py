@@ -10,19 +10,22 @@ import typer
 from tuner.cli import common
 from tuner.deploy import export_config, write_export
 from tuner.devices.registry import known_devices
-from tuner.errors import UserError
+from tuner.errors import UserError, did_you_mean
 from tuner.pareto import build_pareto, results_dir, write_results
 from tuner.storage import driver_url, open_storage, scrub, storage_errors
-from tuner.study import default_storage, open_study, redact
+from tuner.study import open_study, redact
 from tuner.units import format_ms
 
 
-def find_study(storage: str, model: str, device: str, bound_ms: float | None) -> optuna.Study:
+def find_study(storage: str, model: str, device: str, bound_ms: float | None, exact: bool = True) -> optuna.Study:
     """The study of a model on a device, picked by bound when several exist.
 
     ``device`` may be what was typed at ``tune run`` (sim:orin, cuda:0), the
     results folder name (sim-orin, h200) or the device kind, so reading
-    results never needs the hardware present.
+    results never needs the hardware present. With ``exact`` a bound names a
+    study and no other one is shown in its place; without (``tune export``) a
+    bound with no study of its own reads the largest study, whose measured
+    latencies are re-checked against it.
     """
     try:
         with storage_errors(storage):
@@ -40,12 +43,21 @@ def find_study(storage: str, model: str, device: str, bound_ms: float | None) ->
         and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
     ]
     if not matches:
+        models = {str(s.user_attrs.get("model")) for s in summaries}
+        devices = {str(s.user_attrs.get(k)) for s in summaries for k in ("device", "device_slug", "device_kind")}
+        hint = did_you_mean(model, models) if model not in models else did_you_mean(device, devices)
         raise UserError(
-            f"no study of {model} on {device} in {redact(storage)}: run tune run first, or pass --storage/--out"
+            f"no study of {model} on {device} in {redact(storage)}{hint}: run tune run first, or pass --storage/--out"
         )
     if bound_ms is not None:
-        exact = [s for s in matches if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
-        chosen = exact[0] if exact else max(matches, key=lambda s: s.n_trials)
+        same = [s for s in matches if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
+        if not same and exact:
+            bounds = ", ".join(sorted({format_ms(float(s.user_attrs.get("max_latency_ms", 0))) for s in matches}))
+            raise UserError(
+                f"no study of {model} on {device} at {format_ms(bound_ms)} (bounds tuned: {bounds}): "
+                f"pick one of those with --max-latency, or run tune run at {format_ms(bound_ms)}"
+            )
+        chosen = same[0] if same else max(matches, key=lambda s: s.n_trials)
     elif len(matches) == 1:
         chosen = matches[0]
     else:
@@ -67,20 +79,32 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Print the Pareto fronts (energy vs latency) of a study and rewrite its result files."""
-        url = storage or default_storage(out)
-        study = find_study(url, model, device, common.latency(max_latency) if max_latency else None)
+        bound = common.latency(max_latency) if max_latency is not None else None
+        common.check_out_dir(out)
+        url = common.read_storage(storage, out)
+        study = find_study(url, model, device, bound)
         folder = results_dir(out, study.user_attrs["device_slug"], model)
         result = write_results(study, folder) if not as_json else build_pareto(study)
         if as_json:
             common.emit_json(result.model_dump(mode="json"))
             return
         twin = " [digital twin]" if result.twin else ""
-        rows = []
-        for name, points in result.fronts.items():
-            for p in points:
-                rows.append(
-                    [name, p.trial, p.batch_size, p.config, p.j_per_query, p.latency_ms, "yes" if p.feasible else "no"]
-                )
+        points = [(name, p) for name, front in result.fronts.items() for p in front]
+        pinned = common.pinned_knobs([p.config for _, p in points])
+        if pinned:
+            common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
+        rows = [
+            [
+                name,
+                p.trial,
+                p.batch_size,
+                {k: v for k, v in p.config.items() if k not in pinned} or "-",
+                p.j_per_query,
+                p.latency_ms,
+                "yes" if p.feasible else "no",
+            ]
+            for name, p in points
+        ]
         common.out_console.print(
             common.table(
                 f"Pareto fronts: {model} on {result.device}, bound {result.max_latency_ms:g} ms{twin}",
@@ -101,9 +125,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Write the best measured configuration under a bound as versioned YAML, for tune apply."""
-        url = storage or default_storage(out)
         bound = common.latency(max_latency)
-        study = find_study(url, model, device, bound)
+        common.check_out_file(output, "--output")
+        url = common.read_storage(storage, out)
+        study = find_study(url, model, device, bound, exact=False)
         exported = export_config(study, url, bound)
         write_export(exported, output)
         if as_json:
@@ -127,8 +152,11 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(
             common.table(
                 "devices",
-                ["name", "kind", "twin", "title"],
-                [[d["name"], d["kind"], d.get("twin", False), d.get("title", "")] for d in found],
+                ["name", "kind", "twin", "usable here", "title"],
+                [
+                    [d["name"], d["kind"], d.get("twin", False), d.get("usable", "yes"), d.get("title", "")]
+                    for d in found
+                ],
             )
         )
 
@@ -136,14 +164,16 @@ def register(app: typer.Typer) -> None:
     def dashboard(
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
-        host: str = typer.Option("127.0.0.1", "--host"),
-        port: int = typer.Option(8080, "--port"),
+        host: str = typer.Option("127.0.0.1", "--host", help="address to serve on (127.0.0.1: this machine only)"),
+        port: int = typer.Option(8080, "--port", help="TCP port to serve on"),
     ) -> None:
         """Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."""
+        if not 0 < port < 65536:
+            raise UserError(f"--port {port} is not a TCP port: give 1..65535, e.g. 8080")
         try:
             import optuna_dashboard
         except ImportError:
             raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
-        url = storage or default_storage(out)
+        url = common.read_storage(storage, out)
         common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
         optuna_dashboard.run_server(driver_url(url), host=host, port=port)

@@ -14,7 +14,9 @@ from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.provenance import provenance
 from tuner.space import Config
+from tuner.units import check_count, check_seconds
 
 
 def _names(text: str | None, default: list[str]) -> list[str]:
@@ -61,6 +63,7 @@ def register(app: typer.Typer) -> None:
         from tuner.bench import BenchSettings, default_strategies, markdown, quick_settings, run_bench
         from tuner.landscapes import board_seeds
 
+<<<<<<< HEAD
         if min(seeds, trials, random_trials, jobs) <= 0:
             raise UserError("--seeds, --trials, --random-trials and --jobs must be positive integers")
         base = quick_settings() if quick else BenchSettings()
@@ -77,6 +80,29 @@ def register(app: typer.Typer) -> None:
         if not quick:
             update.update(seeds=seeds, trials=trials, random_trials=random_trials, jobs=jobs)
         settings = base.model_copy(update=update)
+=======
+        check_count(seeds, "--seeds", 3, maximum=1000)
+        check_count(trials, "--trials", 40, maximum=10_000)
+        check_count(random_trials, "--random-trials", 200, maximum=100_000)
+        check_count(jobs, "--jobs", 2, maximum=256)
+        common.check_out_dir(out)
+        if quick:
+            settings = quick_settings(_names(devices, ["sim:orin"]), _names(strategies, list(STRATEGIES))).model_copy(
+                update={"models": _names(models, ["resnet50"])}
+            )
+        else:
+            base = BenchSettings()
+            settings = BenchSettings(
+                devices=_names(devices, base.devices),
+                models=_names(models, base.models),
+                bounds=_names(bounds, base.bounds),
+                strategies=_names(strategies, base.strategies),
+                seeds=seeds,
+                trials=trials,
+                random_trials=random_trials,
+                jobs=jobs,
+            )
+>>>>>>> main
         for model in settings.models:
             check_model(model)
         with common.count_progress("bench", "", as_json) as bar:
@@ -117,10 +143,19 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Fit time and energy rooflines (Pagoda's form) from measurements; print per-mode parameters, plot them."""
+        check_count(points, "--points", 12, maximum=10_000)
         if points < 2:
+<<<<<<< HEAD
             raise UserError("--points must be at least 2")
         dev = common.device(device)
         check_model(model, dev)
+=======
+            raise UserError("--points must be at least 2, e.g. 12")
+        check_seconds(window, "--window", "10", maximum=3600.0)
+        common.check_out_dir(out)
+        dev = common.device(device)
+        check_model(model, dev.simulated)
+>>>>>>> main
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
         if as_json:
             common.emit_json(payload)
@@ -213,6 +248,7 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
             ],
         },
         "results": str(folder),
+        "provenance": provenance(dev),
     }
     (folder / "roofline.json").write_text(json.dumps(payload, indent=1))
     return payload

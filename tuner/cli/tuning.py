@@ -12,24 +12,32 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
-from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
-from tuner.sampling import DEFAULT_SAMPLER, make_sampler
+from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, make_sampler
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
 from tuner.strategies import proposal_counts
 from tuner.study import RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
+from tuner.units import MAX_BATCH, check_count, check_seconds
 
 PERCENTILES = ("p50", "p90", "p99")
+METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
+
+
+def check_meter(meter: str | None, device: str) -> None:
+    """Built-in devices take the built-in meters; a plugin may name meters of its own."""
+    from tuner.devices.jetson import DEVICE_KINDS
+
+    builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
+    if meter is not None and builtin:
+        common.choice(meter, METERS, "--meter")
 
 
 def window_settings(window: float, percentile: str, meter: str | None, seed: int | None, noise: bool) -> WindowSettings:
-    if percentile not in PERCENTILES:
-        raise UserError(f"unknown percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
-    if window <= 0:
-        raise UserError("--window must be a positive number of seconds, e.g. 10")
+    common.choice(percentile, PERCENTILES, "--percentile")
+    check_seconds(window, "--window", "10", maximum=3600.0)
     return WindowSettings(window_s=window, percentile=percentile, meter=meter, seed=seed, noise=noise)
 
 
@@ -41,7 +49,10 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
         options["allow_clock_changes"] = True
     if sysfs_root is not None:
         options["sysfs_root"] = sysfs_root
-    return common.device(name, **options)
+    dev = common.device(name, **options)
+    for note in getattr(dev, "notes", []):
+        typer.echo(f"note: {note}", err=True)
+    return dev
 
 
 def register(app: typer.Typer) -> None:
@@ -88,31 +99,37 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Run (or resume) a study: minimum energy per query subject to the latency bound."""
-        if study_trials is not None and study_trials <= 0:
-            raise UserError("--study-trials must be a positive integer, e.g. 100")
-        trials = trials if trials is not None else study_trials or 40
-        if trials <= 0:
-            raise UserError("--trials must be a positive integer, e.g. 40")
-        if heartbeat <= 0:
-            raise UserError("--heartbeat must be a positive number of seconds, e.g. 10")
+        if study_trials is not None:
+            check_count(study_trials, "--study-trials", 100)
+        trials = check_count(trials if trials is not None else study_trials or 40, "--trials", 40)
+        check_count(heartbeat, "--heartbeat", 10, maximum=3600)
+        check_seconds(timeout, "--timeout", "600")
+        bound = common.latency(max_latency)
+        common.choice(sampler, SAMPLERS, "--sampler")
+        check_meter(meter, device)
+        url = common.run_storage(storage, out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
         options = RunOptions(
             model=model,
-            max_latency_ms=common.latency(max_latency),
+            max_latency_ms=bound,
             trials=trials,
             timeout_s=timeout,
             seed=seed,
             batch_sizes=common.batch_list(batch_sizes),
             knobs=common.knob_list(knobs),
             sampler=sampler,
-            storage=storage,
+            storage=url,
             study_trials=study_trials,
             worker_id=worker_id,
             heartbeat_s=heartbeat,
             out=out,
             window=window_settings(window, percentile, meter, seed, True),
         )
+<<<<<<< HEAD
         check_model(model, dev)
+=======
+        check_model(model, dev.simulated)
+>>>>>>> main
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
@@ -181,11 +198,18 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
-        dev = open_for(device, allow_clock_changes, sysfs_root, space)
         bound = common.latency(max_latency) if max_latency is not None else None
+<<<<<<< HEAD
         check_model(model, dev)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
+=======
+>>>>>>> main
         settings = window_settings(window, percentile, meter, seed, seed is not None)
+        check_meter(meter, device)
+        common.check_out_dir(out)
+        dev = open_for(device, allow_clock_changes, sysfs_root, space)
+        check_model(model, dev.simulated)
+        space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         total = space.size()
         with common.count_progress("sweep", "", as_json) as bar:
             task = bar.add_task("sweep", total=total)
@@ -243,11 +267,11 @@ def register(app: typer.Typer) -> None:
     def measure(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
-        batch_size: int = typer.Option(..., "--batch-size", "-b"),
+        batch_size: int = typer.Option(..., "--batch-size", "-b", help="batch size to measure, e.g. 8"),
         set_: list[str] = typer.Option([], "--set", help="knob=value (repeatable); other knobs keep their default"),
         repeat: int = typer.Option(1, "--repeat", help="measure this many times"),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)"),
-        window: float = typer.Option(10.0, "--window"),
+        window: float = typer.Option(10.0, "--window", help="measured window per repeat, seconds (hardware)"),
         percentile: str = common.PercentileOpt,
         meter: str | None = common.MeterOpt,
         allow_clock_changes: bool = common.ClockOpt,
@@ -256,18 +280,22 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Measure one configuration (repeatably, with --repeat)."""
-        if repeat <= 0 or batch_size <= 0:
-            raise UserError("--repeat and --batch-size must be positive integers")
+        check_count(repeat, "--repeat", 3, maximum=1000)
+        check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
+        settings = window_settings(window, percentile, meter, seed, seed is not None)
+        check_meter(meter, device)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
+<<<<<<< HEAD
         check_model(model, dev)
+=======
+        check_model(model, dev.simulated)
+>>>>>>> main
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)
         space.validate_config(config)
         effective = space.effective(config)
-        results = measure_repeats(
-            dev, model, effective, window_settings(window, percentile, meter, seed, seed is not None), repeat
-        )
+        results = measure_repeats(dev, model, effective, settings, repeat)
         payload = {
             "device": dev.name,
             "twin": dev.simulated,

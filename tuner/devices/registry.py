@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from tuner.devices.base import Device
-from tuner.errors import UserError
+from tuner.errors import UserError, did_you_mean
 
 DEVICE_HELP = (
-    "sim:orin, sim:h200, sim:orin-nano (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
+    "sim:orin, sim:h200, sim:orin-nano, sim:orin-trt (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
     "orin, orin-nano, xavier, tx2 (Jetson boards), py:package.module:Class or a powertune.devices plugin"
 )
 PLUGIN_GROUP = "powertune.devices"
@@ -41,7 +41,11 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.twin import TwinDevice
+        from tuner.devices.twin import TWIN_KINDS, TwinDevice, twin_names
+
+        if name[4:] not in TWIN_KINDS:
+            twins = [f"sim:{n}" for n in twin_names()]
+            raise UserError(f"unknown twin {name!r}{did_you_mean(name, twins)}: known twins are {', '.join(twins)}")
 
         _no_options(name, allow_clock_changes, options)
         return TwinDevice(name, space_file=space_file)
@@ -62,7 +66,14 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         _no_options(name, allow_clock_changes, {k: v for k, v in options.items() if k != "sysfs_root"})
         if space_file is not None:
             raise UserError(f"--space is not supported for {name}: its space is read from the board")
-        return jetson_device(name, sysfs_root=options.get("sysfs_root"))
+        try:
+            return jetson_device(name, sysfs_root=options.get("sysfs_root"))
+        except UserError as exc:
+            from tuner.devices.twin import TWIN_KINDS
+
+            if "no Jetson board" not in str(exc) or name not in TWIN_KINDS:
+                raise
+            raise UserError(f"{exc}; or try its digital twin: --device sim:{name}") from None
     if name.startswith("py:"):
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return _plugin(name, _import_target(name[3:]))
@@ -74,7 +85,16 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         except Exception as exc:
             raise UserError(f"plugin device {entry.name!r} ({entry.value}) failed to load: {exc}") from None
         return _plugin(name, factory)
-    raise UserError(f"unknown device {name!r}: known devices are {DEVICE_HELP}")
+    raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {DEVICE_HELP}")
+
+
+def _suggest_device(name: str) -> str:
+    """A near miss among the device names, or the twin of a board named where none is."""
+    from tuner.devices.jetson import DEVICE_KINDS
+    from tuner.devices.twin import twin_names
+
+    names = [f"sim:{n}" for n in twin_names()] + list(DEVICE_KINDS) + ["cpu", "cuda:0"]
+    return did_you_mean(name, names) or did_you_mean(f"sim:{name}", [f"sim:{n}" for n in twin_names()])
 
 
 def device_name_for_kind(kind: str) -> str:
@@ -145,6 +165,12 @@ def known_devices() -> list[dict[str, Any]]:
     found = [TwinDevice(f"sim:{n}").describe() for n in twin_names()]
     found.append({"name": "cpu", "kind": "cpu", "twin": False, "title": "host CPU (observe-only, RAPL meter)"})
     try:
+        from tuner.measure.meters import RaplMeter
+
+        RaplMeter()
+    except UserError as exc:
+        found[-1]["usable"] = f"no: {str(exc).split(':')[0]}"
+    try:
         import pynvml
 
         pynvml.nvmlInit()
@@ -162,10 +188,12 @@ def known_devices() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
     except Exception:
         pass
-    from tuner.devices.jetson import detect_kind
+    from tuner.devices.jetson import board_title, detect_kind
 
-    board = detect_kind(Path(os.environ.get("TUNE_SYSFS_ROOT") or "/"))
+    root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
+    board = detect_kind(root)
     if board is not None:
+<<<<<<< HEAD
         found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": "Jetson board"})
     for name, target in plugin_entry_points():
         found.append(
@@ -179,4 +207,7 @@ def known_devices() -> list[dict[str, Any]]:
     found.append(
         {"name": "py:package.module:Class", "kind": "plugin", "twin": None, "title": "any plugin on PYTHONPATH"}
     )
+=======
+        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": board_title(root)})
+>>>>>>> main
     return found

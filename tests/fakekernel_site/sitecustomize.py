@@ -1,0 +1,24 @@
+"""Child processes of the Jetson tests obey the fake kernel's rules (see tests/fakekernel.py).
+
+With FAKE_MEASURE=hang a child's Jetson window never ends, so a test can kill it mid-trial after
+the board was changed, without paying for a model and LoadGen in every child.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import fakekernel
+
+fakekernel.register_from_environment()
+
+if os.environ.get("FAKE_MEASURE") == "hang":
+    import time
+
+    from tuner.devices.jetson.device import JetsonDevice
+
+    def _hang(self, model, config, settings):
+        time.sleep(600)
+
+    JetsonDevice.measure = _hang

@@ -1,0 +1,518 @@
+"""What a Jetson board is, read from the board: its sysfs files, its tables, its nvpmodel modes.
+
+Nothing here is assumed from a table written in advance:
+
+- The GPU is the devfreq device whose device-tree node is named ``gpu``,
+  ``ga10b``, ``gv11b`` or ``gp10b`` (``/sys/class/devfreq/*/device/of_node/name``,
+  NUL-terminated as device-tree strings are); other devfreq devices (VIC,
+  NVDEC, ...) sort before it and are skipped. Its device folder (the
+  ``device`` link) holds ``tpc_pg_mask`` and ``railgate_enable`` on every
+  release, so those are found beside the GPU rather than at a fixed path.
+  Known node paths are the fallback where /sys/class/devfreq is missing.
+- The L4T release comes from ``/etc/nv_tegra_release`` and the board's name
+  from ``/proc/device-tree/model``; the GPU node's layout is named from its
+  path relative to the sysfs root (never from the root itself).
+- The power modes, with the cores, CPU/GPU/EMC caps and TPC mask each one
+  sets, come from ``/etc/nvpmodel.conf`` (usually an absolute link into
+  ``/etc/nvpmodel/``, followed inside the sysfs root).
+- Frequency tables: GPU ``available_frequencies``, each cpufreq policy's
+  ``scaling_available_frequencies``, the EMC's debugfs ``possible_rates``.
+
+:func:`board_space` turns these into the search space, keeping the committed
+YAML only for what the board does not say (batch sizes, core counts worth
+trying) and saying in one line where the two disagree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.devices.jetson.sysfs import inside, ints, is_file, read
+from tuner.errors import UserError
+from tuner.space import Knob, Mode, SearchSpace
+
+GPU_NODE_NAMES = ("gpu", "ga10b", "gv11b", "gp10b")
+# Where the GPU devfreq node sits when /sys/class/devfreq cannot be listed,
+# relative to the sysfs root, newest releases first.
+GPU_DEVFREQ_CANDIDATES = (
+    "sys/devices/platform/17000000.gpu/devfreq_dev",
+    "sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu",
+    "sys/devices/17000000.ga10b/devfreq/17000000.ga10b",
+    "sys/devices/17000000.gv11b/devfreq/17000000.gv11b",
+    "sys/devices/17000000.gp10b/devfreq/17000000.gp10b",
+)
+EMC_CAP_CANDIDATES = ("sys/kernel/nvpmodel_clk_cap/emc", "sys/kernel/nvpmodel_emc_cap/emc_iso_cap")
+EMC_CLK = "sys/kernel/debug/bpmp/debug/clk/emc"
+EMC_RATES = "sys/kernel/debug/bpmp/debug/emc/possible_rates"
+CPU_BASE = "sys/devices/system/cpu"
+INA3221_GLOB = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*"
+THERMAL_BASE = "sys/class/thermal"
+# PMIC-Die reports a fixed 100 C on several Jetsons; it is not a temperature.
+IGNORED_ZONES = re.compile(r"pmic", re.IGNORECASE)
+COMPATIBLE = "proc/device-tree/compatible"
+MODEL = "proc/device-tree/model"
+RELEASE = "etc/nv_tegra_release"
+NVPMODEL_CONF = "etc/nvpmodel.conf"
+
+# Module part numbers in the device tree's compatible string, per space.
+MODULES = {
+    "p3701": "orin-agx",
+    "p3767": "orin-nano",
+    "p2888": "xavier-agx",
+    "p3310": "tx2",
+    "p3489": "tx2",
+}
+MODEL_NAMES = {
+    "orin-agx": "AGX Orin",
+    "orin-nano": "Orin Nano",
+    "xavier-agx": "AGX Xavier",
+    "tx2": "TX2",
+}
+
+
+@dataclass
+class Policy:
+    """One cpufreq policy (a CPU cluster): the CPUs it covers and its frequency files."""
+
+    cpu: int
+    cpus: list[int]
+    folder: Path
+    available_khz: list[int]
+
+    @property
+    def min_path(self) -> Path:
+        return self.folder / "scaling_min_freq"
+
+    @property
+    def max_path(self) -> Path:
+        return self.folder / "scaling_max_freq"
+
+
+@dataclass
+class Rail:
+    """One INA3221 channel, found by its label."""
+
+    name: str
+    voltage: Path
+    current: Path
+
+    def watts(self) -> float:
+        return int(read(self.voltage)) * int(read(self.current)) / 1e6
+
+
+@dataclass
+class BoardMode:
+    """One POWER_MODEL of the board's nvpmodel.conf: what switching to it sets.
+
+    Caps are None where the conf says -1 or 0 (no cap: the table's maximum).
+    """
+
+    id: int
+    name: str
+    cores: int
+    cpu_max_khz: int | None
+    gpu_max_hz: int | None
+    emc_max_hz: int | None
+    tpc_pg_mask: int | None
+
+
+@dataclass
+class Board:
+    """What discovery found under a sysfs root."""
+
+    root: Path
+    layout: str
+    release: str
+    model: str
+    gpu: Path
+    gpu_device: Path
+    gpu_hz: list[int]
+    policies: list[Policy]
+    online: dict[int, Path]
+    emc_cap: Path | None
+    emc_rate: Path | None
+    emc_locked: Path | None
+    emc_hz: list[int]
+    tpc_mask: Path | None
+    railgate: Path | None
+    rails: list[Rail]
+    zones: dict[str, Path]
+    modes: list[BoardMode]
+    default_mode: int | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cpus(self) -> int:
+        return 1 + len(self.online)
+
+    @property
+    def cpu_khz(self) -> list[int]:
+        """The frequencies every cluster offers (the CPU knob sets all clusters alike)."""
+        return sorted(set.intersection(*(set(p.available_khz) for p in self.policies)))
+
+    @property
+    def title(self) -> str:
+        """How a user recognises the board: its device-tree model and L4T release."""
+        return f"{self.model or 'Jetson board'} ({self.release})"
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _find_gpu(root: Path) -> tuple[Path, Path] | None:
+    """The GPU's devfreq folder and its device folder (see the module docstring)."""
+    classes = root / "sys/class/devfreq"
+    if classes.is_dir():
+        for entry in sorted(classes.iterdir()):
+            name_file = entry / "device" / "of_node" / "name"
+            if not is_file(name_file) or read(name_file) not in GPU_NODE_NAMES:
+                continue
+            if is_file(entry / "max_freq") and inside(root, entry) and inside(root, entry / "device"):
+                return Path(os.path.realpath(entry)), Path(os.path.realpath(entry / "device"))
+    for rel in GPU_DEVFREQ_CANDIDATES:
+        node = root / rel
+        if is_file(node / "max_freq") and inside(root, node):
+            device = root / rel.split("/devfreq")[0]
+            return Path(os.path.realpath(node)), Path(os.path.realpath(device))
+    return None
+
+
+def _layout(root: Path, gpu_device: Path) -> str:
+    """The GPU node's layout, named from its path under the root (L4T 35, 36.3 bus@0, 36.4+)."""
+    rel = _rel(Path(os.path.realpath(root)), gpu_device)
+    if rel.startswith("sys/devices/platform/bus@0/"):
+        return "l4t36.3"
+    if rel.startswith("sys/devices/platform/"):
+        return "l4t36.4"
+    return "l4t35"
+
+
+def read_release(root: Path) -> str:
+    """``L4T 36.4.0`` from /etc/nv_tegra_release (``# R36 (release), REVISION: 4.0, ...``)."""
+    path = root / RELEASE
+    if not is_file(path):
+        return "L4T release unknown"
+    match = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", read(path))
+    return f"L4T {match.group(1)}.{match.group(2)}" if match else "L4T release unknown"
+
+
+def detect_kind(root: Path) -> str | None:
+    """The search space of the module the device tree names, or None where it says nothing known."""
+    path = root / COMPATIBLE
+    if not is_file(path):
+        return None
+    text = path.read_bytes().decode(errors="replace")
+    for part, kind in MODULES.items():
+        if part in text:
+            return kind
+    return None
+
+
+def board_title(root: Path) -> str:
+    """The device-tree model and L4T release, for ``tune devices`` (no discovery needed)."""
+    model = read(root / MODEL) if is_file(root / MODEL) else ""
+    return f"{model or 'Jetson board'} ({read_release(root)})"
+
+
+def _conf_path(root: Path) -> Path | None:
+    """/etc/nvpmodel.conf under the root, following its (usually absolute) link inside the root."""
+    path = root / NVPMODEL_CONF
+    for _ in range(8):
+        if not path.is_symlink():
+            return path if is_file(path) else None
+        target = os.readlink(path)
+        path = root / target.lstrip("/") if os.path.isabs(target) else path.parent / target
+    return None
+
+
+def parse_nvpmodel_conf(text: str) -> tuple[list[BoardMode], int | None]:
+    """The POWER_MODEL blocks of an nvpmodel.conf, and its PM_CONFIG default.
+
+    The format (NVIDIA's own header in every conf): ``< PARAM TYPE=... NAME=P >``
+    sections bind argument names to sysfs paths; ``< POWER_MODEL ID=n NAME=x >``
+    sections list ``PARAM ARG VALUE`` lines; for CLOCK parameters -1 means no
+    cap (INT_MAX) and an EMC cap of 0 means none either. CPU clusters are the
+    CLOCK parameters whose paths are cpufreq files; GPU and EMC are named so.
+    """
+    params: dict[str, dict[str, str]] = {}
+    modes: list[BoardMode] = []
+    default: int | None = None
+    section: dict[str, Any] | None = None
+    current_param: str | None = None
+
+    def close() -> None:
+        if section is not None:
+            modes.append(_mode_from(section, params))
+
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        header = re.fullmatch(r"<\s*(.*?)\s*>", line)
+        if header:
+            fields = dict(re.findall(r"(\w+)=(\S+)", header.group(1)))
+            kind = header.group(1).split()[0] if header.group(1) else ""
+            if kind == "POWER_MODEL" and "ID" in fields:
+                close()
+                section = {"id": int(fields["ID"]), "name": fields.get("NAME", fields["ID"]), "lines": []}
+                current_param = None
+            elif kind == "PARAM" and "NAME" in fields:
+                close()
+                section = None
+                current_param = fields["NAME"]
+                params[current_param] = {}
+            elif kind == "PM_CONFIG" and "DEFAULT" in fields:
+                close()
+                section, current_param = None, None
+                default = int(fields["DEFAULT"]) if fields["DEFAULT"].isdigit() else None
+            else:
+                close()
+                section, current_param = None, None
+            continue
+        parts = line.split()
+        if section is not None and len(parts) >= 3:
+            section["lines"].append(parts[:3])
+        elif current_param is not None and len(parts) >= 2:
+            params[current_param][parts[0]] = parts[1]
+    close()
+    return modes, default
+
+
+def _int(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> BoardMode:
+    online: dict[str, str] = {}
+    cpu_caps: list[int] = []
+    gpu = emc = tpc = None
+    for param, arg, value in section["lines"]:
+        number = _int(value)
+        paths = " ".join(params.get(param, {}).values())
+        if param == "CPU_ONLINE":
+            online[arg] = value
+        elif param == "TPC_POWER_GATING":
+            tpc = number
+        elif arg.startswith("MAX_FREQ") and "cpufreq" in paths and number is not None:
+            cpu_caps.append(number)
+        elif param == "GPU" and arg.startswith("MAX_FREQ"):
+            gpu = number
+        elif param == "EMC" and arg.startswith("MAX_FREQ"):
+            emc = number
+    cores = 1 + sum(1 for core, v in online.items() if core != "CORE_0" and v == "1")
+    capped = [c for c in cpu_caps if c > 0]
+    return BoardMode(
+        id=section["id"],
+        name=section["name"],
+        cores=cores if online else 0,
+        cpu_max_khz=min(capped) if capped else None,
+        gpu_max_hz=gpu if gpu is not None and gpu > 0 else None,
+        emc_max_hz=emc if emc is not None and emc > 0 else None,
+        tpc_pg_mask=tpc,
+    )
+
+
+def read_modes(root: Path) -> tuple[list[BoardMode], int | None, str | None]:
+    """The board's nvpmodel modes, default and conf path; no modes where the conf is missing."""
+    path = _conf_path(root)
+    if path is None:
+        return [], None, None
+    modes, default = parse_nvpmodel_conf(path.read_text(errors="replace"))
+    return modes, default, str(path)
+
+
+def discover(root: Path) -> Board:
+    """Find every file the backend needs; no GPU devfreq node means no Jetson board here."""
+    found = _find_gpu(root)
+    if found is None:
+        raise UserError(
+            f"no Jetson board found under {root}: no GPU devfreq node "
+            f"(e.g. {GPU_DEVFREQ_CANDIDATES[0]}); "
+            "run on the board, or point --sysfs-root / TUNE_SYSFS_ROOT at its sysfs tree"
+        )
+    gpu, gpu_device = found
+    notes: list[str] = []
+    gpu_hz = ints(read(gpu / "available_frequencies"))
+
+    cpu_base = root / CPU_BASE
+    policies: list[Policy] = []
+    covered: set[int] = set()
+    online: dict[int, Path] = {}
+    cpu_dirs = sorted(
+        (p for p in cpu_base.glob("cpu[0-9]*") if p.name[3:].isdigit()),
+        key=lambda p: int(p.name[3:]),
+    )
+    # A policy's own folder (cpufreq/policyN) outlives its CPUs going offline;
+    # the cpuN/cpufreq links lead to it too, so the policy folder is preferred.
+    policy_dirs = sorted(
+        (p for p in (cpu_base / "cpufreq").glob("policy[0-9]*") if p.name[6:].isdigit()),
+        key=lambda p: int(p.name[6:]),
+    )
+    candidates = [(int(p.name[6:]), p) for p in policy_dirs]
+    candidates += [(int(folder.name[3:]), folder / "cpufreq") for folder in cpu_dirs]
+    for folder in cpu_dirs:
+        cpu = int(folder.name[3:])
+        if is_file(folder / "online") and cpu != 0:
+            online[cpu] = folder / "online"
+    for cpu, freq in candidates:
+        if cpu in covered or not is_file(freq / "scaling_available_frequencies"):
+            continue
+        related = freq / "related_cpus"
+        cpus = ints(read(related)) if is_file(related) else [cpu]
+        covered.update(cpus)
+        folder = Path(os.path.realpath(freq)) if inside(root, freq) else freq
+        policies.append(Policy(cpu, cpus, folder, ints(read(freq / "scaling_available_frequencies"))))
+    if not policies:
+        raise UserError(f"no cpufreq policy found under {cpu_base}: is the sysfs root ({root}) a Jetson's?")
+
+    emc_cap = next((root / c for c in EMC_CAP_CANDIDATES if is_file(root / c)), None)
+    emc_rate: Path | None = root / EMC_CLK / "rate"
+    emc_locked: Path | None = root / EMC_CLK / "mrq_rate_locked"
+    emc_hz: list[int] = []
+    if emc_rate is not None and emc_locked is not None and is_file(emc_rate) and is_file(emc_locked):
+        rates = root / EMC_RATES
+        emc_hz = [k * 1000 for k in ints(read(rates))] if is_file(rates) else []
+    else:
+        emc_rate = emc_locked = None
+        notes.append(f"EMC rate is not settable: {root / EMC_CLK} is missing (debugfs not mounted, or not root)")
+
+    rails: list[Rail] = []
+    for hwmon in sorted(root.glob(INA3221_GLOB)):
+        for label in sorted(hwmon.glob("in*_label")):
+            channel = label.name[2 : -len("_label")]
+            name = read(label)
+            voltage, current = hwmon / f"in{channel}_input", hwmon / f"curr{channel}_input"
+            if name and name != "NC" and is_file(voltage) and is_file(current):
+                rails.append(Rail(name, voltage, current))
+
+    zones: dict[str, Path] = {}
+    for zone in sorted((root / THERMAL_BASE).glob("thermal_zone*")):
+        if is_file(zone / "type") and is_file(zone / "temp"):
+            kind = read(zone / "type")
+            if not IGNORED_ZONES.search(kind):
+                zones[kind] = zone / "temp"
+
+    modes, default_mode, conf = read_modes(root)
+    if conf is None:
+        notes.append(f"no {NVPMODEL_CONF} under {root}: power modes are taken from the search space file")
+    tpc, railgate = gpu_device / "tpc_pg_mask", gpu_device / "railgate_enable"
+    return Board(
+        root=root,
+        layout=_layout(root, gpu_device),
+        release=read_release(root),
+        model=read(root / MODEL) if is_file(root / MODEL) else "",
+        gpu=gpu,
+        gpu_device=gpu_device,
+        gpu_hz=gpu_hz,
+        policies=policies,
+        online=online,
+        emc_cap=emc_cap,
+        emc_rate=emc_rate,
+        emc_locked=emc_locked,
+        emc_hz=emc_hz,
+        tpc_mask=tpc if is_file(tpc) else None,
+        railgate=railgate if is_file(railgate) else None,
+        rails=rails,
+        zones=zones,
+        modes=modes,
+        default_mode=default_mode,
+        notes=notes,
+    )
+
+
+def mhz(hz: int, per_mhz: float) -> int | float:
+    """A table value in MHz as the spaces write it: 1300500000 Hz -> 1300.5, 3199000 kHz -> 3199."""
+    value = round(hz / per_mhz, 3)
+    return int(value) if value == int(value) else value
+
+
+def _mode_name(name: str) -> str:
+    """The conf's MODE_30W is the space's 30W; MAXN stays MAXN."""
+    return name[len("MODE_") :] if name.startswith("MODE_") else name
+
+
+def board_space(base: SearchSpace, board: Board) -> tuple[SearchSpace, str | None]:
+    """The search space of this board: its own tables and modes; the YAML fills in the rest.
+
+    Returns the space and, where the board disagrees with the committed YAML,
+    one line saying so (the board's values are used).
+    """
+    knobs = dict(base.knobs)
+    differs: list[str] = []
+    tables: dict[str, list[int | float]] = {
+        "gpu_mhz": [mhz(f, 1e6) for f in board.gpu_hz],
+        "cpu_mhz": [mhz(f, 1e3) for f in board.cpu_khz],
+        "emc_mhz": [mhz(f, 1e6) for f in board.emc_hz],
+    }
+    for name, table in tables.items():
+        if name not in knobs or not table:
+            continue
+        if [float(v) for v in knobs[name].values] != [float(v) for v in table]:
+            differs.append(f"{name} {_span(table)} (file: {_span(knobs[name].values)})")
+        knobs[name] = _knob(knobs[name], table)
+    if "emc_mhz" in knobs and board.emc_rate is None:
+        pinned = tables["emc_mhz"][-1] if tables["emc_mhz"] else knobs["emc_mhz"].default
+        knobs["emc_mhz"] = _knob(knobs["emc_mhz"], [pinned])
+    if "cpu_cores" in knobs:
+        cores = sorted({int(v) for v in knobs["cpu_cores"].values if int(v) <= board.cpus} | {board.cpus})
+        knobs["cpu_cores"] = _knob(knobs["cpu_cores"], cores)
+    modes = dict(base.modes)
+    mode_knob = base.mode_knob
+    if board.modes and mode_knob is not None:
+        modes = {_mode_name(m.name): _space_mode(m, board, tables) for m in board.modes}
+        names = list(modes)
+        file_caps = {n: (m.id, m.caps) for n, m in base.modes.items()}
+        board_caps = {n: (m.id, m.caps) for n, m in modes.items()}
+        if file_caps != board_caps:
+            differs.append(f"nvpmodel modes {', '.join(names)} (file: {', '.join(base.modes)})")
+        default = next((m.name for m in board.modes if m.id == board.default_mode), board.modes[0].name)
+        knobs[mode_knob] = Knob(**{**knobs[mode_knob].model_dump(), "values": names, "default": _mode_name(default)})
+    note = None
+    if differs:
+        note = f"the board's tables differ from search_spaces/{base.kind}.yaml, using the board's: " + "; ".join(
+            differs
+        )
+    space = base.model_copy(update={"knobs": knobs, "modes": modes})
+    return SearchSpace.model_validate(space.model_dump()), note
+
+
+def _span(values: list[Any]) -> str:
+    return f"{values[0]}..{values[-1]} ({len(values)} values)" if len(values) > 1 else str(values[0])
+
+
+def _knob(knob: Knob, values: list[Any]) -> Knob:
+    default = knob.default if any(float(knob.default) == float(v) for v in values) else max(values)
+    default = next((v for v in values if float(v) == float(default)), default)
+    return Knob(**{**knob.model_dump(), "values": values, "default": default})
+
+
+def _space_mode(mode: BoardMode, board: Board, tables: dict[str, list[int | float]]) -> Mode:
+    caps: dict[str, float] = {}
+    if mode.cores:
+        caps["cpu_cores"] = mode.cores
+    top = {name: max(t) for name, t in tables.items() if t}
+    if mode.cpu_max_khz is not None:
+        caps["cpu_mhz"] = mode.cpu_max_khz / 1e3
+    elif "cpu_mhz" in top:
+        caps["cpu_mhz"] = float(top["cpu_mhz"])
+    if mode.gpu_max_hz is not None:
+        caps["gpu_mhz"] = mode.gpu_max_hz / 1e6
+    elif "gpu_mhz" in top:
+        caps["gpu_mhz"] = float(top["gpu_mhz"])
+    if mode.emc_max_hz is not None:
+        caps["emc_mhz"] = mode.emc_max_hz / 1e6
+    elif "emc_mhz" in top:
+        caps["emc_mhz"] = float(top["emc_mhz"])
+    properties = {"tpc_pg_mask": float(mode.tpc_pg_mask)} if mode.tpc_pg_mask is not None else {}
+    return Mode(id=mode.id, caps=caps, properties=properties)
