@@ -1,8 +1,4 @@
-<<<<<<< HEAD
 """Model names a user may pass to --model, and where each model's per-layer profile comes from."""
-=======
-"""Model names a user may pass to --model, checked before anything touches disk or hardware."""
->>>>>>> main
 
 from __future__ import annotations
 
@@ -10,9 +6,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-<<<<<<< HEAD
 from runners.profile import ModelProfile, load_profile, profile_names
-from tuner.errors import UserError
+from tuner.errors import UserError, did_you_mean
+
+# An ONNX file is a protobuf ModelProto; its first field is ir_version (field 1, varint), tag byte 0x08.
+_ONNX_FIRST_BYTE = 0x08
 
 
 def device_models(device: Any) -> list[str]:
@@ -21,31 +19,41 @@ def device_models(device: Any) -> list[str]:
     return list(declared()) if callable(declared) else []
 
 
-def check_model(model: str, device: Any = None) -> None:
-    """Accept a zoo model, an existing .onnx file, or a model the device declares."""
-=======
-from runners.profile import profile_names
-from tuner.errors import UserError, did_you_mean
-
-# An ONNX file is a protobuf ModelProto; its first field is ir_version (field 1, varint), tag byte 0x08.
-_ONNX_FIRST_BYTE = 0x08
-
-
-def check_model(model: str, simulated: bool = False) -> None:
-    """Accept a zoo model (every zoo model has a committed profile) or a readable ONNX file.
+def check_model(model: str, simulated: bool = False, device: Any = None) -> None:
+    """Accept a zoo model, a readable ONNX file, or a model the device declares as its own.
 
     A text file named .onnx, or an ONNX file where onnxruntime is missing,
     is refused here rather than after the study storage was created.
     """
->>>>>>> main
     if model.endswith(".onnx"):
         _check_onnx(Path(model), simulated)
         return
-<<<<<<< HEAD
     own = device_models(device)
     if model not in profile_names() and model not in own:
-        known = ", ".join([*own, *profile_names()])
-        raise UserError(f"unknown model {model!r}: known models are {known}, or a path to a .onnx file")
+        known = [*own, *profile_names()]
+        raise UserError(
+            f"unknown model {model!r}{did_you_mean(model, known)}: known models are "
+            f"{', '.join(known)}, or a path to a .onnx file"
+        )
+
+
+def _check_onnx(path: Path, simulated: bool) -> None:
+    if simulated:
+        raise UserError(
+            f"the digital twins model the zoo models only ({', '.join(profile_names())}): "
+            f"measure {path.name} on hardware"
+        )
+    if path.is_dir():
+        raise UserError(f"--model {path} is a folder: give the path of a .onnx file")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1)
+    except OSError as exc:
+        raise UserError(f"ONNX file {path} cannot be read ({exc.strerror}): check the path") from None
+    if head != bytes([_ONNX_FIRST_BYTE]):
+        raise UserError(f"{path} is not an ONNX model (empty or not a protobuf ModelProto): export it again")
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise UserError(f"running {path.name} needs onnxruntime: pip install 'powertune[onnx]'")
 
 
 def model_profile(model: str, device: Any = None) -> tuple[ModelProfile | None, str]:
@@ -70,29 +78,3 @@ def model_profile(model: str, device: Any = None) -> tuple[ModelProfile | None, 
         except UserError as exc:
             return None, str(exc)
     return None, f"no per-layer profile for {model}"
-=======
-    if model not in profile_names():
-        raise UserError(
-            f"unknown model {model!r}{did_you_mean(model, profile_names())}: known models are "
-            f"{', '.join(profile_names())}, or a path to a .onnx file"
-        )
-
-
-def _check_onnx(path: Path, simulated: bool) -> None:
-    if simulated:
-        raise UserError(
-            f"the digital twins model the zoo models only ({', '.join(profile_names())}): "
-            f"measure {path.name} on hardware"
-        )
-    if path.is_dir():
-        raise UserError(f"--model {path} is a folder: give the path of a .onnx file")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1)
-    except OSError as exc:
-        raise UserError(f"ONNX file {path} cannot be read ({exc.strerror}): check the path") from None
-    if head != bytes([_ONNX_FIRST_BYTE]):
-        raise UserError(f"{path} is not an ONNX model (empty or not a protobuf ModelProto): export it again")
-    if importlib.util.find_spec("onnxruntime") is None:
-        raise UserError(f"running {path.name} needs onnxruntime: pip install 'powertune[onnx]'")
->>>>>>> main

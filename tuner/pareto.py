@@ -192,13 +192,10 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "device",
                 "host",
                 "fail_reason",
-<<<<<<< HEAD
-                "proposed_by",
-                "why",
-=======
                 "source",
                 "feasibility",
->>>>>>> main
+                "proposed_by",
+                "why",
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
@@ -220,18 +217,14 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("device", ""),
                     a.get("host", ""),
                     a.get("fail_reason", ""),
-<<<<<<< HEAD
-                    a.get("proposed_by", ""),
-                    a.get("why", ""),
-=======
                     trial_source(t),
                     feasibility(t, bound),
->>>>>>> main
+                    a.get("proposed_by", ""),
+                    a.get("why", ""),
                 ]
             )
 
 
-<<<<<<< HEAD
 def log_ticks(ax: Any) -> None:
     """Readable log axes: at most about eight labelled ticks (1, 2, 5 x 10^k) and unlabelled minor ones.
 
@@ -244,7 +237,8 @@ def log_ticks(ax: Any) -> None:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
         axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         axis.set_minor_formatter(NullFormatter())
-=======
+
+
 def trial_source(trial: optuna.trial.FrozenTrial) -> str:
     """Where a trial's numbers come from, so an empty reused_from is never a mystery."""
     a = trial.user_attrs
@@ -273,7 +267,6 @@ def feasibility(trial: optuna.trial.FrozenTrial, bound_ms: float | None) -> str:
         f"{verdict} the bound: mean {name} {latency:.4g} ms plus a {margin:.1%} noise margin "
         f"= {latency * (1 + margin):.4g} ms vs {bound_ms:g} ms"
     )
->>>>>>> main
 
 
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:

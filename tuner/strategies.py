@@ -26,7 +26,6 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from scipy.stats import norm
 
-<<<<<<< HEAD
 from runners.profile import ModelProfile
 from tuner.models import model_profile
 from tuner.roofline import RooflineParams, fit_measurements, knob_roles
@@ -47,14 +46,6 @@ def model_sampler(seed: int | None, startup: int) -> optuna.samplers.BaseSampler
     if has_torch():
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, deterministic_objective=False)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
-=======
-from runners.profile import load_profile
-from tuner.roofline import Features, Roofline, features, fit_measurements, knob_roles
-from tuner.sampling import model_sampler
-from tuner.space import Config, Grid, SearchSpace
-
-_GRIDS: dict[str, tuple[Grid, Features]] = {}
->>>>>>> main
 
 
 def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
@@ -71,7 +62,6 @@ def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     return out
 
 
-<<<<<<< HEAD
 def grid_encoded(space: SearchSpace) -> tuple[list[Config], np.ndarray, list[str], dict[str, int]]:
     """The space's grid, its encoding (tuner.surrogate.encode) and an index by effective key; cached per space."""
     key = space.model_dump_json()
@@ -79,18 +69,6 @@ def grid_encoded(space: SearchSpace) -> tuple[list[Config], np.ndarray, list[str
         configs = space.grid()
         x, columns = encode(space, configs)
         _GRIDS[key] = (configs, x, columns, {json.dumps(c.key()): i for i, c in enumerate(configs)})
-=======
-def grid_features(space: SearchSpace) -> tuple[Grid, Features]:
-    """The space's grid (configurations by position, positions by effective key) and its roofline features.
-
-    Cached per space content; built from per-knob tables, so even the first
-    call costs milliseconds.
-    """
-    key = space.model_dump_json()
-    if key not in _GRIDS:
-        grid = Grid(space)
-        _GRIDS[key] = (grid, features(space, grid))
->>>>>>> main
     return _GRIDS[key]
 
 
@@ -304,7 +282,6 @@ class LearnedSampler(GuidedSampler):
         pairs = [(r, t) for r, t in zip(rows, done, strict=True) if r is not None]
         if len(pairs) < 2:
             return None
-<<<<<<< HEAD
         rows_arr = np.array([r for r, _ in pairs])
         y_e = np.log([t.user_attrs["j_per_query"] for _, t in pairs])
         y_l = np.log([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
@@ -399,16 +376,6 @@ class LearnedSampler(GuidedSampler):
             return (
                 f"gp: roofline misfit (its error on new trials {roof_err:.1%} > {self.misfit_factor:g} x noise "
                 f"{noise:.1%}); data-driven error {plain:.1%} vs {with_roof:.1%} with the roofline"
-=======
-        configs, feats = grid_features(self.space)
-        try:
-            self.roofline = fit_measurements(
-                load_profile(self.model),
-                self.space,
-                [trial_config(t) for t in done],
-                [t.user_attrs for t in done],
-                self.percentile,
->>>>>>> main
             )
         self.trust = "gp+roofline" if with_roof <= plain or not misfit else "gp"
         state = "misfit" if misfit else "fits"
@@ -433,7 +400,7 @@ class LearnedSampler(GuidedSampler):
         seen = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
         open_rows = np.ones(len(configs), dtype=bool)
         for key in seen:
-            i = None if key is None else configs.position(key)
+            i = index.get(key)
             if i is not None:
                 open_rows[i] = False
         if not open_rows.any():
@@ -472,7 +439,6 @@ class LearnedSampler(GuidedSampler):
         )
         return configs[pick]
 
-<<<<<<< HEAD
     def _neighbours(self, configs: list[Config], index: dict[str, int], rows: list[int]) -> list[int]:
         """Grid rows one step away from the given ones in every ordered knob and the batch size."""
         out: list[int] = []
@@ -497,46 +463,6 @@ class LearnedSampler(GuidedSampler):
                 if i is not None and i not in out:
                     out.append(i)
         return out
-=======
-    def _uncapped(self, configs: Grid, feats: Features) -> np.ndarray:
-        """Configurations at the highest power limit the roofline predicts they stay under.
-
-        Where clocks can be locked, a power limit that does not bind changes
-        nothing, and one that binds only lowers the clock to one the table
-        already offers: proposing the same clocks under every limit would
-        spend trials on duplicates.
-        """
-        knob = knob_roles(self.space).get("power_limit_w")
-        if knob is None or knob not in self.space.tuned_knobs:
-            return np.ones(len(configs), dtype=bool)
-        top = max(float(v) for v in self.space.knobs[knob].values)
-        return (feats.power_limit >= top) & (self.roofline.power(feats) <= feats.power_limit)
-
-    def _latency_error(self, done: list[optuna.trial.FrozenTrial]) -> float:
-        """Relative error of the current roofline's latency on the measured points."""
-        if self.roofline is None:
-            return 0.0
-        grid, feats = grid_features(self.space)
-        rows = [grid.position(t.user_attrs["effective_key"]) for t in done]
-        pairs = [(i, t) for i, t in zip(rows, done, strict=True) if i is not None]
-        if not pairs:
-            return 0.0
-        sub = feats.take(np.array([i for i, _ in pairs]))
-        _, _, latency = self.roofline.predict(sub)
-        measured = np.array([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
-        return float(np.median(np.abs(latency / measured - 1)))
-
-    def _stalled(self, done: list[optuna.trial.FrozenTrial]) -> bool:
-        """True once the last ``stall`` measured trials have not improved the best feasible one."""
-        best, since = float("inf"), 0
-        for t in done:
-            feasible = bool(t.constraints) and all(c <= 0 for c in t.constraints.values())
-            if feasible and t.value < best:
-                best, since = t.value, 0
-            else:
-                since += 1
-        return len(done) >= 2 + self.stall and since >= self.stall
->>>>>>> main
 
 
 class TwoPhaseSampler(GuidedSampler):

@@ -17,13 +17,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tuner.devices.base import Device
-<<<<<<< HEAD
 from tuner.devices.registry import device_help, open_device
-=======
-from tuner.devices.registry import DEVICE_HELP, open_device
 from tuner.errors import UserError, did_you_mean
 from tuner.storage import redact, sqlite_path
->>>>>>> main
 from tuner.units import parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
@@ -35,11 +31,7 @@ ModelOpt = typer.Option(
     "-m",
     help="model name (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn) or path.onnx",
 )
-<<<<<<< HEAD
 DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
-=======
-DeviceOpt = typer.Option(..., "--device", "-d", help=f"device: {DEVICE_HELP}")
->>>>>>> main
 OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
 StorageOpt = typer.Option(
     None,

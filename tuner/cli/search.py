@@ -63,9 +63,11 @@ def register(app: typer.Typer) -> None:
         from tuner.bench import BenchSettings, default_strategies, markdown, quick_settings, run_bench
         from tuner.landscapes import board_seeds
 
-<<<<<<< HEAD
-        if min(seeds, trials, random_trials, jobs) <= 0:
-            raise UserError("--seeds, --trials, --random-trials and --jobs must be positive integers")
+        check_count(seeds, "--seeds", 3, maximum=1000)
+        check_count(trials, "--trials", 40, maximum=10_000)
+        check_count(random_trials, "--random-trials", 200, maximum=100_000)
+        check_count(jobs, "--jobs", 2, maximum=256)
+        common.check_out_dir(out)
         base = quick_settings() if quick else BenchSettings()
         update: dict = {"strategies": _names(strategies, default_strategies())}
         for key, text in (("devices", devices), ("models", models), ("bounds", bounds)):
@@ -80,29 +82,6 @@ def register(app: typer.Typer) -> None:
         if not quick:
             update.update(seeds=seeds, trials=trials, random_trials=random_trials, jobs=jobs)
         settings = base.model_copy(update=update)
-=======
-        check_count(seeds, "--seeds", 3, maximum=1000)
-        check_count(trials, "--trials", 40, maximum=10_000)
-        check_count(random_trials, "--random-trials", 200, maximum=100_000)
-        check_count(jobs, "--jobs", 2, maximum=256)
-        common.check_out_dir(out)
-        if quick:
-            settings = quick_settings(_names(devices, ["sim:orin"]), _names(strategies, list(STRATEGIES))).model_copy(
-                update={"models": _names(models, ["resnet50"])}
-            )
-        else:
-            base = BenchSettings()
-            settings = BenchSettings(
-                devices=_names(devices, base.devices),
-                models=_names(models, base.models),
-                bounds=_names(bounds, base.bounds),
-                strategies=_names(strategies, base.strategies),
-                seeds=seeds,
-                trials=trials,
-                random_trials=random_trials,
-                jobs=jobs,
-            )
->>>>>>> main
         for model in settings.models:
             check_model(model)
         with common.count_progress("bench", "", as_json) as bar:
@@ -145,17 +124,11 @@ def register(app: typer.Typer) -> None:
         """Fit time and energy rooflines (Pagoda's form) from measurements; print per-mode parameters, plot them."""
         check_count(points, "--points", 12, maximum=10_000)
         if points < 2:
-<<<<<<< HEAD
-            raise UserError("--points must be at least 2")
-        dev = common.device(device)
-        check_model(model, dev)
-=======
             raise UserError("--points must be at least 2, e.g. 12")
         check_seconds(window, "--window", "10", maximum=3600.0)
         common.check_out_dir(out)
         dev = common.device(device)
-        check_model(model, dev.simulated)
->>>>>>> main
+        check_model(model, dev.simulated, dev)
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
         if as_json:
             common.emit_json(payload)

@@ -125,11 +125,7 @@ def register(app: typer.Typer) -> None:
             out=out,
             window=window_settings(window, percentile, meter, seed, True),
         )
-<<<<<<< HEAD
-        check_model(model, dev)
-=======
-        check_model(model, dev.simulated)
->>>>>>> main
+        check_model(model, dev.simulated, dev)
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
@@ -199,11 +195,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure every configuration of the (narrowed) space: ground truth and characterization."""
         bound = common.latency(max_latency) if max_latency is not None else None
-<<<<<<< HEAD
-        check_model(model, dev)
-        space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
-=======
->>>>>>> main
         settings = window_settings(window, percentile, meter, seed, seed is not None)
         check_meter(meter, device)
         common.check_out_dir(out)
@@ -285,11 +276,7 @@ def register(app: typer.Typer) -> None:
         settings = window_settings(window, percentile, meter, seed, seed is not None)
         check_meter(meter, device)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-<<<<<<< HEAD
-        check_model(model, dev)
-=======
-        check_model(model, dev.simulated)
->>>>>>> main
+        check_model(model, dev.simulated, dev)
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)

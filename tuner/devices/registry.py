@@ -193,8 +193,7 @@ def known_devices() -> list[dict[str, Any]]:
     root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
     board = detect_kind(root)
     if board is not None:
-<<<<<<< HEAD
-        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": "Jetson board"})
+        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": board_title(root)})
     for name, target in plugin_entry_points():
         found.append(
             {
@@ -207,7 +206,4 @@ def known_devices() -> list[dict[str, Any]]:
     found.append(
         {"name": "py:package.module:Class", "kind": "plugin", "twin": None, "title": "any plugin on PYTHONPATH"}
     )
-=======
-        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": board_title(root)})
->>>>>>> main
     return found
