@@ -335,4 +335,4 @@ def test_unknown_model_of_a_plugin_lists_its_own(plugin_path):
     from tuner.models import check_model
 
     with pytest.raises(UserError, match="my-net, blackbox"):
-        check_model("nosuch", open_device("py:ownplug:OwnBoard"))
+        check_model("nosuch", device=open_device("py:ownplug:OwnBoard"))

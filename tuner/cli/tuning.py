@@ -199,7 +199,7 @@ def register(app: typer.Typer) -> None:
         check_meter(meter, device)
         common.check_out_dir(out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model, dev.simulated)
+        check_model(model, dev.simulated, dev)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         total = space.size()
         with common.count_progress("sweep", "", as_json) as bar:
