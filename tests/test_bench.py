@@ -16,7 +16,13 @@ from tuner.sampling import make_sampler
 from tuner.study import MEMORY_STORAGE, RunOptions, best_feasible, run_study
 
 SMALL = BenchSettings(
-    devices=["sim:orin-nano"], models=["mobilenet_v2"], bounds=["tight", "loose"], strategies=["ours"], seeds=1
+    devices=["sim:orin-nano"],
+    models=["mobilenet_v2"],
+    bounds=["tight", "loose"],
+    strategies=["ours"],
+    seeds=1,
+    tune_boards=[],
+    judge_boards=[],
 )
 
 

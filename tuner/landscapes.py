@@ -172,7 +172,7 @@ class GeneratedBoard:
                 values = list(range(1, sizes["cores"] + 1))
                 knobs[name] = Knob(values=values, default=values[-1])
             elif role == "fabric":
-                values = list(range(sizes["fabric"]))
+                values = list(range(1, sizes["fabric"] + 1))
                 knobs[name] = Knob(values=values, default=values[-1])
         modes: dict[str, Mode] = {}
         mode_knob = None
@@ -286,7 +286,7 @@ class GeneratedBoard:
             "mem": mem if mem is not None else np.full(n, self.ranges["mem"][1]),
             "cpu": cpu if cpu is not None else np.full(n, self.ranges["cpu"][1]),
             "cores": cores if cores is not None else np.full(n, 4.0),
-            "fabric": fabric / fabric_top if fabric is not None else np.ones(n),
+            "fabric": (fabric - 1) / fabric_top if fabric is not None else np.ones(n),
             "units": np.array([m.properties["units"] if m is not None else 1.0 for m in modes]),
             "base": np.array([m.properties["base_w"] if m is not None else 4.0 for m in modes]),
             "batch": np.array([float(c.batch_size) for c in configs]),
