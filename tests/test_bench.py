@@ -3,18 +3,26 @@
 import json
 import math
 
+import numpy as np
 import optuna
 import pytest
 from clirun import run_cli
 
 from tuner.bench import BenchSettings, build_landscapes, markdown, quick_settings, run_bench, run_one
+from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.sampling import make_sampler
 from tuner.study import MEMORY_STORAGE, RunOptions, best_feasible, run_study
 
 SMALL = BenchSettings(
-    devices=["sim:orin-nano"], models=["mobilenet_v2"], bounds=["tight", "loose"], strategies=["ours"], seeds=1
+    devices=["sim:orin-nano"],
+    models=["mobilenet_v2"],
+    bounds=["tight", "loose"],
+    strategies=["ours"],
+    seeds=1,
+    tune_boards=[],
+    judge_boards=[],
 )
 
 
@@ -43,13 +51,19 @@ def test_run_is_scored_by_true_energy_and_reaches_the_optimum():
     assert 0 <= result.violation <= 1
 
 
-def test_quick_bench_summarises_every_strategy():
-    report = run_bench(quick_settings(devices=["sim:orin-nano"], strategies=["random", "ours"]))
+def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():
+    stages = []
+    report = run_bench(
+        quick_settings(devices=["sim:orin-nano"], strategies=["random", "ours"]),
+        progress=lambda done, total, stage: stages.append(stage),
+    )
     assert {row["strategy"] for row in report.summary} == {"random", "ours"}
-    overall = {row["strategy"]: row for row in report.summary if row["scope"] == "all"}
-    assert overall["ours"]["median_5%"] <= overall["random"]["median_5%"]
+    scopes = {row["scope"] for row in report.summary}
+    assert {"twins", "tune boards", "judge boards", "sim:orin-nano"} <= scopes
+    assert [land.device for land in report.landscapes if land.suite == "judge boards"] == ["gen:1001"]
+    assert stages[0] == "sweeps" and stages[-1] == "runs"
     table = markdown(report)
-    assert "| ours | all | 1 |" in table
+    assert "| ours | judge boards | 1 |" in table and "| ours | twins | 1 |" in table
 
 
 def test_remeasured_best_is_judged_on_its_mean():
@@ -79,7 +93,7 @@ def test_every_strategy_is_a_sampler_choice():
 
 def test_tune_bench_quick_cli(tmp_path):
     r = run_cli(
-        "bench", "--quick", "--devices", "sim:orin-nano", "--strategies", "tpe,ours", "--out", str(tmp_path), "--json"
+        "bench", "--quick", "--devices", "sim:orin-nano", "--sampler", "tpe,ours", "--out", str(tmp_path), "--json"
     )
     assert r.returncode == 0, r.stderr
     payload = json.loads(r.stdout)
@@ -87,3 +101,33 @@ def test_tune_bench_quick_cli(tmp_path):
     saved = json.loads((tmp_path / "bench" / "search.json").read_text())
     assert saved["version"] == 1 and len(saved["runs"]) == 2
     assert all(not math.isnan(row["violation"]) for row in payload["summary"])
+
+
+def test_bench_defaults_to_samplers_the_install_can_run(monkeypatch):
+    """The core install has no PyTorch: the default strategies leave gp out, and asking for gp fails at once."""
+    import tuner.strategies
+
+    monkeypatch.setattr(tuner.strategies, "has_torch", lambda: False)
+    monkeypatch.setattr(tuner.sampling, "has_torch", lambda: False)
+    assert "gp" not in quick_settings().strategies and "tpe" in quick_settings().strategies
+    with pytest.raises(UserError, match="needs PyTorch"):
+        run_bench(SMALL.model_copy(update={"strategies": ["gp"]}))
+
+
+def test_generated_boards_are_seeded_plausible_devices():
+    from tuner.devices.registry import open_device
+    from tuner.landscapes import GeneratedBoard, board_seeds
+
+    a, b = open_device("gen:1003"), GeneratedBoard("gen:1003")
+    assert a.space() == b.space() and a.describe()["twin"] is True
+    assert 1_000 <= a.size <= 50_000 and 2 <= len(a.space().knobs) <= 6
+    grid = a.space().grid()
+    assert len(grid) == a.size
+    rows = a.measure_many("wl-mlp", grid, WindowSettings(noise=False))
+    assert all(m.j_per_query > 0 and m.p99_ms > m.p50_ms for m in rows)
+    noisy = [a.measure("wl-mlp", grid[0], WindowSettings(seed=s)).p50_ms for s in range(20)]
+    spread = np.std(noisy) / np.mean(noisy)
+    assert 0.005 < spread < 0.04
+    assert board_seeds("0-2,7") == [0, 1, 2, 7]
+    with pytest.raises(UserError, match="gen:SEED"):
+        GeneratedBoard("gen:x")

@@ -10,7 +10,16 @@ from runners.profile import load_profile
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
-from tuner.roofline import LayerTable, _time, features, fit, fit_measurements, knob_roles, layer_intensity
+from tuner.roofline import (
+    LayerTable,
+    _time,
+    features,
+    fit,
+    fit_measurements,
+    intensity_summary,
+    knob_roles,
+    layer_intensity,
+)
 
 
 def test_roles_follow_knob_names():
@@ -94,3 +103,34 @@ def test_tune_roofline_writes_plot_and_parameters(tmp_path):
     folder = tmp_path / "sim-orin" / "mobilenet_v2"
     assert (folder / "roofline.png").stat().st_size > 1000
     assert json.loads((folder / "roofline.json").read_text())["fit"]["points"] == 8
+    assert payload["layers"]["median_matmul_flop_per_byte"] > payload["layers"]["median_elementwise_flop_per_byte"]
+
+
+def test_intensity_summary_separates_matmul_from_elementwise_layers():
+    """ResNet-50's plain median is an element-wise layer (1 FLOP per 8 bytes); its convolutions are far denser."""
+    summary = intensity_summary(load_profile("resnet50"), 8)
+    assert summary["median_intensity"] == pytest.approx(0.125, rel=1e-3)
+    assert summary["median_elementwise_flop_per_byte"] == pytest.approx(0.125, rel=1e-3)
+    assert summary["median_matmul_flop_per_byte"] > 20 * summary["median_elementwise_flop_per_byte"]
+    assert summary["graph_flop_per_byte"] > 1
+
+
+def test_log_axes_label_few_major_ticks_and_no_minor_ones():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    from tuner.pareto import log_ticks
+
+    fig, ax = plt.subplots()
+    ax.plot([11, 19, 27], [0.021, 0.025, 0.03])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    log_ticks(ax)
+    fig.canvas.draw()
+    assert isinstance(ax.xaxis.get_minor_formatter(), NullFormatter)
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert labels and all("times" not in x and "^" not in x for x in labels)
+    plt.close(fig)

@@ -15,6 +15,13 @@ its true energy is within x% of the optimum. Trials are counted as
 measurements (every window costs time, feasible or not; reused
 configurations are free). The exported best is re-measured with fresh noise
 to see how often it violates the bound.
+
+Three suites, reported separately: the twins (sim:orin, sim:h200,
+sim:orin-nano with the zoo models), and generated boards (tuner/landscapes.py,
+``gen:SEED``) split by seed into the boards the strategy was tuned on and the
+boards it is judged on (seeds it never saw while it was designed). A
+generated board contributes one landscape: its seed picks the workload and the
+bound, so the judged landscapes spread over every workload and bound.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from pydantic import BaseModel, Field
 from tuner.devices.base import Device, WindowSettings
 from tuner.devices.registry import open_device
 from tuner.errors import UserError
+from tuner.landscapes import WORKLOADS
+from tuner.sampling import available_samplers, make_sampler
 from tuner.space import Config
 from tuner.study import MEMORY_STORAGE, RunOptions, best_of, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
@@ -39,9 +48,13 @@ from tuner.sweep import optimum, run_sweep
 BENCH_VERSION = 1
 BOUND_QUANTILES = {"tight": 0.05, "medium": 0.25, "loose": 0.6}
 BOUND_FLOORS = {"tight": 1.15, "medium": 1.5, "loose": 3.0}
+GEN_BOUNDS = ("tight", "medium", "loose")
 STRATEGIES = ("random", "tpe", "gp", "two-phase", "ours")
 DEFAULT_DEVICES = ("sim:orin", "sim:h200", "sim:orin-nano")
 DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
+TUNE_BOARDS = tuple(range(0, 20))
+JUDGE_BOARDS = tuple(range(1000, 1060))
+SUITES = ("twins", "tune boards", "judge boards")
 TARGETS = (0.02, 0.05)
 REGRET_AT = (10, 20, 40)
 RECHECKS = 10
@@ -51,6 +64,7 @@ _DEVICES: dict[str, Device] = {}
 
 
 class Landscape(BaseModel):
+    suite: str = "twins"
     device: str
     model: str
     bound: str
@@ -78,12 +92,14 @@ class BenchSettings(BaseModel):
     devices: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICES))
     models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS))
     bounds: list[str] = Field(default_factory=lambda: list(BOUND_QUANTILES))
-    strategies: list[str] = Field(default_factory=lambda: list(STRATEGIES))
+    strategies: list[str] = Field(default_factory=lambda: default_strategies())
     seeds: int = 3
     trials: int = 40
     random_trials: int = 200
     jobs: int = 2
     percentile: str = "p99"
+    tune_boards: list[int] = Field(default_factory=lambda: list(TUNE_BOARDS))
+    judge_boards: list[int] = Field(default_factory=lambda: list(JUDGE_BOARDS))
 
 
 class BenchReport(BaseModel):
@@ -114,38 +130,51 @@ def truth(name: str, model: str, percentile: str) -> dict[str, tuple[float, floa
     return _TRUTH[(name, model)]
 
 
-def build_landscapes(settings: BenchSettings) -> list[Landscape]:
-    """One landscape per device, model and bound; bounds are quantiles of the sweep's latencies."""
+def build_landscapes(settings: BenchSettings, progress: Callable[[int, int], None] | None = None) -> list[Landscape]:
+    """Twins: one landscape per device, model and bound; generated boards: one per seed. Bounds: sweep quantiles."""
     unknown = [b for b in settings.bounds if b not in BOUND_QUANTILES]
     if unknown:
         raise UserError(f"unknown bound(s) {', '.join(unknown)}: choose from {', '.join(BOUND_QUANTILES)}")
+    plan: list[tuple[str, str, str, list[str]]] = [
+        ("twins", name, model, settings.bounds) for name in settings.devices for model in settings.models
+    ]
+    for suite, seeds in (("tune boards", settings.tune_boards), ("judge boards", settings.judge_boards)):
+        for seed in seeds:
+            plan.append((suite, f"gen:{seed}", WORKLOADS[seed % len(WORKLOADS)], [GEN_BOUNDS[(seed // 3) % 3]]))
     out = []
-    for name in settings.devices:
-        dev = device(name)
-        for model in settings.models:
-            rows = run_sweep(dev, narrowed_space(dev, None, None), model, WindowSettings(noise=False, seed=None))
-            valid = [r for r in rows if r.measurement is not None and r.measurement.valid]
-            if not valid:
-                raise UserError(f"{name} measured no valid configuration of {model}: check the device")
-            _TRUTH[(name, model)] = {
-                json.dumps(r.config.key()): (r.measurement.j_per_query, r.measurement.latency_ms(settings.percentile))
-                for r in valid
-            }
-            lats = np.array([r.measurement.latency_ms(settings.percentile) for r in valid])
-            for bound in settings.bounds:
-                limit = max(float(np.quantile(lats, BOUND_QUANTILES[bound])), BOUND_FLOORS[bound] * lats.min())
-                best = optimum(rows, limit, settings.percentile)
-                out.append(
-                    Landscape(
-                        device=name,
-                        model=model,
-                        bound=bound,
-                        max_latency_ms=limit,
-                        optimum_j=best.measurement.j_per_query,
-                        optimum={"config": best.config.knobs, "batch_size": best.config.batch_size},
-                        feasible_fraction=float((lats <= limit).mean()),
-                    )
-                )
+    for done, (suite, name, model, bounds) in enumerate(plan):
+        out += _landscapes(suite, name, model, bounds, settings.percentile)
+        if progress:
+            progress(done + 1, len(plan))
+    return out
+
+
+def _landscapes(suite: str, name: str, model: str, bounds: list[str], percentile: str) -> list[Landscape]:
+    dev = device(name)
+    rows = run_sweep(dev, narrowed_space(dev, None, None), model, WindowSettings(noise=False, seed=None))
+    valid = [r for r in rows if r.measurement is not None and r.measurement.valid]
+    if not valid:
+        raise UserError(f"{name} measured no valid configuration of {model}: check the device")
+    _TRUTH[(name, model)] = {
+        json.dumps(r.config.key()): (r.measurement.j_per_query, r.measurement.latency_ms(percentile)) for r in valid
+    }
+    lats = np.array([r.measurement.latency_ms(percentile) for r in valid])
+    out = []
+    for bound in bounds:
+        limit = max(float(np.quantile(lats, BOUND_QUANTILES[bound])), BOUND_FLOORS[bound] * lats.min())
+        best = optimum(rows, limit, percentile)
+        out.append(
+            Landscape(
+                suite=suite,
+                device=name,
+                model=model,
+                bound=bound,
+                max_latency_ms=limit,
+                optimum_j=best.measurement.j_per_query,
+                optimum={"config": best.config.knobs, "batch_size": best.config.batch_size},
+                feasible_fraction=float((lats <= limit).mean()),
+            )
+        )
     return out
 
 
@@ -217,16 +246,25 @@ def _task(args: tuple) -> RunResult:
     return run_one(*args)
 
 
-def run_bench(settings: BenchSettings, progress: Callable[[int, int], None] | None = None) -> BenchReport:
-    """Build the landscapes (sweeps) once, then run every strategy x landscape x seed, in parallel."""
+def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None] | None = None) -> BenchReport:
+    """Build the landscapes (sweeps) once, then run every strategy x landscape x seed, in parallel.
+
+    Twins run ``settings.seeds`` times each; a generated board runs once (its
+    seed already varies the landscape). ``progress(done, total, stage)`` is
+    called through both stages ("sweeps", then "runs").
+    """
     unknown = [s for s in settings.strategies if s not in STRATEGIES]
     if unknown:
         raise UserError(f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}")
+    for strategy in settings.strategies:
+        make_sampler(strategy, 0)
     started = time.monotonic()
-    landscapes = build_landscapes(settings)
+    landscapes = build_landscapes(settings, None if progress is None else lambda d, t: progress(d, t, "sweeps"))
     tasks = []
     for seed in range(settings.seeds):
         for i, land in enumerate(landscapes):
+            if land.suite != "twins" and seed > 0:
+                continue
             for strategy in settings.strategies:
                 trials = settings.random_trials if strategy == "random" else settings.trials
                 tasks.append((land, i, strategy, seed, trials, settings.percentile))
@@ -236,12 +274,12 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int], None] | No
             for result in pool.imap_unordered(_task, tasks):
                 runs.append(result)
                 if progress:
-                    progress(len(runs), len(tasks))
+                    progress(len(runs), len(tasks), "runs")
     else:
         for task in tasks:
             runs.append(_task(task))
             if progress:
-                progress(len(runs), len(tasks))
+                progress(len(runs), len(tasks), "runs")
     runs.sort(key=lambda r: (r.landscape, r.strategy, r.seed))
     return BenchReport(
         settings=settings,
@@ -267,7 +305,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: BenchSettings) -> list[dict]:
-    """Per strategy (and per strategy and device): trials to 2%/5% (median, p90), regret at 10/20/40, violations.
+    """Per strategy and suite (and twin device): trials to 2%/5% (median, p90), regret at 10/20/40, violations.
 
     A run that never got within the target counts as infinitely many trials,
     so a median or p90 beyond the budget reads as "> budget".
@@ -275,10 +313,13 @@ def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: Benc
     rows = []
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for r in runs:
-        groups.setdefault((r.strategy, "all"), []).append(r)
-        groups.setdefault((r.strategy, landscapes[r.landscape].device), []).append(r)
+        land = landscapes[r.landscape]
+        groups.setdefault((r.strategy, land.suite), []).append(r)
+        if land.suite == "twins":
+            groups.setdefault((r.strategy, land.device), []).append(r)
+    order = {name: i for i, name in enumerate(SUITES)}
     for (strategy, scope), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1], STRATEGIES.index(kv[0][0]))
+        groups.items(), key=lambda kv: (order.get(kv[0][1], len(SUITES)), kv[0][1], STRATEGIES.index(kv[0][0]))
     ):
         row: dict = {"strategy": strategy, "scope": scope, "runs": len(members)}
         for target in ("2%", "5%"):
@@ -326,15 +367,22 @@ def _r(value: float) -> str:
     return "no feasible" if not math.isfinite(value) else f"{value:.1%}"
 
 
+def default_strategies() -> list[str]:
+    """Every strategy this installation can run (gp needs PyTorch; the others run on the core install)."""
+    return [s for s in STRATEGIES if s in available_samplers()]
+
+
 def quick_settings(devices: list[str] | None = None, strategies: list[str] | None = None) -> BenchSettings:
-    """One landscape, one seed, few trials: for tests and a first look."""
+    """One twin landscape, one tuning board and one judged board, one seed, few trials: a first look in seconds."""
     return BenchSettings(
-        devices=devices or ["sim:orin"],
+        devices=devices or ["sim:orin-nano"],
         models=["resnet50"],
         bounds=["medium"],
-        strategies=strategies or list(STRATEGIES),
+        strategies=strategies or default_strategies(),
         seeds=1,
         trials=12,
         random_trials=12,
         jobs=1,
+        tune_boards=[0],
+        judge_boards=[1001],
     )

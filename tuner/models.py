@@ -1,13 +1,14 @@
-"""Model names a user may pass to --model, checked before anything touches disk or hardware."""
+"""Model names a user may pass to --model, and where each model's per-layer profile comes from."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from runners import user_model
 from runners.factory import check_runtime
-from runners.profile import profile_names
+from runners.profile import ModelProfile, load_profile, profile_names
 from tuner.errors import UserError, did_you_mean
 
 # An ONNX file is a protobuf ModelProto; its first field is ir_version (field 1, varint), tag byte 0x08.
@@ -15,8 +16,14 @@ _ONNX_FIRST_BYTE = 0x08
 FILE_SUFFIXES = (".onnx", ".engine", ".plan")
 
 
-def check_model(model: str, runtime: str = "auto", simulated: bool = False) -> None:
-    """Accept a zoo model, a ``py:module:factory`` model, or a readable .onnx/.engine/.plan file.
+def device_models(device: Any) -> list[str]:
+    """Models a plugin device declares as its own (its optional ``models()``), else none."""
+    declared = getattr(device, "models", None)
+    return list(declared()) if callable(declared) else []
+
+
+def check_model(model: str, runtime: str = "auto", simulated: bool = False, device: Any = None) -> None:
+    """Accept a zoo model, a ``py:module:factory`` model, a .onnx/.engine/.plan file, or a device's own model.
 
     Also checks that ``runtime`` can run it, so a wrong pairing fails before
     the device is opened; a text file named .onnx, or an ONNX file where
@@ -39,11 +46,12 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False) -> N
         if not Path(model).is_file():
             raise UserError(f"model file {model} not found: check the path")
         return
-    if model not in profile_names():
+    own = device_models(device)
+    if model not in profile_names() and model not in own:
+        known = [*own, *profile_names()]
         raise UserError(
-            f"unknown model {model!r}{did_you_mean(model, profile_names())}: known models are "
-            f"{', '.join(profile_names())}, a {user_model.EXAMPLE} factory, or a path to a .onnx or TensorRT "
-            ".engine file"
+            f"unknown model {model!r}{did_you_mean(model, known)}: known models are "
+            f"{', '.join(known)}, a {user_model.EXAMPLE} factory, or a path to a .onnx or TensorRT .engine file"
         )
 
 
@@ -69,3 +77,27 @@ def _check_onnx(path: Path, runtime: str) -> None:
         raise UserError(f"{path} is not an ONNX model (empty or not a protobuf ModelProto): export it again")
     if runtime == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
         raise UserError(f"running {path.name} needs onnxruntime: pip install 'powertune[onnx]'")
+
+
+def model_profile(model: str, device: Any = None) -> tuple[ModelProfile | None, str]:
+    """The model's per-layer FLOPs and bytes and where they came from, or None and why there is none.
+
+    Order: the device's own ``profile(model)`` (a plugin knows its models
+    best), the committed zoo profile, then the ONNX graph of a .onnx file.
+    """
+    declared = getattr(device, "profile", None)
+    if callable(declared) and model in device_models(device):
+        profile = declared(model)
+        if profile is not None:
+            return profile, f"profile of {model} declared by the device"
+        return None, f"the device declares {model} without a per-layer profile"
+    if model in profile_names():
+        return load_profile(model), f"committed profile runners/profiles/{model}.json"
+    if model.endswith(".onnx"):
+        from runners.profile_onnx import profile_onnx
+
+        try:
+            return profile_onnx(Path(model)), f"profiled from the ONNX graph of {model}"
+        except UserError as exc:
+            return None, str(exc)
+    return None, f"no per-layer profile for {model}"

@@ -195,6 +195,8 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "fail_reason",
                 "source",
                 "feasibility",
+                "proposed_by",
+                "why",
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
@@ -218,8 +220,24 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("fail_reason", ""),
                     trial_source(t),
                     feasibility(t, bound),
+                    a.get("proposed_by", ""),
+                    a.get("why", ""),
                 ]
             )
+
+
+def log_ticks(ax: Any) -> None:
+    """Readable log axes: at most about eight labelled ticks (1, 2, 5 x 10^k) and unlabelled minor ones.
+
+    Matplotlib labels minor ticks on a log axis that spans less than a
+    decade or so, and those labels (2x10^1, 3x10^1, ...) overlap.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+        axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def trial_source(trial: optuna.trial.FrozenTrial) -> str:
@@ -281,6 +299,7 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    log_ticks(ax)
     ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")
     ax.set_ylabel("energy per query (J)")
     twin = " [digital twin]" if pareto.twin else ""

@@ -43,7 +43,9 @@ def remeasure_top(
             break
         config = Config(knobs=t.user_attrs["config"], batch_size=t.user_attrs["batch_size"])
         for _ in range(repeats):
-            study.enqueue_trial(space.params_for(config), user_attrs={"repeat_of": t.number}, skip_if_exists=False)
+            why = f"re-measure of trial {t.number}: the best is judged on a mean, not one window"
+            attrs = {"repeat_of": t.number, "proposed_by": "remeasure", "why": why}
+            study.enqueue_trial(space.params_for(config), user_attrs=attrs, skip_if_exists=False)
         study.optimize(
             objective, n_trials=repeats, callbacks=callbacks, catch=(MeasurementRejected,), gc_after_trial=False
         )

@@ -265,7 +265,12 @@ def _energy_columns(layers: LayerTable, f: Features, t: np.ndarray) -> np.ndarra
 
 
 def fit(
-    layers: LayerTable, f: Features, time_s: np.ndarray, energy_j: np.ndarray, latency_ms: np.ndarray
+    layers: LayerTable,
+    f: Features,
+    time_s: np.ndarray,
+    energy_j: np.ndarray,
+    latency_ms: np.ndarray,
+    warm: RooflineParams | None = None,
 ) -> RooflineParams:
     """Fit time, energy and latency coefficients to measured batches (needs at least one point).
 
@@ -293,8 +298,11 @@ def fit(
         return np.concatenate([np.log(pred) - np.log(time_s), weight * (logp - prior)])
 
     best = None
-    for shift in ([0.0, 0.0, 0.0], [0.0, -1.5, -1.0], [-1.5, 0.0, -1.0], [-1.0, -1.0, 0.5]):
-        result = least_squares(residual, prior + np.array(shift), method="trf", x_scale=1.0, max_nfev=200)
+    starts = [prior + np.array(s) for s in ([0.0, 0.0, 0.0], [0.0, -1.5, -1.0], [-1.5, 0.0, -1.0], [-1.0, -1.0, 0.5])]
+    if warm is not None:
+        starts = [np.log([warm.alpha, warm.beta, warm.kappa])]
+    for start in starts:
+        result = least_squares(residual, start, method="trf", x_scale=1.0, max_nfev=200)
         if best is None or result.cost < best.cost:
             best = result
     logp = best.x
@@ -333,12 +341,19 @@ def _latency_line(time_ms: np.ndarray, latency_ms: np.ndarray) -> tuple[float, f
 
 
 def fit_measurements(
-    profile: ModelProfile, space: SearchSpace, configs: list[Config], metrics: list[dict], percentile: str = "p99"
+    profile: ModelProfile,
+    space: SearchSpace,
+    configs: list[Config],
+    metrics: list[dict],
+    percentile: str = "p99",
+    warm: RooflineParams | None = None,
 ) -> Roofline:
     """Fit from measured configurations and their metrics (j_per_query, qps, latency), e.g. study trials.
 
     Windows the device reported as throttled ran below their set clocks, so
-    they are left out of the fit while unthrottled ones remain.
+    they are left out of the fit while unthrottled ones remain. ``warm``
+    (the previous fit of a search that adds one trial at a time) starts the
+    time fit from its coefficients instead of four spread starts.
     """
     calm = [i for i, m in enumerate(metrics) if not m.get("throttled")]
     if calm and len(calm) < len(metrics):
@@ -351,7 +366,7 @@ def fit_measurements(
     time_s = batch / qps
     energy = np.array([m["j_per_query"] for m in metrics], dtype=float) * batch
     latency = np.array([m[f"{percentile}_ms"] for m in metrics], dtype=float)
-    return Roofline(layers=layers, params=fit(layers, f, time_s, energy, latency))
+    return Roofline(layers=layers, params=fit(layers, f, time_s, energy, latency, warm))
 
 
 def layer_intensity(profile: ModelProfile, batch: int, byte_scale: float = 1.0) -> np.ndarray:
@@ -361,7 +376,33 @@ def layer_intensity(profile: ModelProfile, batch: int, byte_scale: float = 1.0) 
     return layers.flops * batch / np.maximum(q, 1e-30)
 
 
-def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: list[Config], path: Path) -> None:
+def intensity_summary(profile: ModelProfile, batch: int, byte_scale: float = 1.0) -> dict[str, float]:
+    """Arithmetic intensity of the whole graph, and the median of its matmul and of its element-wise layers.
+
+    A plain median over layers is misleading: most layers of a CNN are
+    element-wise (batch norm, ReLU, add) at 1 FLOP per 8 bytes = 0.125
+    FLOP/B, while almost all FLOPs are in convolutions and matmuls.
+    """
+    layers = LayerTable.of(profile)
+    intensity = layer_intensity(profile, batch, byte_scale)
+    matmul = np.array([x.matmul for x in profile.layers])
+    total = layers.flops.sum() * batch / ((layers.weights.sum() + layers.acts.sum() * batch) * byte_scale)
+    return {
+        "graph_flop_per_byte": float(total),
+        "median_matmul_flop_per_byte": float(np.median(intensity[matmul])) if matmul.any() else 0.0,
+        "median_elementwise_flop_per_byte": float(np.median(intensity[~matmul])) if (~matmul).any() else 0.0,
+        "median_intensity": float(np.median(intensity)),
+    }
+
+
+def plot(
+    roofline: Roofline,
+    profile: ModelProfile,
+    space: SearchSpace,
+    modes: list[Config],
+    path: Path,
+    twin: bool = False,
+) -> None:
     """Time and energy rooflines of each mode, with the model's layers placed by arithmetic intensity."""
     import matplotlib
 
@@ -370,19 +411,19 @@ def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: l
 
     f = features(space, modes)
     params = roofline.mode_parameters(f)
-    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(11, 5), dpi=110)
     ai = np.logspace(-2, 4, 200)
     batch = modes[0].batch_size
     intensity = layer_intensity(profile, batch, float(f.byte_scale[0]))
     for config, p in zip(modes, params, strict=True):
         label = " ".join(
             f"{k}={v}" for k, v in config.knobs.items() if k in knob_roles(space).values() or k == space.mode_knob
-        )
+        )[:80]
         flops_s = np.minimum(1 / p["tau_flop_s"], ai / p["tau_mop_s"])
-        ax_t.plot(ai, flops_s / 1e12, label=label[:60])
+        ax_t.plot(ai, flops_s / 1e12, label=label)
         t_per_flop = np.maximum(p["tau_flop_s"], p["tau_mop_s"] / ai)
         joule_per_flop = p["eps_flop_j"] + p["eps_mop_j"] / ai + p["pi0_w"] * t_per_flop
-        ax_e.plot(ai, 1 / joule_per_flop / 1e9, label=label[:60])
+        ax_e.plot(ai, 1 / joule_per_flop / 1e9, label=label)
     for ax in (ax_t, ax_e):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -392,10 +433,13 @@ def plot(roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: l
             ax.axvline(x, color="grey", alpha=0.08, lw=0.8)
     ax_t.set_ylabel("attainable TFLOP/s")
     ax_e.set_ylabel("attainable GFLOP/J")
-    ax_t.set_title(f"time roofline ({profile.model}, bs {batch}; grey: layers)")
-    ax_e.set_title("energy roofline (fitted)")
-    ax_t.legend(fontsize=6)
-    fig.tight_layout()
+    ax_t.set_title(f"time roofline ({profile.model}, bs {batch}; grey: layers)", fontsize=10)
+    ax_e.set_title("energy roofline (fitted)", fontsize=10)
+    if twin:
+        fig.suptitle("[digital twin] fitted on simulated measurements, not hardware", fontsize=10)
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(labels) + 1) // 2), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)

@@ -1,27 +1,25 @@
-"""Sampler choice: which Optuna sampler explores the space."""
+"""Sampler choice: which Optuna sampler explores the space.
+
+The dependency runs one way: this module builds samplers and imports the
+strategies; tuner.strategies never imports this module.
+"""
 
 from __future__ import annotations
-
-import importlib.util
 
 import optuna
 
 from tuner.errors import UserError
+from tuner.strategies import LearnedSampler, TwoPhaseSampler, has_torch
 
 SAMPLERS = ("auto", "ours", "gp", "tpe", "random", "two-phase")
 DEFAULT_SAMPLER = "auto"
 
-
-def has_torch() -> bool:
-    """Optuna's GP sampler runs on PyTorch, which the core install leaves out."""
-    return importlib.util.find_spec("torch") is not None
+__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "available_samplers", "has_torch", "make_sampler"]
 
 
-def model_sampler(seed: int | None, startup: int) -> optuna.samplers.BaseSampler:
-    """The model-based sampler that refines after a guided start: GP where it can run, TPE otherwise."""
-    if has_torch():
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, deterministic_objective=False)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+def available_samplers() -> list[str]:
+    """The samplers this installation can run (gp needs PyTorch, which the core install leaves out)."""
+    return [s for s in SAMPLERS if s != "auto" and (s != "gp" or has_torch())]
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -34,12 +32,8 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "ours":
-        from tuner.strategies import RooflineSampler
-
-        return RooflineSampler(seed=seed)
+        return LearnedSampler(seed=seed)
     if name == "two-phase":
-        from tuner.strategies import TwoPhaseSampler
-
         return TwoPhaseSampler(seed=seed)
     if name == "gp":
         if not has_torch():

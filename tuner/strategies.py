@@ -1,4 +1,4 @@
-"""Search strategies beyond Optuna's stock samplers: ours (roofline-guided) and a PolyThrottle-style two-phase search.
+"""Search strategies beyond Optuna's stock samplers: ours (a model learned from the trials) and two-phase.
 
 Both are Optuna samplers, so ``tune run`` drives them through the same study
 loop as the stock ones. They are bound to the (narrowed) space and the run's
@@ -7,23 +7,45 @@ configuration needs the space's grid and the latency bound, which a sampler
 does not otherwise see. A proposal is returned for every parameter of the
 trial; when a strategy has nothing to propose, an inner model-based sampler
 does (GP where PyTorch is installed, multivariate TPE otherwise).
+
+Every trial a strategy proposes carries user attributes ``proposed_by`` (which
+model chose it) and ``why`` (in a line), so a run can be audited afterwards
+(trials.csv, ``tune status``); study-level notes (``strategy_notes``) say what
+the run could not use, e.g. a model without a per-layer profile.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 from typing import Any
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from scipy.stats import norm
 
-from runners.profile import load_profile
-from tuner.roofline import Features, Roofline, features, fit_measurements, knob_roles
-from tuner.sampling import model_sampler
-from tuner.space import Config, Grid, SearchSpace
+from runners.profile import ModelProfile
+from tuner.models import model_profile
+from tuner.roofline import RooflineParams, fit_measurements, knob_roles
+from tuner.space import Config, SearchSpace
+from tuner.surrogate import GaussianProcess, encode
 
-_GRIDS: dict[str, tuple[Grid, Features]] = {}
+_GRIDS: dict[str, tuple[list[Config], np.ndarray, list[str], dict[str, int]]] = {}
+_FEATURES: dict[tuple[str, str], Any] = {}
+
+
+def has_torch() -> bool:
+    """Optuna's GP sampler runs on PyTorch, which the core install leaves out."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def model_sampler(seed: int | None, startup: int) -> optuna.samplers.BaseSampler:
+    """The model-based sampler that refines after a guided start: GP where it can run, TPE otherwise."""
+    if has_torch():
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, deterministic_objective=False)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
 
 
 def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
@@ -40,16 +62,13 @@ def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     return out
 
 
-def grid_features(space: SearchSpace) -> tuple[Grid, Features]:
-    """The space's grid (configurations by position, positions by effective key) and its roofline features.
-
-    Cached per space content; built from per-knob tables, so even the first
-    call costs milliseconds.
-    """
+def grid_encoded(space: SearchSpace) -> tuple[list[Config], np.ndarray, list[str], dict[str, int]]:
+    """The space's grid, its encoding (tuner.surrogate.encode) and an index by effective key; cached per space."""
     key = space.model_dump_json()
     if key not in _GRIDS:
-        grid = Grid(space)
-        _GRIDS[key] = (grid, features(space, grid))
+        configs = space.grid()
+        x, columns = encode(space, configs)
+        _GRIDS[key] = (configs, x, columns, {json.dumps(c.key()): i for i, c in enumerate(configs)})
     return _GRIDS[key]
 
 
@@ -81,11 +100,14 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         self.seed = seed
         self.inner = model_sampler(seed, startup=10)
         self.space: SearchSpace | None = None
+        self.device: Any = None
+        self.reason: tuple[str, str] = ("", "")
         self.model = ""
         self.bound_ms = float("inf")
         self.percentile = "p99"
 
-    def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str) -> None:
+    def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
+        self.device = device
         self.space = space
         self.model = model
         self.bound_ms = max_latency_ms
@@ -102,14 +124,25 @@ class GuidedSampler(optuna.samplers.BaseSampler):
     def sample_relative(
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        if self.space is None or "fixed_params" in trial.system_attrs:
+        if self.space is None:
             return {}
+        if "fixed_params" in trial.system_attrs:
+            return {}
+        self.reason = ("", "")
         config = self.propose(study)
         if config is not None:
+            self._log(study, trial, *self.reason)
             return self.space.params_for(config)
+        self._log(study, trial, type(self.inner).__name__, self.reason[1] or "the strategy had nothing to propose")
         inner_space = self.inner.infer_relative_search_space(study, trial)
         params = self.adjust(self.inner.sample_relative(study, trial, inner_space))
         return self._unmeasured(study, params) if len(params) == len(search_space) else params
+
+    @staticmethod
+    def _log(study: optuna.Study, trial: optuna.trial.FrozenTrial, proposed_by: str, why: str) -> None:
+        """Store who proposed the trial and why in its user attributes (exported with trials.csv)."""
+        study._storage.set_trial_user_attr(trial._trial_id, "proposed_by", proposed_by)
+        study._storage.set_trial_user_attr(trial._trial_id, "why", why)
 
     def _unmeasured(self, study: optuna.Study, params: dict[str, Any]) -> dict[str, Any]:
         """Replace a proposal that repeats a measured configuration by a random unmeasured one.
@@ -176,101 +209,260 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         return None if key in done else effective
 
 
-class RooflineSampler(GuidedSampler):
-    """Ours: default mode as a baseline, then the fitted roofline's predicted best, then GP; re-measure the top.
+class LearnedSampler(GuidedSampler):
+    """Ours: a Gaussian-process model learned from the trials, with the roofline as a prior it can lose.
 
-    The first two trials measure the default mode at the largest and the
-    smallest batch size (the baseline a user would get, and the two ends of the
-    batch axis). From then on the roofline is refitted on every measured trial
-    and the unmeasured configuration it predicts cheapest within the bound
-    (less a margin of its own latency error) is measured, until it has
-    proposed ``stall`` configurations in a row that did not improve the best
-    measured one; the GP sampler then refines. Before the best is declared,
-    the ``remeasure`` top candidates are measured again (run_study), so the
-    exported configuration is judged on a mean, not on one lucky window.
+    Trials 1-2 are the baseline: the default configuration at the largest and
+    the smallest batch size (what a user gets untuned, and the two ends of
+    the strongest knob). From then on two models of log energy per query and
+    log tail latency are fitted on every measured trial, both GPs over every
+    tuned knob whatever its name plus the batch size: ``gp+roofline``, whose
+    prior mean is a linear function of the batch size and of the fitted
+    roofline's prediction (Pagoda's form, when the model has a per-layer
+    profile), and ``gp``, whose prior mean uses the batch size alone. Before
+    each refit both are scored on the trials measured since they last
+    predicted (prospective error). The roofline is in misfit when its own
+    prospective error exceeds three times the measurement noise; trust then
+    goes to whichever GP predicted the new trials better, and ``gp`` is
+    preferred unless the roofline-based one is clearly (20%) better.
+
+    Proposals alternate between a global step (constrained expected
+    improvement over every unmeasured configuration: expected improvement
+    of log energy times the probability of meeting the bound) and a local
+    step (the same score over the unmeasured neighbours of the incumbent and
+    of the next-best feasible configurations: one step either way in every
+    ordered knob and in the batch size, any other value of an unordered
+    one). Before the best is declared, the ``remeasure`` top candidates are
+    measured again (run_study), so the export is judged on a mean.
     """
 
     remeasure = (2, 2)
+    local_around = 3
+    global_every = 2
+    misfit_factor = 3.0
+    recent = 5
 
-    def __init__(self, seed: int | None = None, stall: int = 4) -> None:
+    def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
-        self.stall = stall
         self.inner = model_sampler(seed, startup=4)
-        self.roofline: Roofline | None = None
+        self.profile: ModelProfile | None = None
+        self.profile_note = ""
+        self.roof_params: RooflineParams | None = None
+        self.errors: dict[str, list[float]] = {"roofline": [], "gp+roofline": [], "gp": []}
+        self.predictions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.scored: set[int] = set()
+        self.trust = "gp+roofline"
+        self.steps = 0
+        self.fits: dict[str, GaussianProcess] = {}
+
+    def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
+        super().bind(space, model, max_latency_ms, percentile, device)
+        self.profile, self.profile_note = model_profile(model, device)
+        if self.profile is None:
+            self.trust = "gp"
+            self.profile_note += ": the roofline prior is off, the model learned from the trials proposes alone"
+
+    def notes(self) -> list[str]:
+        """What this run's strategy could and could not use (shown by tune run, stored with the study)."""
+        return [f"ours: {self.profile_note}"]
 
     def propose(self, study: optuna.Study) -> Config | None:
-        done = measured_trials(study)
+        if self.steps == 0 and self.space is not None:
+            self._note(study)
+        done = [t for t in measured_trials(study) if f"{self.percentile}_ms" in t.user_attrs]
         if len(done) < 2:
             default = self.space.default_config()
-            for batch in (self.space.batch_sizes[-1], self.space.batch_sizes[0]):
+            for label, batch in (("largest", self.space.batch_sizes[-1]), ("smallest", self.space.batch_sizes[0])):
                 fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}))
                 if fresh is not None:
+                    self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
-        if self._stalled(done):
+        configs, x, _, index = grid_encoded(self.space)
+        rows = [index.get(t.user_attrs.get("effective_key")) for t in done]
+        pairs = [(r, t) for r, t in zip(rows, done, strict=True) if r is not None]
+        if len(pairs) < 2:
             return None
-        configs, feats = grid_features(self.space)
-        try:
-            self.roofline = fit_measurements(
-                load_profile(self.model),
-                self.space,
-                [trial_config(t) for t in done],
-                [t.user_attrs for t in done],
-                self.percentile,
+        rows_arr = np.array([r for r, _ in pairs])
+        y_e = np.log([t.user_attrs["j_per_query"] for _, t in pairs])
+        y_l = np.log([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
+        self._score_prospective(rows_arr, y_e, y_l)
+        roof = self._roofline([t for _, t in pairs], configs)
+        batch = x[:, -1:] if len(self.space.batch_sizes) > 1 else np.zeros((len(x), 1))
+        linear = np.hstack([np.ones((len(x), 1)), batch])
+        variants = {"gp": linear}
+        if roof is not None:
+            variants["gp+roofline"] = np.hstack([linear, roof[0][:, None]])
+            variants["gp+roofline-latency"] = np.hstack([linear, roof[1][:, None]])
+        optimize = len(pairs) <= 8 or len(pairs) % 3 == 0
+        means: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        for name in ("gp", "gp+roofline"):
+            if name not in variants:
+                continue
+            basis_e = variants[name]
+            basis_l = variants["gp+roofline-latency"] if name == "gp+roofline" else basis_e
+            gp_e = GaussianProcess.fit(x[rows_arr], y_e, basis_e[rows_arr], self.fits.get(f"{name}:e"), optimize)
+            gp_l = GaussianProcess.fit(x[rows_arr], y_l, basis_l[rows_arr], self.fits.get(f"{name}:l"), optimize)
+            self.fits[f"{name}:e"], self.fits[f"{name}:l"] = gp_e, gp_l
+            mu_e, sd_e = gp_e.predict(x, basis_e)
+            mu_l, sd_l = gp_l.predict(x, basis_l)
+            means[name] = (mu_e, sd_e, mu_l, sd_l)
+            self.predictions[name] = (mu_e, mu_l)
+        if roof is not None:
+            self.predictions["roofline"] = roof
+        self.scored |= {int(r) for r in rows_arr}
+        why_model = self._choose_trust(roof is not None)
+        mu_e, sd_e, mu_l, sd_l = means[self.trust]
+        return self._acquire(study, configs, index, pairs, mu_e, sd_e, mu_l, sd_l, why_model)
+
+    def _note(self, study: optuna.Study) -> None:
+        notes = list(study.user_attrs.get("strategy_notes", []))
+        for note in self.notes():
+            if note not in notes:
+                notes.append(note)
+        study.set_user_attr("strategy_notes", notes)
+
+    def _roofline(self, trials: list[optuna.trial.FrozenTrial], configs: list[Config]) -> tuple | None:
+        """The roofline's log energy and log latency over the grid, refitted on the trials (None without profile)."""
+        if self.profile is None:
+            return None
+        from tuner.roofline import features
+
+        warm = self.roof_params if len(trials) % 5 else None
+        roof = fit_measurements(
+            self.profile,
+            self.space,
+            [trial_config(t) for t in trials],
+            [t.user_attrs for t in trials],
+            self.percentile,
+            warm,
+        )
+        self.roof_params = roof.params
+        key = (self.space.model_dump_json(), self.profile.model)
+        cached = _FEATURES.get(key)
+        if cached is None:
+            cached = _FEATURES.setdefault(key, features(self.space, configs))
+        _, energy, latency = roof.predict(cached)
+        return np.log(np.maximum(energy, 1e-30)), np.log(np.maximum(latency, 1e-9))
+
+    def _score_prospective(self, rows: np.ndarray, y_e: np.ndarray, y_l: np.ndarray) -> None:
+        """Error of each model's last predictions on trials measured since (what it did not see)."""
+        new = [i for i, r in enumerate(rows) if int(r) not in self.scored]
+        if not new or not self.predictions:
+            return
+        for name, (pred_e, pred_l) in self.predictions.items():
+            err = [0.5 * (abs(pred_e[rows[i]] - y_e[i]) + abs(pred_l[rows[i]] - y_l[i])) for i in new]
+            self.errors.setdefault(name, []).extend(float(e) for e in err)
+
+    def _noise(self) -> float:
+        fit = self.fits.get("gp:e")
+        return max(fit.noise if fit is not None else 0.015, 0.01)
+
+    def _choose_trust(self, have_roofline: bool) -> str:
+        """Which model proposes: the roofline-based GP until its prior is in misfit and the data say so."""
+        if not have_roofline:
+            self.trust = "gp"
+            return f"gp: {self.profile_note or 'no roofline'}"
+        recent = {k: v[-self.recent :] for k, v in self.errors.items()}
+        if len(recent.get("roofline", [])) < 2 or len(recent.get("gp", [])) < 2:
+            self.trust = "gp+roofline"
+            return "gp+roofline: too few trials to judge the roofline yet"
+        noise = self._noise()
+        roof_err = float(np.median(recent["roofline"]))
+        with_roof = float(np.mean(recent["gp+roofline"]))
+        plain = float(np.mean(recent["gp"]))
+        misfit = roof_err > self.misfit_factor * noise
+        if misfit and with_roof > 0.8 * plain:
+            self.trust = "gp"
+            return (
+                f"gp: roofline misfit (its error on new trials {roof_err:.1%} > {self.misfit_factor:g} x noise "
+                f"{noise:.1%}); data-driven error {plain:.1%} vs {with_roof:.1%} with the roofline"
             )
-        except Exception:
-            return None
-        _, energy, latency = self.roofline.predict(feats)
-        margin = max(0.02, 2 * self._latency_error(done))
-        ok = latency <= self.bound_ms * (1 - margin)
-        if np.isfinite(feats.power_limit).any():
-            ok &= self._uncapped(configs, feats)
+        self.trust = "gp+roofline" if with_roof <= plain or not misfit else "gp"
+        state = "misfit" if misfit else "fits"
+        return (
+            f"{self.trust}: roofline {state} (error on new trials {roof_err:.1%}, noise {noise:.1%}); "
+            f"errors with/without it {with_roof:.1%}/{plain:.1%}"
+        )
+
+    def _acquire(
+        self,
+        study: optuna.Study,
+        configs: list[Config],
+        index: dict[str, int],
+        pairs: list,
+        mu_e: np.ndarray,
+        sd_e: np.ndarray,
+        mu_l: np.ndarray,
+        sd_l: np.ndarray,
+        why_model: str,
+    ) -> Config | None:
+        """Constrained expected improvement, alternating global and local (incumbent's neighbours) steps."""
         seen = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
+        open_rows = np.ones(len(configs), dtype=bool)
         for key in seen:
-            i = None if key is None else configs.position(key)
+            i = index.get(key)
             if i is not None:
-                ok[i] = False
-        if not ok.any():
+                open_rows[i] = False
+        if not open_rows.any():
+            self.reason = ("", "every configuration has been measured")
             return None
-        return configs[int(np.argmin(np.where(ok, energy, np.inf)))]
+        feasible_prob = norm.cdf((math.log(self.bound_ms) - mu_l) / sd_l)
+        feasible = [
+            (t.user_attrs["j_per_query"], r) for r, t in pairs if t.user_attrs[f"{self.percentile}_ms"] <= self.bound_ms
+        ]
+        if feasible:
+            best = math.log(min(feasible)[0])
+            z = (best - mu_e) / sd_e
+            score = sd_e * (z * norm.cdf(z) + norm.pdf(z)) * feasible_prob
+            what = "expected improvement x P(meets bound)"
+        else:
+            score = np.where(feasible_prob >= 0.5, 1.0 + np.exp(-(mu_e - mu_e.min())), feasible_prob)
+            what = "no feasible trial yet: most likely to meet the bound, then lowest predicted energy"
+        score = np.where(open_rows, score, -np.inf)
+        self.steps += 1
+        local_rows = self._neighbours(configs, index, [r for _, r in sorted(feasible)[: self.local_around]])
+        local_rows = [r for r in local_rows if open_rows[r]]
+        if self.steps % self.global_every != 1 and local_rows:
+            pick = max(local_rows, key=lambda r: score[r])
+            incumbent = configs[sorted(feasible)[0][1]].label()
+            self.reason = (
+                f"local({self.trust})",
+                f"neighbour of the best feasible ({incumbent}): {what} {score[pick]:.3g}; {why_model}",
+            )
+            return configs[pick]
+        pick = int(np.argmax(score))
+        label = "local" if pick in local_rows else "global"
+        self.reason = (
+            f"{label}({self.trust})" if label == "local" else self.trust,
+            f"{label} best of {int(open_rows.sum())} unmeasured: {what} {score[pick]:.3g}, predicted "
+            f"{math.exp(mu_e[pick]):.4g} J/query, P(bound) {feasible_prob[pick]:.2f}; {why_model}",
+        )
+        return configs[pick]
 
-    def _uncapped(self, configs: Grid, feats: Features) -> np.ndarray:
-        """Configurations at the highest power limit the roofline predicts they stay under.
-
-        Where clocks can be locked, a power limit that does not bind changes
-        nothing, and one that binds only lowers the clock to one the table
-        already offers: proposing the same clocks under every limit would
-        spend trials on duplicates.
-        """
-        knob = knob_roles(self.space).get("power_limit_w")
-        if knob is None or knob not in self.space.tuned_knobs:
-            return np.ones(len(configs), dtype=bool)
-        top = max(float(v) for v in self.space.knobs[knob].values)
-        return (feats.power_limit >= top) & (self.roofline.power(feats) <= feats.power_limit)
-
-    def _latency_error(self, done: list[optuna.trial.FrozenTrial]) -> float:
-        """Relative error of the current roofline's latency on the measured points."""
-        if self.roofline is None:
-            return 0.0
-        grid, feats = grid_features(self.space)
-        rows = [grid.position(t.user_attrs["effective_key"]) for t in done]
-        pairs = [(i, t) for i, t in zip(rows, done, strict=True) if i is not None]
-        if not pairs:
-            return 0.0
-        sub = feats.take(np.array([i for i, _ in pairs]))
-        _, _, latency = self.roofline.predict(sub)
-        measured = np.array([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
-        return float(np.median(np.abs(latency / measured - 1)))
-
-    def _stalled(self, done: list[optuna.trial.FrozenTrial]) -> bool:
-        """True once the last ``stall`` measured trials have not improved the best feasible one."""
-        best, since = float("inf"), 0
-        for t in done:
-            feasible = bool(t.constraints) and all(c <= 0 for c in t.constraints.values())
-            if feasible and t.value < best:
-                best, since = t.value, 0
-            else:
-                since += 1
-        return len(done) >= 2 + self.stall and since >= self.stall
+    def _neighbours(self, configs: list[Config], index: dict[str, int], rows: list[int]) -> list[int]:
+        """Grid rows one step away from the given ones in every ordered knob and the batch size."""
+        out: list[int] = []
+        batches = self.space.batch_sizes
+        for row in rows:
+            base = configs[row]
+            moves: list[Config] = []
+            for name in self.space.tuned_knobs:
+                knob = self.space.knobs[name]
+                values = knob.values
+                at = next((i for i, v in enumerate(values) if str(v) == str(base.knobs[name])), 0)
+                steps = (at - 1, at + 1) if knob.ordered else range(len(values))
+                for j in steps:
+                    if 0 <= j < len(values) and j != at:
+                        moves.append(Config(knobs={**base.knobs, name: values[j]}, batch_size=base.batch_size))
+            at_b = batches.index(base.batch_size) if base.batch_size in batches else 0
+            for j in (at_b - 1, at_b + 1):
+                if 0 <= j < len(batches):
+                    moves.append(base.model_copy(update={"batch_size": batches[j]}))
+            for move in moves:
+                i = index.get(json.dumps(self.space.effective(move).key()))
+                if i is not None and i not in out:
+                    out.append(i)
+        return out
 
 
 class TwoPhaseSampler(GuidedSampler):
@@ -316,6 +508,7 @@ class TwoPhaseSampler(GuidedSampler):
             for config in plan:
                 fresh = self._fresh(study, config)
                 if fresh is not None:
+                    self.reason = ("two-phase:cpu", "phase one: a spread of CPU settings at the default device knobs")
                     return fresh
         if not self.pinned and plan:
             phase = done[: len(plan)]
@@ -327,7 +520,18 @@ class TwoPhaseSampler(GuidedSampler):
             )
             params = self.space.params_for(trial_config(pick))
             self.pinned = {k: v for k, v in params.items() if k.removesuffix("_index") in self._cpu_knobs()}
+        self.reason = ("", "phase two: the inner sampler searches the device knobs, CPU knobs pinned")
         return None
 
     def adjust(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**params, **self.pinned}
+
+
+def proposal_counts(study: optuna.Study) -> dict[str, int]:
+    """How many trials each model proposed in this study (from the trials' ``proposed_by``)."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        who = t.user_attrs.get("proposed_by")
+        if who is not None:
+            counts[who] = counts.get(who, 0) + 1
+    return counts

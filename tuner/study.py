@@ -132,7 +132,12 @@ class Explorer:
             pick = next(i for i in iter(lambda: self.rng.randrange(len(grid)), None) if i not in measured)
         else:
             pick = self.rng.choice([i for i in range(len(grid)) if i not in measured])
-        study.enqueue_trial(self.space.params_for(grid[pick]), skip_if_exists=False)
+        why = "the sampler re-proposed measured configurations: a random unmeasured one"
+        study.enqueue_trial(
+            self.space.params_for(grid[pick]),
+            user_attrs={"proposed_by": "explorer", "why": why},
+            skip_if_exists=False,
+        )
         return True
 
 
@@ -185,7 +190,7 @@ def _run_study(
     name = study_name(options.model, device, label(options.window), options.max_latency_ms)
     sampler = sampler or make_sampler(options.sampler, options.seed)
     if hasattr(sampler, "bind"):
-        sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile)
+        sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile, device=device)
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)

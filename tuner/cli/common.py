@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from tuner.devices.base import Device
-from tuner.devices.registry import DEVICE_HELP, open_device
+from tuner.devices.registry import device_help, open_device
 from tuner.errors import UserError, did_you_mean
 from tuner.storage import redact, sqlite_path
 from tuner.units import parse_int_list, parse_latency_ms
@@ -47,7 +47,7 @@ CiOpt = typer.Option(
     "--ci",
     help="adaptive window: stop once the 95% interval of J/query is within this relative half-width",
 )
-DeviceOpt = typer.Option(..., "--device", "-d", help=f"device: {DEVICE_HELP}")
+DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
 OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
 StorageOpt = typer.Option(
     None,
@@ -204,7 +204,7 @@ def pinned_knobs(configs: list[dict[str, Any]]) -> dict[str, Any]:
 def count_progress(label: str, unit: str, quiet: bool) -> Progress:
     """A transient progress bar on stderr that counts ``unit`` done out of a total, with ETA."""
     return Progress(
-        TextColumn(label),
+        TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}" + (f" {unit}" if unit else "")),
         TimeRemainingColumn(),

@@ -32,44 +32,66 @@ def register(app: typer.Typer) -> None:
         ),
         models: str | None = typer.Option(None, "--models", help="comma list (default the five zoo models)"),
         bounds: str | None = typer.Option(None, "--bounds", help="tight,medium,loose (latency quantiles of the sweep)"),
-        strategies: str | None = typer.Option(None, "--strategies", help="random,tpe,gp,two-phase,ours"),
+        strategies: str | None = typer.Option(
+            None,
+            "--strategies",
+            "--sampler",
+            help="comma list of random, tpe, gp, two-phase, ours [default: every one this install can run]",
+        ),
+        tune_boards: str | None = typer.Option(
+            None,
+            "--tune-boards",
+            help="generated boards (gen:SEED) the strategy was tuned on, e.g. 0-19, or none [default: 0-19, or none "
+            "when --devices or --models is given]",
+        ),
+        judge_boards: str | None = typer.Option(
+            None,
+            "--judge-boards",
+            help="generated boards it is judged on (never used to tune it), e.g. 1000-1059, or none "
+            "[default: 1000-1059, or none when --devices or --models is given]",
+        ),
         seeds: int = typer.Option(3, "--seeds", help="repetitions per landscape"),
         trials: int = typer.Option(40, "--trials", help="measured trials per run"),
         random_trials: int = typer.Option(200, "--random-trials", help="budget of random search (its reach is slow)"),
         jobs: int = typer.Option(2, "--jobs", help="parallel worker processes"),
-        quick: bool = typer.Option(False, "--quick", help="one landscape, one seed, 12 trials"),
+        quick: bool = typer.Option(
+            False, "--quick", help="one twin landscape, one tuning and one judged board, one seed, 12 trials"
+        ),
         out: Path = common.OutOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
-        from tuner.bench import STRATEGIES, BenchSettings, markdown, quick_settings, run_bench
+        from tuner.bench import BenchSettings, default_strategies, markdown, quick_settings, run_bench
+        from tuner.landscapes import board_seeds
 
         check_count(seeds, "--seeds", 3, maximum=1000)
         check_count(trials, "--trials", 40, maximum=10_000)
         check_count(random_trials, "--random-trials", 200, maximum=100_000)
         check_count(jobs, "--jobs", 2, maximum=256)
         common.check_out_dir(out)
-        if quick:
-            settings = quick_settings(_names(devices, ["sim:orin"]), _names(strategies, list(STRATEGIES))).model_copy(
-                update={"models": _names(models, ["resnet50"])}
-            )
-        else:
-            base = BenchSettings()
-            settings = BenchSettings(
-                devices=_names(devices, base.devices),
-                models=_names(models, base.models),
-                bounds=_names(bounds, base.bounds),
-                strategies=_names(strategies, base.strategies),
-                seeds=seeds,
-                trials=trials,
-                random_trials=random_trials,
-                jobs=jobs,
-            )
+        base = quick_settings() if quick else BenchSettings()
+        update: dict = {"strategies": _names(strategies, default_strategies())}
+        for key, text in (("devices", devices), ("models", models), ("bounds", bounds)):
+            if text is not None:
+                update[key] = _names(text, [])
+        named = devices is not None or models is not None
+        for key, text in (("tune_boards", tune_boards), ("judge_boards", judge_boards)):
+            if text is not None:
+                update[key] = [] if text.strip().lower() == "none" else board_seeds(text)
+            elif named:
+                update[key] = []
+        if not quick:
+            update.update(seeds=seeds, trials=trials, random_trials=random_trials, jobs=jobs)
+        settings = base.model_copy(update=update)
         for model in settings.models:
             check_model(model)
-        with common.count_progress("bench", "runs", as_json) as bar:
-            task = bar.add_task("bench", total=None)
-            report = run_bench(settings, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        with common.count_progress("bench", "", as_json) as bar:
+            task = bar.add_task("bench: starting", total=None)
+
+            def progress(done: int, total: int, stage: str) -> None:
+                bar.update(task, completed=done, total=total, description=f"bench: {stage}")
+
+            report = run_bench(settings, progress=progress)
         folder = out / "bench"
         folder.mkdir(parents=True, exist_ok=True)
         atomicfile.write_text(folder / "search.json", report.model_dump_json(indent=1))
@@ -107,7 +129,7 @@ def register(app: typer.Typer) -> None:
         check_seconds(window, "--window", "10", maximum=3600.0)
         common.check_out_dir(out)
         dev = common.device(device)
-        check_model(model, simulated=dev.simulated)
+        check_model(model, simulated=dev.simulated, device=dev)
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
         if as_json:
             common.emit_json(payload)
@@ -132,17 +154,26 @@ def register(app: typer.Typer) -> None:
             )
         )
         common.out_console.print(
-            f"fit error: time {payload['fit']['residual_time']:.1%}, energy {payload['fit']['residual_energy']:.1%}; "
-            f"median layer intensity {payload['layers']['median_intensity']:.3g} FLOP/B "
-            f"at bs {payload['layers']['batch']}"
+            f"fit error: time {payload['fit']['residual_time']:.1%}, energy {payload['fit']['residual_energy']:.1%}"
         )
+        lay = payload["layers"]
+        common.out_console.print(
+            f"arithmetic intensity at bs {lay['batch']}: whole graph {lay['graph_flop_per_byte']:.3g} FLOP/B; "
+            f"median of conv/matmul layers {lay['median_matmul_flop_per_byte']:.3g}, of element-wise layers "
+            f"{lay['median_elementwise_flop_per_byte']:.3g} (1 FLOP per 8 bytes moved)"
+        )
+        if any(m["eps_mop_j"] == 0 for m in payload["modes"]):
+            common.out_console.print(
+                "eps_mop 0: the fit found no energy per byte beyond what the memory-clock power term already "
+                "explains (the two are nearly collinear on these points); more --points can separate them"
+            )
         common.out_console.print(f"results: {payload['results']}/ (roofline.json, roofline.png)")
 
 
 def roofline_report(dev: Device, model: str, points: int, seed: int, window: float, folder: Path) -> dict:
     """Measure a seeded design (default mode at both batch ends, then random points), fit, plot, report."""
-    from runners.profile import load_profile
-    from tuner.roofline import features, fit_measurements, layer_intensity, plot
+    from tuner.models import model_profile
+    from tuner.roofline import features, fit_measurements, intensity_summary, layer_intensity, plot
 
     space = dev.space()
     grid = space.grid()
@@ -166,13 +197,15 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
                 measured.append((config, m))
     if len(measured) < 2:
         raise UserError(f"only {len(measured)} of {points} roofline points measured validly: check the device")
-    profile = load_profile(model)
+    profile, source = model_profile(model, dev)
+    if profile is None:
+        raise UserError(f"{source}: the roofline needs per-layer FLOPs and bytes (a zoo model or an .onnx file)")
     fitted = fit_measurements(profile, space, [c for c, _ in measured], [m.model_dump() for _, m in measured])
     modes = _modes(space)
     params = fitted.mode_parameters(features(space, modes))
     folder.mkdir(parents=True, exist_ok=True)
     with atomicfile.replacing(folder / "roofline.png") as tmp:
-        plot(fitted, profile, space, modes, tmp)
+        plot(fitted, profile, space, modes, tmp, twin=dev.simulated)
     batch = modes[0].batch_size
     intensity = layer_intensity(profile, batch)
     payload = {
@@ -184,7 +217,8 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
         "modes": [{"mode": c.label(), **p} for c, p in zip(modes, params, strict=True)],
         "layers": {
             "batch": batch,
-            "median_intensity": float(np.median(intensity)),
+            "profile": source,
+            **intensity_summary(profile, batch),
             "per_layer": [
                 {"name": layer.name, "op": layer.op, "flop_per_byte": float(x)}
                 for layer, x in zip(profile.layers, intensity, strict=True)

@@ -22,6 +22,7 @@ from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
+from tuner.strategies import proposal_counts
 from tuner.study import RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 from tuner.units import MAX_BATCH, check_count, check_seconds
@@ -164,7 +165,7 @@ def register(app: typer.Typer) -> None:
                 window_settings(window, percentile, meter, seed, True, min_window, ci, runtime), scenario, target_qps
             ),
         )
-        check_model(model, runtime, dev.simulated)
+        check_model(model, runtime, dev.simulated, dev)
         narrowed_space(dev, options.knobs, options.batch_sizes)
         make_sampler(sampler, seed)
         started = time.monotonic()
@@ -191,6 +192,8 @@ def register(app: typer.Typer) -> None:
             "results": str(folder),
             "seconds": round(time.monotonic() - started, 2),
             "pareto_points": len(pareto.fronts.get("global", [])),
+            "strategy_notes": study.user_attrs.get("strategy_notes", []),
+            "proposed_by": proposal_counts(study),
         }
         if as_json:
             common.emit_json(payload)
@@ -199,6 +202,11 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(
             f"study {summary.study}: {summary.measured} measured, {summary.total_trials} trials in storage{note}"
         )
+        for line in payload["strategy_notes"]:
+            common.out_console.print(f"note: {line}")
+        if payload["proposed_by"]:
+            tally = ", ".join(f"{k} {v}" for k, v in payload["proposed_by"].items())
+            common.out_console.print(f"proposed by: {tally} (per trial: proposed_by, why in trials.csv)")
         if summary.best is None:
             common.out_console.print(
                 f"no configuration met {options.max_latency_ms:g} ms: relax --max-latency or widen the space"
@@ -244,7 +252,7 @@ def register(app: typer.Typer) -> None:
         check_meter(meter, device)
         common.check_out_dir(out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model, runtime, dev.simulated)
+        check_model(model, runtime, dev.simulated, dev)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         total = space.size()
         with hold(dev), common.count_progress("sweep", "", as_json) as bar:
@@ -337,7 +345,7 @@ def register(app: typer.Typer) -> None:
         settings.options["batch_timeout_ms"] = batch_timeout
         check_meter(meter, device)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
-        check_model(model, runtime, dev.simulated)
+        check_model(model, runtime, dev.simulated, dev)
         space = dev.space()
         config = space.default_config(batch_size)
         config = Config(knobs={**config.knobs, **parse_assignments(set_, space)}, batch_size=batch_size)

@@ -17,6 +17,23 @@ DEVICE_HELP = (
 PLUGIN_GROUP = "powertune.devices"
 
 
+def plugin_entry_points() -> list[tuple[str, str]]:
+    """Installed plugins (name, target) registered in the powertune.devices entry point group."""
+    from importlib.metadata import entry_points
+
+    return sorted({(e.name, e.value) for e in entry_points(group=PLUGIN_GROUP)})
+
+
+def device_help() -> str:
+    """The --device help: built-in devices, the py: form, and the plugins installed here."""
+    installed = ", ".join(f"{name} ({target})" for name, target in plugin_entry_points())
+    return (
+        "device: sim:orin, sim:orin-nano, sim:h200 (twins), cuda:N, cpu, orin, orin-nano, xavier, tx2; "
+        "a plugin as py:package.module:Class (docs/plugins.md)"
+        + (f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed")
+    )
+
+
 def open_device(name: str, allow_clock_changes: bool = False, space_file: str | None = None, **options: Any) -> Device:
     """Resolve a device name; an unknown one lists what is known.
 
@@ -177,4 +194,16 @@ def known_devices() -> list[dict[str, Any]]:
     board = detect_kind(root)
     if board is not None:
         found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": board_title(root)})
+    for name, target in plugin_entry_points():
+        found.append(
+            {
+                "name": f"{name}[:ARG]",
+                "kind": "plugin",
+                "twin": None,
+                "title": f"installed plugin {target} (not opened)",
+            }
+        )
+    found.append(
+        {"name": "py:package.module:Class", "kind": "plugin", "twin": None, "title": "any plugin on PYTHONPATH"}
+    )
     return found

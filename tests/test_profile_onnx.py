@@ -1,0 +1,106 @@
+"""ONNX files profiled from their graph: FLOPs and bytes per layer without the onnx package."""
+
+import struct
+
+import pytest
+
+from runners.profile_onnx import profile_onnx
+from tuner.errors import UserError
+from tuner.models import model_profile
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def _f(num: int, payload: bytes | int | str) -> bytes:
+    """One protobuf field: ints as varints, text and messages length-delimited."""
+    if isinstance(payload, int):
+        return _varint(num << 3) + _varint(payload)
+    data = payload.encode() if isinstance(payload, str) else payload
+    return _varint(num << 3 | 2) + _varint(len(data)) + data
+
+
+def _tensor(name: str, dims: list[int]) -> bytes:
+    count = 1
+    for d in dims:
+        count *= d
+    return b"".join(_f(1, d) for d in dims) + _f(2, 1) + _f(8, name) + _f(9, struct.pack(f"<{count}f", *[0.0] * count))
+
+
+def _value_info(name: str, dims: list[int]) -> bytes:
+    shape = b"".join(_f(1, _f(1, d)) for d in dims)
+    return _f(1, name) + _f(2, _f(1, _f(1, 1) + _f(2, shape)))
+
+
+def _node(op: str, ins: list[str], outs: list[str], ints: dict | None = None) -> bytes:
+    body = b"".join(_f(1, i) for i in ins) + b"".join(_f(2, o) for o in outs) + _f(3, f"{op}_0") + _f(4, op)
+    for name, values in (ints or {}).items():
+        if isinstance(values, list):
+            body += _f(5, _f(1, name) + _f(8, b"".join(_varint(v) for v in values)) + _f(20, 7))
+        else:
+            body += _f(5, _f(1, name) + _f(3, values) + _f(20, 2))
+    return body
+
+
+def tiny_cnn_onnx(path):
+    """Conv(3->8, 3x3, pad 1) -> Relu -> GlobalAveragePool -> Flatten -> Gemm(8->10) on a 3x16x16 input."""
+    graph = b"".join(
+        [
+            _f(1, _node("Conv", ["x", "w", "b"], ["c"], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})),
+            _f(1, _node("Relu", ["c"], ["r"])),
+            _f(1, _node("GlobalAveragePool", ["r"], ["g"])),
+            _f(1, _node("Flatten", ["g"], ["f"], {"axis": 1})),
+            _f(1, _node("Gemm", ["f", "w2", "b2"], ["y"], {"transB": 1})),
+            _f(2, "tiny"),
+            _f(5, _tensor("w", [8, 3, 3, 3])),
+            _f(5, _tensor("b", [8])),
+            _f(5, _tensor("w2", [10, 8])),
+            _f(5, _tensor("b2", [10])),
+            _f(11, _value_info("x", [1, 3, 16, 16])),
+            _f(12, _value_info("y", [1, 10])),
+        ]
+    )
+    path.write_bytes(_f(1, 8) + _f(7, graph))
+    return path
+
+
+def test_onnx_graph_gives_flops_and_bytes_per_layer(tmp_path):
+    profile = profile_onnx(tiny_cnn_onnx(tmp_path / "tiny.onnx"))
+    ops = [layer.op for layer in profile.layers]
+    assert ops == ["conv2d", "relu", "avgpool", "gemm"]
+    conv, relu, _, gemm = profile.layers
+    assert conv.flops == 2 * 8 * 16 * 16 * 3 * 3 * 3 and conv.weight_bytes == (8 * 27 + 8) * 4
+    assert conv.act_bytes == (3 * 16 * 16 + 8 * 16 * 16) * 4 and conv.matmul
+    assert relu.flops == 8 * 16 * 16
+    assert gemm.flops == 2 * 10 * 8 and gemm.weight_bytes == (80 + 10) * 4
+    assert profile.input_shape == [3, 16, 16] and profile.task == "onnx"
+
+
+def test_model_profile_says_where_a_profile_comes_from(tmp_path):
+    profile, source = model_profile(str(tiny_cnn_onnx(tmp_path / "net.onnx")))
+    assert profile is not None and "ONNX graph" in source
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\xff\xff\xff")
+    assert model_profile(str(bad))[0] is None
+    with pytest.raises(UserError, match="cannot read the ONNX graph"):
+        profile_onnx(bad)
+    assert model_profile("resnet50")[1].startswith("committed profile")
+
+
+def test_torch_exported_onnx_is_profiled(tmp_path):
+    """Where torch and onnx are installed: a real exporter's file is read the same way."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten())
+    path = tmp_path / "exported.onnx"
+    torch.onnx.export(model, torch.randn(1, 3, 16, 16), str(path), dynamo=False)
+    conv = next(layer for layer in profile_onnx(path).layers if layer.op == "conv2d")
+    assert conv.flops == 2 * 8 * 16 * 16 * 27
