@@ -10,7 +10,6 @@ import pytest
 
 from tuner.roofline import features
 from tuner.space import Config, Grid, SearchSpace, load_space
-from tuner.strategies import grid_features
 
 
 def enumerated(space: SearchSpace) -> list[Config]:
@@ -53,7 +52,8 @@ def test_grid_tables_match_the_enumerated_product(kind, knobs, batches):
 @pytest.mark.parametrize(("kind", "knobs", "batches"), SPACES)
 def test_grid_features_match_features_of_each_configuration(kind, knobs, batches):
     space = load_space(kind).narrow(knobs=knobs, batch_sizes=batches)
-    configs, feats = grid_features(space)
+    configs = Grid(space)
+    feats = features(space, configs)
     one_by_one = features(space, enumerated(space))
     for name in ("gpu", "tpcs", "mem", "cpu", "cores", "batch", "byte_scale", "power_limit"):
         assert np.array_equal(getattr(feats, name), getattr(one_by_one, name)), name
