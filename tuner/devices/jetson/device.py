@@ -497,11 +497,14 @@ class JetsonDevice:
             if plan.emc_locked is not None:
                 put(b.emc_locked, plan.emc_locked)
         if problems:
-            raise RestoreIncomplete(
+            error = RestoreIncomplete(
                 f"restore of {self.name} incomplete, {len(problems)} item(s) remain: "
                 + "; ".join(problems)
                 + f"; the journal is kept: fix the cause, then run: tune restore --device {self.name}"
             )
+            if len(problems) == len(plan.problems):
+                error.exit_code = 2  # only the journal's own values were refused: bad input, not a board failure
+            raise error
 
     # -- thermal and metering -----------------------------------------------
 
