@@ -60,6 +60,21 @@ class PlanOptions(BaseModel):
     out: Path = Path("studies")
     window: WindowSettings = Field(default_factory=WindowSettings)
 
+    def run_options(self, storage: str, rate: float, trials: int) -> RunOptions:
+        """The study options of one arrival rate: the Server window at that rate, ``trials`` measured."""
+        return RunOptions(
+            model=self.model,
+            max_latency_ms=self.max_latency_ms,
+            trials=trials,
+            seed=self.seed,
+            sampler=self.sampler,
+            batch_sizes=self.batch_sizes,
+            knobs=self.knobs,
+            storage=storage,
+            out=self.out,
+            window=window_for(self.window, "server", rate),
+        )
+
 
 @dataclass
 class RateResult:
@@ -110,19 +125,7 @@ def plan_rates(
         if best is None:
             previous = next((r.record for r in reversed(results) if r.record is not None), None)
             seed_study(open_study(name, storage), space, previous)
-            run = RunOptions(
-                model=options.model,
-                max_latency_ms=options.max_latency_ms,
-                trials=options.trials,
-                seed=options.seed,
-                sampler=options.sampler,
-                batch_sizes=options.batch_sizes,
-                knobs=options.knobs,
-                storage=storage,
-                out=options.out,
-                window=window,
-            )
-            study, _ = run_study(device, run)
+            study, _ = run_study(device, options.run_options(storage, rate, options.trials))
             best = best_feasible(study)
             measured = True
         result = RateResult(rate, name, trial_record(best) if best else None, measured)
@@ -161,19 +164,7 @@ def cross_check(
             measured.add(json.dumps(config.key()))
             queued += 1
         if queued:
-            run = RunOptions(
-                model=options.model,
-                max_latency_ms=options.max_latency_ms,
-                trials=queued,
-                seed=options.seed,
-                sampler=options.sampler,
-                batch_sizes=options.batch_sizes,
-                knobs=options.knobs,
-                storage=storage,
-                out=options.out,
-                window=window_for(options.window, "server", low.rate),
-            )
-            study, _ = run_study(device, run)
+            study, _ = run_study(device, options.run_options(storage, low.rate, queued))
             best = best_feasible(study)
             out[i] = RateResult(low.rate, low.study, trial_record(best) if best else None, True)
     return out
