@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,12 +30,11 @@ from scipy.stats import norm
 
 from runners.profile import ModelProfile
 from tuner.models import model_profile
-from tuner.roofline import RooflineParams, fit_measurements, knob_roles
-from tuner.space import Config, SearchSpace
-from tuner.surrogate import GaussianProcess, encode
+from tuner.roofline import RooflineParams, features, fit_measurements, knob_roles
+from tuner.space import Config, Grid, SearchSpace
+from tuner.surrogate import GaussianProcess, encode_grid
 
-_GRIDS: dict[str, tuple[list[Config], np.ndarray, list[str], dict[str, int]]] = {}
-_FEATURES: dict[tuple[str, str], Any] = {}
+_TABLES: dict[str, Table] = {}
 
 
 def has_torch() -> bool:
@@ -60,16 +61,6 @@ def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     if len(space.batch_sizes) > 1:
         out["batch_size_index"] = IntDistribution(0, len(space.batch_sizes) - 1)
     return out
-
-
-def grid_encoded(space: SearchSpace) -> tuple[list[Config], np.ndarray, list[str], dict[str, int]]:
-    """The space's grid, its encoding (tuner.surrogate.encode) and an index by effective key; cached per space."""
-    key = space.model_dump_json()
-    if key not in _GRIDS:
-        configs = space.grid()
-        x, columns = encode(space, configs)
-        _GRIDS[key] = (configs, x, columns, {json.dumps(c.key()): i for i, c in enumerate(configs)})
-    return _GRIDS[key]
 
 
 def measured_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -209,6 +200,24 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         return None if key in done else effective
 
 
+@dataclass
+class Table:
+    """What the learned strategy needs of a space, built once: its grid and every configuration's encoding."""
+
+    grid: Grid
+    x: np.ndarray
+    features: Any = None
+
+
+def space_table(space: SearchSpace) -> Table:
+    """The space's Grid and encoding (tuner.surrogate.encode_grid), cached per space; no Config per point."""
+    key = space.model_dump_json()
+    if key not in _TABLES:
+        grid = Grid(space)
+        _TABLES[key] = Table(grid, encode_grid(space, grid))
+    return _TABLES[key]
+
+
 class LearnedSampler(GuidedSampler):
     """Ours: a Gaussian-process model learned from the trials, with the roofline as a prior it can lose.
 
@@ -227,13 +236,16 @@ class LearnedSampler(GuidedSampler):
     preferred unless the roofline-based one is clearly (20%) better.
 
     Proposals alternate between a global step (constrained expected
-    improvement over every unmeasured configuration: expected improvement
-    of log energy times the probability of meeting the bound) and a local
-    step (the same score over the unmeasured neighbours of the incumbent and
-    of the next-best feasible configurations: one step either way in every
-    ordered knob and in the batch size, any other value of an unordered
-    one). Before the best is declared, the ``remeasure`` top candidates are
-    measured again (run_study), so the export is judged on a mean.
+    improvement: expected improvement of log energy times the probability of
+    meeting the bound) and a local step (the same score over the unmeasured
+    neighbours of the incumbent and of the next-best feasible configurations:
+    one step either way in every ordered knob and in the batch size, any
+    other value of an unordered one). Scoring the whole grid every trial
+    would cost most of a quick start on a small machine, so each step scores
+    a candidate set: a fresh random sample of the grid, every configuration
+    in a box of a few steps around the incumbent, and its neighbours. Before
+    the best is declared, the ``remeasure`` top candidates are measured again
+    (run_study), so the export is judged on a mean.
     """
 
     remeasure = (2, 2)
@@ -241,6 +253,9 @@ class LearnedSampler(GuidedSampler):
     global_every = 2
     misfit_factor = 3.0
     recent = 5
+    sample = 3000
+    box_steps = 2
+    box_sample = 1000
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -249,11 +264,12 @@ class LearnedSampler(GuidedSampler):
         self.profile_note = ""
         self.roof_params: RooflineParams | None = None
         self.errors: dict[str, list[float]] = {"roofline": [], "gp+roofline": [], "gp": []}
-        self.predictions: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.predictors: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = {}
         self.scored: set[int] = set()
         self.trust = "gp+roofline"
         self.steps = 0
         self.fits: dict[str, GaussianProcess] = {}
+        self.rng = np.random.default_rng(seed)
 
     def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
         super().bind(space, model, max_latency_ms, percentile, device)
@@ -277,42 +293,99 @@ class LearnedSampler(GuidedSampler):
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
-        configs, x, _, index = grid_encoded(self.space)
-        rows = [index.get(t.user_attrs.get("effective_key")) for t in done]
-        pairs = [(r, t) for r, t in zip(rows, done, strict=True) if r is not None]
+        table = space_table(self.space)
+        positions = [table.grid.position(t.user_attrs.get("effective_key", "")) for t in done]
+        pairs = [(r, t) for r, t in zip(positions, done, strict=True) if r is not None]
         if len(pairs) < 2:
             return None
-        rows_arr = np.array([r for r, _ in pairs])
+        rows = np.array([r for r, _ in pairs])
         y_e = np.log([t.user_attrs["j_per_query"] for _, t in pairs])
         y_l = np.log([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
-        self._score_prospective(rows_arr, y_e, y_l)
-        roof = self._roofline([t for _, t in pairs], configs)
-        batch = x[:, -1:] if len(self.space.batch_sizes) > 1 else np.zeros((len(x), 1))
-        linear = np.hstack([np.ones((len(x), 1)), batch])
-        variants = {"gp": linear}
-        if roof is not None:
-            variants["gp+roofline"] = np.hstack([linear, roof[0][:, None]])
-            variants["gp+roofline-latency"] = np.hstack([linear, roof[1][:, None]])
-        optimize = len(pairs) <= 8 or len(pairs) % 3 == 0
-        means: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        for name in ("gp", "gp+roofline"):
-            if name not in variants:
-                continue
-            basis_e = variants[name]
-            basis_l = variants["gp+roofline-latency"] if name == "gp+roofline" else basis_e
-            gp_e = GaussianProcess.fit(x[rows_arr], y_e, basis_e[rows_arr], self.fits.get(f"{name}:e"), optimize)
-            gp_l = GaussianProcess.fit(x[rows_arr], y_l, basis_l[rows_arr], self.fits.get(f"{name}:l"), optimize)
-            self.fits[f"{name}:e"], self.fits[f"{name}:l"] = gp_e, gp_l
-            mu_e, sd_e = gp_e.predict(x, basis_e)
-            mu_l, sd_l = gp_l.predict(x, basis_l)
-            means[name] = (mu_e, sd_e, mu_l, sd_l)
-            self.predictions[name] = (mu_e, mu_l)
-        if roof is not None:
-            self.predictions["roofline"] = roof
-        self.scored |= {int(r) for r in rows_arr}
+        self._score_prospective(rows, y_e, y_l)
+        keys = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
+        seen = {table.grid.position(k) for k in keys if k is not None}
+        feasible = sorted(
+            (t.user_attrs["j_per_query"], r) for r, t in pairs if t.user_attrs[f"{self.percentile}_ms"] <= self.bound_ms
+        )
+        cand, local_rows = self._candidates(table, seen - {None}, [r for _, r in feasible[: self.local_around]])
+        if len(cand) == 0:
+            self.reason = ("", "every configuration has been measured")
+            return None
+        roof = self._roofline(table, [t for _, t in pairs])
+        models = self._fit_models(table, rows, y_e, y_l, roof)
+        self.scored |= {int(r) for r in rows}
         why_model = self._choose_trust(roof is not None)
-        mu_e, sd_e, mu_l, sd_l = means[self.trust]
-        return self._acquire(study, configs, index, pairs, mu_e, sd_e, mu_l, sd_l, why_model)
+        mu_e, sd_e, mu_l, sd_l = models[self.trust](cand)
+        return self._acquire(table, cand, local_rows, feasible, mu_e, sd_e, mu_l, sd_l, why_model)
+
+    def _candidates(self, table: Table, seen: set[int], around: list[int]) -> tuple[np.ndarray, set[int]]:
+        """Unmeasured rows to score: a random sample of the grid, a box around the incumbent, its neighbours."""
+        n = len(table.grid)
+        if n <= self.sample + self.box_sample:
+            pool = np.arange(n)
+        else:
+            pool = self.rng.choice(n, size=self.sample, replace=False)
+        parts = [pool]
+        if around:
+            steps = self._steps()
+            inside = np.all(np.abs(table.x - table.x[around[0]]) <= steps * self.box_steps + 1e-9, axis=1)
+            box = np.flatnonzero(inside)
+            if len(box) > self.box_sample:
+                box = self.rng.choice(box, size=self.box_sample, replace=False)
+            parts.append(box)
+        local = set(self._neighbours(table, around)) - seen
+        parts.append(np.array(sorted(local), dtype=int))
+        cand = np.unique(np.concatenate(parts).astype(int))
+        if seen:
+            cand = cand[~np.isin(cand, np.fromiter(seen, dtype=int))]
+        return cand, local
+
+    def _steps(self) -> np.ndarray:
+        """Width of one step of each encoded column (one-hot columns: any value is one step)."""
+        widths: list[float] = []
+        for name in self.space.tuned_knobs:
+            knob = self.space.knobs[name]
+            if knob.ordered:
+                widths.append(1.0 / max(len(knob.values) - 1, 1))
+            else:
+                widths += [1.0] * len(knob.values)
+        if len(self.space.batch_sizes) > 1:
+            widths.append(1.0 / (len(self.space.batch_sizes) - 1))
+        return np.array(widths)
+
+    def _fit_models(
+        self, table: Table, rows: np.ndarray, y_e: np.ndarray, y_l: np.ndarray, roof: Any
+    ) -> dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]:
+        """Both GPs (with and without the roofline in the prior mean), as predictors over grid rows."""
+        batch_col = len(self.space.batch_sizes) > 1
+
+        def linear(at: np.ndarray) -> np.ndarray:
+            batch = table.x[at, -1:] if batch_col else np.zeros((len(at), 1))
+            return np.hstack([np.ones((len(at), 1)), batch])
+
+        bases: dict[str, tuple[Callable, Callable]] = {"gp": (linear, linear)}
+        if roof is not None:
+            bases["gp+roofline"] = (
+                lambda at: np.hstack([linear(at), roof(at)[0][:, None]]),
+                lambda at: np.hstack([linear(at), roof(at)[1][:, None]]),
+            )
+        optimize = len(rows) <= 8 or len(rows) % 3 == 0
+        out = {}
+        for name, (basis_e, basis_l) in bases.items():
+            gp_e = GaussianProcess.fit(table.x[rows], y_e, basis_e(rows), self.fits.get(f"{name}:e"), optimize)
+            gp_l = GaussianProcess.fit(table.x[rows], y_l, basis_l(rows), self.fits.get(f"{name}:l"), optimize)
+            self.fits[f"{name}:e"], self.fits[f"{name}:l"] = gp_e, gp_l
+
+            def predict(at: np.ndarray, gp_e=gp_e, gp_l=gp_l, basis_e=basis_e, basis_l=basis_l) -> tuple:
+                mu_e, sd_e = gp_e.predict(table.x[at], basis_e(at))
+                mu_l, sd_l = gp_l.predict(table.x[at], basis_l(at))
+                return mu_e, sd_e, mu_l, sd_l
+
+            out[name] = predict
+            self.predictors[name] = lambda at, p=predict: (lambda m: (m[0], m[2]))(p(at))
+        if roof is not None:
+            self.predictors["roofline"] = roof
+        return out
 
     def _note(self, study: optuna.Study) -> None:
         notes = list(study.user_attrs.get("strategy_notes", []))
@@ -321,14 +394,12 @@ class LearnedSampler(GuidedSampler):
                 notes.append(note)
         study.set_user_attr("strategy_notes", notes)
 
-    def _roofline(self, trials: list[optuna.trial.FrozenTrial], configs: list[Config]) -> tuple | None:
-        """The roofline's log energy and log latency over the grid, refitted on the trials (None without profile)."""
+    def _roofline(self, table: Table, trials: list[optuna.trial.FrozenTrial]) -> Callable | None:
+        """The roofline refitted on the trials, as log energy and log latency of grid rows (None without profile)."""
         if self.profile is None:
             return None
-        from tuner.roofline import features
-
         warm = self.roof_params if len(trials) % 5 else None
-        roof = fit_measurements(
+        fitted = fit_measurements(
             self.profile,
             self.space,
             [trial_config(t) for t in trials],
@@ -336,21 +407,30 @@ class LearnedSampler(GuidedSampler):
             self.percentile,
             warm,
         )
-        self.roof_params = roof.params
-        key = (self.space.model_dump_json(), self.profile.model)
-        cached = _FEATURES.get(key)
-        if cached is None:
-            cached = _FEATURES.setdefault(key, features(self.space, configs))
-        _, energy, latency = roof.predict(cached)
-        return np.log(np.maximum(energy, 1e-30)), np.log(np.maximum(latency, 1e-9))
+        self.roof_params = fitted.params
+        if table.features is None:
+            table.features = features(self.space, table.grid)
+
+        memo: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+        def predict(at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            key = at.tobytes()
+            if key not in memo:
+                _, energy, latency = fitted.predict(table.features.take(at))
+                memo[key] = (np.log(np.maximum(energy, 1e-30)), np.log(np.maximum(latency, 1e-9)))
+            return memo[key]
+
+        return predict
 
     def _score_prospective(self, rows: np.ndarray, y_e: np.ndarray, y_l: np.ndarray) -> None:
         """Error of each model's last predictions on trials measured since (what it did not see)."""
         new = [i for i, r in enumerate(rows) if int(r) not in self.scored]
-        if not new or not self.predictions:
+        if not new or not self.predictors:
             return
-        for name, (pred_e, pred_l) in self.predictions.items():
-            err = [0.5 * (abs(pred_e[rows[i]] - y_e[i]) + abs(pred_l[rows[i]] - y_l[i])) for i in new]
+        at = rows[new]
+        for name, predict in self.predictors.items():
+            pred_e, pred_l = predict(at)
+            err = 0.5 * (np.abs(pred_e - y_e[new]) + np.abs(pred_l - y_l[new]))
             self.errors.setdefault(name, []).extend(float(e) for e in err)
 
     def _noise(self) -> float:
@@ -386,65 +466,51 @@ class LearnedSampler(GuidedSampler):
 
     def _acquire(
         self,
-        study: optuna.Study,
-        configs: list[Config],
-        index: dict[str, int],
-        pairs: list,
+        table: Table,
+        cand: np.ndarray,
+        local: set[int],
+        feasible: list[tuple[float, int]],
         mu_e: np.ndarray,
         sd_e: np.ndarray,
         mu_l: np.ndarray,
         sd_l: np.ndarray,
         why_model: str,
-    ) -> Config | None:
-        """Constrained expected improvement, alternating global and local (incumbent's neighbours) steps."""
-        seen = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
-        open_rows = np.ones(len(configs), dtype=bool)
-        for key in seen:
-            i = index.get(key)
-            if i is not None:
-                open_rows[i] = False
-        if not open_rows.any():
-            self.reason = ("", "every configuration has been measured")
-            return None
+    ) -> Config:
+        """Constrained expected improvement over the candidates, alternating global and local steps."""
         feasible_prob = norm.cdf((math.log(self.bound_ms) - mu_l) / sd_l)
-        feasible = [
-            (t.user_attrs["j_per_query"], r) for r, t in pairs if t.user_attrs[f"{self.percentile}_ms"] <= self.bound_ms
-        ]
         if feasible:
-            best = math.log(min(feasible)[0])
+            best = math.log(feasible[0][0])
             z = (best - mu_e) / sd_e
             score = sd_e * (z * norm.cdf(z) + norm.pdf(z)) * feasible_prob
             what = "expected improvement x P(meets bound)"
         else:
             score = np.where(feasible_prob >= 0.5, 1.0 + np.exp(-(mu_e - mu_e.min())), feasible_prob)
             what = "no feasible trial yet: most likely to meet the bound, then lowest predicted energy"
-        score = np.where(open_rows, score, -np.inf)
         self.steps += 1
-        local_rows = self._neighbours(configs, index, [r for _, r in sorted(feasible)[: self.local_around]])
-        local_rows = [r for r in local_rows if open_rows[r]]
-        if self.steps % self.global_every != 1 and local_rows:
-            pick = max(local_rows, key=lambda r: score[r])
-            incumbent = configs[sorted(feasible)[0][1]].label()
+        is_local = np.isin(cand, np.fromiter(local, dtype=int)) if local else np.zeros(len(cand), dtype=bool)
+        if self.steps % self.global_every != 1 and is_local.any():
+            pick = int(np.argmax(np.where(is_local, score, -np.inf)))
+            incumbent = table.grid[feasible[0][1]].label()
             self.reason = (
                 f"local({self.trust})",
                 f"neighbour of the best feasible ({incumbent}): {what} {score[pick]:.3g}; {why_model}",
             )
-            return configs[pick]
+            return table.grid[int(cand[pick])]
         pick = int(np.argmax(score))
-        label = "local" if pick in local_rows else "global"
+        label = "local" if is_local[pick] else "global"
         self.reason = (
             f"{label}({self.trust})" if label == "local" else self.trust,
-            f"{label} best of {int(open_rows.sum())} unmeasured: {what} {score[pick]:.3g}, predicted "
+            f"{label} best of {len(cand)} unmeasured candidates: {what} {score[pick]:.3g}, predicted "
             f"{math.exp(mu_e[pick]):.4g} J/query, P(bound) {feasible_prob[pick]:.2f}; {why_model}",
         )
-        return configs[pick]
+        return table.grid[int(cand[pick])]
 
-    def _neighbours(self, configs: list[Config], index: dict[str, int], rows: list[int]) -> list[int]:
+    def _neighbours(self, table: Table, rows: list[int]) -> list[int]:
         """Grid rows one step away from the given ones in every ordered knob and the batch size."""
         out: list[int] = []
         batches = self.space.batch_sizes
         for row in rows:
-            base = configs[row]
+            base = table.grid[row]
             moves: list[Config] = []
             for name in self.space.tuned_knobs:
                 knob = self.space.knobs[name]
@@ -459,7 +525,7 @@ class LearnedSampler(GuidedSampler):
                 if 0 <= j < len(batches):
                     moves.append(base.model_copy(update={"batch_size": batches[j]}))
             for move in moves:
-                i = index.get(json.dumps(self.space.effective(move).key()))
+                i = table.grid.position(json.dumps(self.space.effective(move).key()))
                 if i is not None and i not in out:
                     out.append(i)
         return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.space import Config, SearchSpace
+from tuner.space import Config, Grid, SearchSpace
 
 NOISE_FLOOR = 0.005**2
 RIDGE = 0.05
@@ -52,6 +52,31 @@ def encode(space: SearchSpace, configs: list[Config]) -> tuple[np.ndarray, list[
     if not blocks:
         return np.zeros((len(configs), 0)), columns
     return np.hstack(blocks), columns
+
+
+def encode_grid(space: SearchSpace, grid: Grid) -> np.ndarray:
+    """:func:`encode` of every configuration of the space's grid, built from its per-knob tables.
+
+    The same rows as ``encode(space, space.grid())`` without making a Config
+    per point (47,516 on Orin AGX): each column comes from Grid.column.
+    """
+    blocks: list[np.ndarray] = []
+    for name in space.tuned_knobs:
+        knob = space.knobs[name]
+        lookup = {str(v): i for i, v in enumerate(knob.values)}
+        idx = grid.column(name, lambda v, lookup=lookup: lookup.get(str(v), 0))
+        if knob.ordered:
+            blocks.append((idx / max(len(knob.values) - 1, 1))[:, None])
+        else:
+            onehot = np.zeros((len(idx), len(knob.values)))
+            onehot[np.arange(len(idx)), idx.astype(int)] = 1.0
+            blocks.append(onehot)
+    if len(space.batch_sizes) > 1:
+        steps = np.arange(len(grid.batch_sizes), dtype=float) / (len(space.batch_sizes) - 1)
+        blocks.append(np.repeat(steps, grid.per_batch)[:, None])
+    if not blocks:
+        return np.zeros((len(grid), 0))
+    return np.hstack(blocks)
 
 
 @dataclass
