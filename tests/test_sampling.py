@@ -71,3 +71,65 @@ def test_gaussian_process_learns_a_relevant_knob_and_ignores_another():
     assert (std > 0).all()
     relevance = gp.relevance(["x0", "x1"])
     assert relevance["x0"] > 3 * relevance["x1"]
+
+
+def test_grid_encoding_from_tables_matches_encoding_each_configuration():
+    from tuner.space import Grid, Mode
+    from tuner.surrogate import encode_grid
+
+    space = SearchSpace(
+        kind="k",
+        knobs={
+            "mode": Knob(values=["A", "B"], default="A", ordered=False),
+            "clock": Knob(values=[100, 200, 300], default=300),
+            "lanes": Knob(values=[1, 2], default=2),
+        },
+        batch_sizes=[1, 2, 4],
+        mode_knob="mode",
+        modes={"A": Mode(id=0), "B": Mode(id=1, caps={"clock": 200})},
+    )
+    grid = Grid(space)
+    x, _ = encode(space, space.grid())
+    assert len(grid) == 3 * (6 + 4)
+    assert np.array_equal(encode_grid(space, grid), x)
+
+
+def test_the_learned_strategy_never_materialises_the_grid(monkeypatch):
+    """Scoring every configuration per trial cost most of a quick start: it scores a candidate set instead."""
+    from tuner.devices.twin import TwinDevice
+    from tuner.study import MEMORY_STORAGE, RunOptions, run_study
+
+    def refuse(self):
+        raise AssertionError("the strategy built the whole grid")
+
+    monkeypatch.setattr(SearchSpace, "grid", refuse)
+    options = RunOptions(model="resnet50", max_latency_ms=50, trials=6, seed=0, storage=MEMORY_STORAGE)
+    study, summary = run_study(TwinDevice("sim:orin"), options)
+    proposers = [t.user_attrs.get("proposed_by") for t in study.trials]
+    assert proposers[:2] == ["baseline", "baseline"]
+    assert all(p and p.split("(")[0] in {"gp", "gp+roofline", "local"} for p in proposers[2:])
+    assert summary.best is not None
+
+
+def test_candidates_the_latency_model_expects_to_fail_are_re_measured_last():
+    """One lucky window near the bound must not spend the re-measure budget before a safe candidate."""
+    import json
+
+    from tuner.space import Grid
+
+    space = SearchSpace(kind="k", knobs={"clock": Knob(values=[100, 200, 300], default=300)}, batch_sizes=[1])
+    sampler = LearnedSampler(seed=0)
+    sampler.bind(space, "no-such-model", 10.0, "p99")
+    grid = Grid(space)
+    trials = [
+        optuna.trial.create_trial(
+            value=value,
+            user_attrs={"effective_key": json.dumps(grid[i].key())},
+        )
+        for i, value in ((0, 1.0), (2, 1.1))
+    ]
+    assert sampler.remeasure_order(trials) == trials
+    # The model: configuration 0 (measured once, luckily, under the bound) is just over it, 2 well under it.
+    latency = {0: np.log(10.2), 2: np.log(8.0)}
+    sampler.latest = lambda rows: (None, None, np.array([latency[int(r)] for r in rows]), np.full(len(rows), 0.01))
+    assert sampler.remeasure_order(trials) == [trials[1], trials[0]]

@@ -33,9 +33,11 @@ def remeasure_top(
 
     A candidate whose mean (with its noise margin) misses the bound does not
     count: the next one is re-measured instead, until ``top`` candidates
-    passed or ``top x repeats`` windows are spent.
+    passed or ``top x repeats`` windows are spent. A strategy with a latency
+    model may reorder the candidates (``remeasure_order``): those it expects
+    to pass the margin first, so windows are not spent on ones that cannot.
     """
-    ranked = sorted(finite_representatives(study), key=lambda t: (t.value, t.number))
+    ranked = ordered(study, sorted(finite_representatives(study), key=lambda t: (t.value, t.number)))
     budget, passed = top * repeats, 0
     callbacks = [] if on_trial is None else [lambda s, tr: on_trial(s, tr, objective.measured)]
     for t in [t for t in ranked if is_feasible(t)]:
@@ -74,7 +76,7 @@ def next_repeat(
     if sum(windows.values()) >= top * repeats:
         return None
     covered = 0
-    for t in sorted(finite_representatives(study), key=lambda t: (t.value, t.number)):
+    for t in ordered(study, sorted(finite_representatives(study), key=lambda t: (t.value, t.number))):
         if not is_feasible(t):
             continue
         if covered >= top:
@@ -88,3 +90,9 @@ def next_repeat(
             }
         covered += 1
     return None
+
+
+def ordered(study: optuna.Study, ranked: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The candidates in the order the study's strategy wants them re-measured (best first if it has none)."""
+    order = getattr(getattr(study, "sampler", None), "remeasure_order", None)
+    return order(ranked) if callable(order) else ranked
