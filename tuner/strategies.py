@@ -253,9 +253,8 @@ class LearnedSampler(GuidedSampler):
     within the noise of the bound is a poor proposal either way. Measured
     over the bound it teaches little; measured under it by luck it becomes
     an incumbent that is truly infeasible, which then anchors the search and
-    fails the re-measurement. On the boards the strategy was tuned on
-    (gen:0-19) plain expected improvement x P(bound) spent a third of its
-    trials just over the bound.
+    fails the re-measurement. Both were seen in traces of tuning boards
+    (gen:5, gen:9) under plain expected improvement x P(bound).
     """
 
     remeasure = (2, 2)
