@@ -223,7 +223,11 @@ class LearnedSampler(GuidedSampler):
 
     Trials 1-2 are the baseline: the default configuration at the largest and
     the smallest batch size (what a user gets untuned, and the two ends of
-    the strongest knob). From then on two models of log energy per query and
+    the strongest knob); trial 3 is the centre of the space (every ordered
+    knob and the batch size at its middle value), so the models see the
+    knobs move away from their defaults before they extrapolate from one
+    corner (on the Orin Nano twin with a loose bound the search otherwise
+    stayed at the largest batch and top GPU clock). From then on two models of log energy per query and
     log tail latency are fitted on every measured trial, both GPs over every
     tuned knob whatever its name plus the batch size: ``gp+roofline``, whose
     prior mean is a linear function of the batch size and of the fitted
@@ -257,7 +261,7 @@ class LearnedSampler(GuidedSampler):
     (gen:5, gen:9) under plain expected improvement x P(bound).
     """
 
-    remeasure = (2, 2)
+    remeasure = (3, 2)
     local_around = 3
     global_every = 2
     misfit_factor = 3.0
@@ -266,6 +270,7 @@ class LearnedSampler(GuidedSampler):
     box_steps = 2
     box_sample = 1000
     pf_power = 2.0
+    center = True
     pf_margin = 2.0
 
     def __init__(self, seed: int | None = None) -> None:
@@ -305,6 +310,11 @@ class LearnedSampler(GuidedSampler):
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
+        if self.center and len(done) < 3:
+            fresh = self._fresh(study, self._center())
+            if fresh is not None:
+                self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
+                return fresh
         table = space_table(self.space)
         positions = [table.grid.position(t.user_attrs.get("effective_key", "")) for t in done]
         pairs = [(r, t) for r, t in zip(positions, done, strict=True) if r is not None]
@@ -330,6 +340,16 @@ class LearnedSampler(GuidedSampler):
         self.latest = models[self.trust]
         mu_e, sd_e, mu_l, sd_l = self.latest(cand)
         return self._acquire(table, cand, local_rows, feasible, mu_e, sd_e, mu_l, sd_l, why_model)
+
+    def _center(self) -> Config:
+        """Every ordered tuned knob at its middle value, the others at their default, the middle batch size."""
+        knobs = dict(self.space.default_config().knobs)
+        for name in self.space.tuned_knobs:
+            knob = self.space.knobs[name]
+            if knob.ordered:
+                knobs[name] = knob.values[(len(knob.values) - 1) // 2]
+        batches = self.space.batch_sizes
+        return Config(knobs=knobs, batch_size=batches[(len(batches) - 1) // 2])
 
     def remeasure_order(self, ranked: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
         """Candidates for re-measurement: those the latency model expects to pass with a margin first.
