@@ -69,10 +69,10 @@ def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():
 def test_remeasured_best_is_judged_on_its_mean():
     """Ours re-measures its top candidates: the best is a repeat trial carrying the mean and a noise margin."""
     dev = TwinDevice("sim:orin")
-    options = RunOptions(model="resnet50", max_latency_ms=60, trials=20, seed=3, sampler="ours", storage=MEMORY_STORAGE)
+    options = RunOptions(model="resnet50", max_latency_ms=60, trials=24, seed=3, sampler="ours", storage=MEMORY_STORAGE)
     study, summary = run_study(dev, options)
     repeats = [t for t in study.trials if "repeat_of" in t.user_attrs]
-    assert len(repeats) == 4 and summary.measured == 20
+    assert len(repeats) == 6 and summary.measured == 24
     best = best_feasible(study)
     assert "repeat_of" in best.user_attrs and best.user_attrs["measurements"] == 3
     windows = [

@@ -107,7 +107,8 @@ def test_the_learned_strategy_never_materialises_the_grid(monkeypatch):
     study, summary = run_study(TwinDevice("sim:orin"), options)
     proposers = [t.user_attrs.get("proposed_by") for t in study.trials]
     assert proposers[:2] == ["baseline", "baseline"]
-    assert all(p and p.split("(")[0] in {"gp", "gp+roofline", "local"} for p in proposers[2:])
+    assert proposers[2] == "design"
+    assert all(p and p.split("(")[0] in {"gp", "gp+roofline", "local"} for p in proposers[3:])
     assert summary.best is not None
 
 
