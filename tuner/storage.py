@@ -204,6 +204,15 @@ class FleetStorage(optuna.storages.RDBStorage):
         finally:
             self._admitting = False
 
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Several user attributes in one transaction: one commit (an fsync on SQLite) instead of one each."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(self.scoped_session, True) as session:
+            for key, value in attrs.items():
+                self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id, key, value)
+
     def _create_new_trial(self, study_id: int, template_trial: optuna.trial.FrozenTrial | None = None) -> Any:
         frozen = super()._create_new_trial(study_id, template_trial)
         if frozen.state == TrialState.RUNNING and self.heartbeat_interval is not None:
@@ -247,6 +256,21 @@ class FleetStorage(optuna.storages.RDBStorage):
             for t in running
             if t._trial_id not in beaten and t.datetime_start is not None and t.datetime_start < limit
         ]
+
+
+def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    """``trial.set_user_attr`` for each item, written in one transaction where the storage allows it.
+
+    A trial writes about twenty attributes; as separate commits they cost a
+    quick start several seconds. Readers see the same attributes either way.
+    """
+    backend = getattr(trial.storage, "_backend", trial.storage)
+    if not isinstance(trial, optuna.Trial) or not isinstance(backend, FleetStorage):
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    backend.set_trial_user_attrs(trial._trial_id, attrs)
+    trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
 def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str | optuna.storages.BaseStorage:
