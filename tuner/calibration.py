@@ -37,6 +37,8 @@ MICRO_CLASSES = {
     "gemm_bf16": "gemm",
     "gemm_fp32": "gemm",
     "attention": "attention",
+    "layout_copy": "layout_copy",
+    "broadcast": "broadcast",
 }
 NORM_LABELS = ("layernorm", "batchnorm", "softmax")
 NOMINAL_MHZ = 1980.0  # the lent H200's default (and maximum) SM clock
@@ -267,6 +269,9 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
         "attention": floors["attention"],
         "elementwise": floors["elementwise"],
         "normalisation": statistics.mean([floors["layernorm"], floors["softmax"]]),
+        # copies and broadcast multiplies are elementwise kernels too (call 9 measured their bandwidth only)
+        "layout_copy": floors["elementwise"],
+        "broadcast": floors["elementwise"],
     }
     floor_cycles = {k: v * NOMINAL_MHZ * 1e6 for k, v in floor_cycles.items()}  # replayed at the 1980 MHz the card held
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -308,7 +313,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
             "fp32": full["eff"],
             "int8": half["eff"],
         }
-        if name in ("elementwise", "normalisation"):
+        if name in ("elementwise", "normalisation", "layout_copy", "broadcast"):
             eff = dict.fromkeys(eff, 1.0)
         if name == "attention" and "fp32" not in per:
             eff["fp32"] = fits[("gemm", "fp32")]["eff"]
