@@ -41,6 +41,11 @@ MICRO_CLASSES = {
     "broadcast": "broadcast",
 }
 NORM_LABELS = ("layernorm", "batchnorm", "softmax")
+# Launch-bound H200 reference rows whose source is noisier than 15%: batch 8 runs faster than batch 1 (fp16 3.84
+# vs fp32-batch-1 5.53 ms) where the twin's launch-bound time is one figure for both, so no figure is within
+# sqrt(5.53 / 3.84) - 1 = 19.9% of both. The fit gives them half-weight plain log errors (no penalty beyond 12%), so
+# that they do not pull the reference host's speed away from the rows it can meet.
+SOURCE_LIMITED_ROWS = {"resnet50 fp16 bs8", "resnet50 fp32 bs1"}
 NOMINAL_MHZ = 1980.0  # the lent H200's default (and maximum) SM clock
 HOST_BOUND = 1.6  # a case within this factor of its operator's fastest call is launch-bound in the timing loop
 
