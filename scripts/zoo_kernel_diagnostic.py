@@ -58,7 +58,7 @@ def twin_groups(model: str, batch: int, device: TwinDevice) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for layer, t in zip(device.model._layers(profile), gpu, strict=True):
         cls = device.model._class_of(layer)
-        group = "conv" if cls in ("conv_dense", "conv_pointwise") else cls
+        group = {"conv_dense": "conv", "conv_pointwise": "conv", "broadcast": "elementwise"}.get(cls, cls)
         if layer.op == "copy":
             group = "layout copy"
         out[group] += t * 1e6
