@@ -165,7 +165,7 @@ def load_rows(path: Path | None = None) -> list[Row]:
 
 
 def sweep_rows() -> list[Row]:
-    """This project's five-model sweep on the lent H200 (benchmarks/zoo_energy_sweep.py, call 5).
+    """This project's five-model sweep on the lent H200 (benchmarks/zoo_energy_sweep.py, call 8).
 
     Only the launch-bound batch-8 rows are fitted (they fix that machine's host speed); batch 64 and 256
     are held out: the twin predicts them from the microbenchmarks and the other rows.
