@@ -97,7 +97,10 @@ def test_plan_then_replay_on_the_twin(tmp_path):
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
     rows = {s["strategy"]: s for s in report["strategies"]}
-    assert set(rows) == {"default", "static", "governor"} and report["twin"] is True
+    assert set(rows) == {"default", "default_locked", "static", "governor"} and report["twin"] is True
+    # the default mode with free governors idles lower than with its clocks locked, and serves the same
+    assert rows["default"]["energy_kj"] < rows["default_locked"]["energy_kj"]
+    assert rows["default"]["queries"] == rows["default_locked"]["queries"]
     assert rows["governor"]["queries"] == pytest.approx(20 * 300 + 110 * 120, rel=0.1)
     assert rows["governor"]["energy_kj"] < rows["default"]["energy_kj"]
     assert rows["static"]["switches"] == 0 and plot.stat().st_size > 0

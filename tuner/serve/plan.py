@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
+from tuner.records import candidates
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
 from tuner.serve.policy import Band, BandProvenance, PlanPoint, Policy, stamp
 from tuner.space import Config, SearchSpace
@@ -41,6 +42,10 @@ from tuner.study import (
 # Offline physics, not queueing, and a plan runs a study per rate.
 PLAN_SAMPLER = "tpe"
 SEED_TIMEOUTS_MS = (0.1, 10.0)
+# How many of the rate below's best feasible configurations start a rate's
+# study: neighbouring rates have similar cheapest configurations, so a plan
+# over a fine grid of rates hands each short search what the last one found.
+SEED_FROM_BELOW = 5
 
 
 class PlanOptions(BaseModel):
@@ -123,8 +128,9 @@ def plan_rates(
         best = best_feasible(open_study(name, storage)) if name in existing else None
         measured = False
         if best is None:
-            previous = next((r.record for r in reversed(results) if r.record is not None), None)
-            seed_study(open_study(name, storage), space, previous)
+            previous = next((r.study for r in reversed(results) if r.record is not None), None)
+            below = top_feasible(open_study(previous, storage), SEED_FROM_BELOW) if previous else []
+            seed_study(open_study(name, storage), space, below)
             study, _ = run_study(device, options.run_options(storage, rate, options.trials))
             best = best_feasible(study)
             measured = True
@@ -138,25 +144,25 @@ def plan_rates(
 def cross_check(
     device: Device, options: PlanOptions, storage: str, space: SearchSpace, results: list[RateResult]
 ) -> list[RateResult]:
-    """Measure each rate's winner at every lower rate too, and keep the cheaper.
+    """Measure each rate's winner at every other planned rate too, and keep the cheaper.
 
     A configuration that serves a higher rate within the bound is a strong
     candidate at a lower one, and a study per rate can miss it (each search
-    is short). Measured once per pair, in the lower rate's own study, so a
-    re-run finds them there and measures nothing.
+    is short); a lower rate's winner may also serve the next rate up more
+    cheaply than what that rate's own search found. Measured once per pair,
+    in the other rate's own study, so a re-run finds them there and measures
+    nothing.
     """
     out = list(results)
-    for i, low in enumerate(results):
-        if low.record is None:
-            continue
-        study = open_study(low.study, storage)
+    for i, here in enumerate(results):
+        study = open_study(here.study, storage)
         measured = {t.user_attrs.get("effective_key") for t in study.trials}
         queued = 0
-        for high in results[i + 1 :]:
-            if high.record is None:
+        for j, other in enumerate(results):
+            if j == i or other.record is None or (here.record is None and j < i):
                 continue
             config = space.effective(
-                Config(knobs=dict(high.record["config"]), batch_size=int(high.record["batch_size"]))
+                Config(knobs=dict(other.record["config"]), batch_size=int(other.record["batch_size"]))
             )
             if json.dumps(config.key()) in measured:
                 continue
@@ -164,18 +170,25 @@ def cross_check(
             measured.add(json.dumps(config.key()))
             queued += 1
         if queued:
-            study, _ = run_study(device, options.run_options(storage, low.rate, queued))
+            study, _ = run_study(device, options.run_options(storage, here.rate, queued))
             best = best_feasible(study)
-            out[i] = RateResult(low.rate, low.study, trial_record(best) if best else None, True)
+            out[i] = RateResult(here.rate, here.study, trial_record(best) if best else None, True)
     return out
 
 
-def seed_study(study: optuna.Study, space: SearchSpace, previous: dict | None) -> None:
-    """Queue the first trials of a rate's study: the full-speed default at every batch size, and the last winner.
+def top_feasible(study: optuna.Study, count: int) -> list[dict]:
+    """The ``count`` cheapest feasible trials of a study, cheapest first, as records."""
+    done = candidates(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    return [trial_record(t) for t in sorted(done, key=lambda t: (t.value, t.number))[:count]]
+
+
+def seed_study(study: optuna.Study, space: SearchSpace, below: list[dict]) -> None:
+    """Queue the first trials of a rate's study: the full-speed default at every batch size, and the best below.
 
     The default (MAXN, the card's default clocks) is the configuration most
     likely to be feasible, so every rate the device can serve starts with a
-    feasible point; the winner of the rate below is often close to this one's.
+    feasible point; the best configurations of the rate below are often
+    close to this one's.
     """
     if study.trials:
         return
@@ -185,8 +198,8 @@ def seed_study(study: optuna.Study, space: SearchSpace, previous: dict | None) -
         for timeout in timeouts:
             config = Config(knobs={**default.knobs, TIMEOUT_KNOB: timeout}, batch_size=batch)
             study.enqueue_trial(space.params_for(config), skip_if_exists=True)
-    if previous is not None:
-        config = Config(knobs=dict(previous["config"]), batch_size=int(previous["batch_size"]))
+    for record in below:
+        config = Config(knobs=dict(record["config"]), batch_size=int(record["batch_size"]))
         study.enqueue_trial(space.params_for(config), skip_if_exists=True)
 
 
