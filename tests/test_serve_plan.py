@@ -13,7 +13,7 @@ from tuner.devices.base import WindowSettings
 from tuner.devices.queueing import ServingProfile, simulate
 from tuner.devices.twin import TwinDevice
 from tuner.scenario import window_for
-from tuner.serve.plan import parse_rates
+from tuner.serve.plan import PlanOptions, neighbours, parse_rates, plan_rates
 from tuner.serve.policy import load_policy
 from tuner.serve.replay import load_trace
 from tuner.space import Config
@@ -67,7 +67,7 @@ def test_rates_parse_and_refuse():
 
 
 PLAN = ("--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms")
-SMALL = ("--knobs", "nvpmodel", "--batch-sizes", "1,8", "--trials", "8", "--seed", "0")
+SMALL = ("--knobs", "nvpmodel", "--batch-sizes", "1,8", "--trials", "8", "--refine", "6", "--seed", "0")
 
 
 def test_plan_then_replay_on_the_twin(tmp_path):
@@ -165,3 +165,52 @@ def test_singlestream_on_the_twin_is_batch_one_bounded_on_p90():
     server = serving_space(TwinDevice("sim:orin").space(), window_for(WindowSettings(), "server", 100))
     assert "batch_timeout_ms" in server.knobs and server.knobs["batch_timeout_ms"].group == "runner"
     assert Config(knobs={}, batch_size=1).batch_size == 1
+
+
+def test_neighbours_are_one_step_of_one_knob_or_another_mode():
+    from tuner.scenario import serving_space
+
+    space = serving_space(TwinDevice("sim:orin").space(), window_for(WindowSettings(), "server", 10.0))
+    centre = space.effective(
+        Config(
+            knobs={
+                "nvpmodel": "MAXN",
+                "gpu_mhz": 306,
+                "emc_mhz": 2133,
+                "cpu_cores": 4,
+                "cpu_mhz": 1497.6,
+                "batch_timeout_ms": 0.1,
+            },
+            batch_size=8,
+        )
+    )
+    near = {c.key() for c in neighbours(space, centre)}
+
+    def moved(batch=8, **change):
+        return space.effective(Config(knobs={**centre.knobs, **change}, batch_size=batch)).key()
+
+    assert moved(gpu_mhz=408) in near and moved(emc_mhz=665.6) in near and moved(emc_mhz=3199) in near
+    assert moved(cpu_cores=2) in near and moved(cpu_cores=6) in near and moved(batch_timeout_ms=1.0) in near
+    assert moved(batch=4) in near and moved(batch=16) in near and moved(nvpmodel="15W") in near
+    assert moved(gpu_mhz=510) not in near and moved(cpu_cores=8) not in near  # two steps away
+    assert centre.key() not in near and moved(gpu_mhz=306) not in near  # the lowest clock has no step down
+    assert len(near) == len(neighbours(space, centre))
+
+
+def test_refine_walks_from_the_default_to_a_cheaper_neighbourhood(tmp_path):
+    device = TwinDevice("sim:orin")
+    common = {
+        "model": "resnet50",
+        "max_latency_ms": 50.0,
+        "rates": [30.0],
+        "knobs": ["nvpmodel", "cpu_cores"],
+        "batch_sizes": [1, 8],
+        "seed": 0,
+        "out": tmp_path,
+    }
+    # 4 trials: exactly the seeded defaults (MAXN, full clocks, 12 cores) at each batch size and timeout
+    plain = plan_rates(device, PlanOptions(**common, trials=4, refine_trials=0))[0].record
+    walked = plan_rates(device, PlanOptions(**common, trials=4, refine_trials=12, storage=f"sqlite:///{tmp_path}/b.db"))
+    record = walked[0].record
+    assert plain["config"]["cpu_cores"] == 12 and record["feasible"]
+    assert record["j_per_query"] < plain["j_per_query"] and record["config"] != plain["config"]

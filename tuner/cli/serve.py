@@ -24,7 +24,15 @@ from tuner.serve.governor import (
     run_governor,
     write_state,
 )
-from tuner.serve.plan import PLAN_SAMPLER, PlanOptions, build_policy, parse_rates, plan_rates, plot_policy
+from tuner.serve.plan import (
+    PLAN_SAMPLER,
+    REFINE_TRIALS,
+    PlanOptions,
+    build_policy,
+    parse_rates,
+    plan_rates,
+    plot_policy,
+)
 from tuner.serve.policy import Band, check_policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
 from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay
@@ -56,6 +64,9 @@ def register(app: typer.Typer) -> None:
             ..., "--rates", help="arrival rates to plan, queries/s: start:stop:step (e.g. 25:300:25) or a list"
         ),
         trials: int = typer.Option(40, "--trials", "-n", help="trials per rate that no existing study covers"),
+        refine: int = typer.Option(
+            REFINE_TRIALS, "--refine", help="further trials per rate walking from the best to cheaper neighbours"
+        ),
         seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
         sampler: str = typer.Option(PLAN_SAMPLER, "--sampler", help="as tune run (default tpe: fast per trial)"),
         batch_sizes: str | None = common.BatchOpt,
@@ -72,6 +83,8 @@ def register(app: typer.Typer) -> None:
         """Cheapest feasible Server configuration per arrival rate, as a policy (reuses existing studies)."""
         if trials <= 0:
             raise UserError("--trials must be a positive integer, e.g. 40")
+        if refine < 0:
+            raise UserError("--refine must be 0 (off) or a positive number of trials, e.g. 30")
         dev = open_for(device, allow_clock_changes, sysfs_root)
         check_model(model)
         options = PlanOptions(
@@ -79,6 +92,7 @@ def register(app: typer.Typer) -> None:
             max_latency_ms=common.latency(max_latency),
             rates=parse_rates(rates),
             trials=trials,
+            refine_trials=refine,
             seed=seed,
             sampler=sampler,
             batch_sizes=common.batch_list(batch_sizes),

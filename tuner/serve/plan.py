@@ -46,6 +46,9 @@ SEED_TIMEOUTS_MS = (0.1, 10.0)
 # study: neighbouring rates have similar cheapest configurations, so a plan
 # over a fine grid of rates hands each short search what the last one found.
 SEED_FROM_BELOW = 5
+# Trials per rate spent walking from the best configuration to its neighbours
+# after the sampler's search (see ``refine``).
+REFINE_TRIALS = 30
 
 
 class PlanOptions(BaseModel):
@@ -57,6 +60,7 @@ class PlanOptions(BaseModel):
     max_latency_ms: float
     rates: list[float] = Field(min_length=1)
     trials: int = 40
+    refine_trials: int = REFINE_TRIALS
     seed: int | None = None
     sampler: str = PLAN_SAMPLER
     batch_sizes: list[int] | None = None
@@ -132,6 +136,7 @@ def plan_rates(
             below = top_feasible(open_study(previous, storage), SEED_FROM_BELOW) if previous else []
             seed_study(open_study(name, storage), space, below)
             study, _ = run_study(device, options.run_options(storage, rate, options.trials))
+            study = refine(device, options, storage, space, rate, study)
             best = best_feasible(study)
             measured = True
         result = RateResult(rate, name, trial_record(best) if best else None, measured)
@@ -174,6 +179,67 @@ def cross_check(
             best = best_feasible(study)
             out[i] = RateResult(here.rate, here.study, trial_record(best) if best else None, True)
     return out
+
+
+def refine(
+    device: Device, options: PlanOptions, storage: str, space: SearchSpace, rate: float, study: optuna.Study
+) -> optuna.Study:
+    """Walk from the study's best feasible configuration to unmeasured neighbours while one is cheaper.
+
+    A short model-based search lands near the cheapest configuration but
+    often not on it (in these spaces, typically one CPU-core count or one
+    clock step away). Each round measures every neighbour of the best (one
+    step of one knob, the batch size or the batching timeout) not yet
+    measured, until none is cheaper or ``options.refine_trials`` are spent.
+    """
+    budget = options.refine_trials
+    while budget > 0:
+        best = best_feasible(study)
+        if best is None:
+            return study
+        measured = {t.user_attrs.get("effective_key") for t in study.trials}
+        record = trial_record(best)
+        centre = Config(knobs=dict(record["config"]), batch_size=int(record["batch_size"]))
+        fresh = [c for c in neighbours(space, centre) if json.dumps(c.key()) not in measured][:budget]
+        if not fresh:
+            return study
+        for config in fresh:
+            study.enqueue_trial(space.params_for(config), skip_if_exists=True)
+        study, _ = run_study(device, options.run_options(storage, rate, len(fresh)))
+        budget -= len(fresh)
+        after = best_feasible(study)
+        if after is None or after.number == best.number:
+            return study
+    return study
+
+
+def neighbours(space: SearchSpace, config: Config) -> list[Config]:
+    """Distinct effective configurations one step away: an ordered knob or the batch size one value up or
+    down, or an unordered knob (a power mode) at another value."""
+    out: dict[tuple, Config] = {}
+    base = space.effective(config)
+
+    def add(knobs: dict, batch: int) -> None:
+        candidate = space.effective(Config(knobs=knobs, batch_size=batch))
+        if candidate.key() != base.key():
+            out.setdefault(candidate.key(), candidate)
+
+    for name in space.tuned_knobs:
+        knob = space.knobs[name]
+        values = list(knob.values)
+        at = next((i for i, v in enumerate(values) if str(v) == str(config.knobs[name])), None)
+        if at is None:
+            continue
+        steps = [at - 1, at + 1] if knob.ordered else [i for i in range(len(values)) if i != at]
+        for i in steps:
+            if 0 <= i < len(values):
+                add({**config.knobs, name: values[i]}, config.batch_size)
+    if config.batch_size in space.batch_sizes:
+        at = space.batch_sizes.index(config.batch_size)
+        for i in (at - 1, at + 1):
+            if 0 <= i < len(space.batch_sizes):
+                add(dict(config.knobs), space.batch_sizes[i])
+    return list(out.values())
 
 
 def top_feasible(study: optuna.Study, count: int) -> list[dict]:
