@@ -214,3 +214,33 @@ def test_refine_walks_from_the_default_to_a_cheaper_neighbourhood(tmp_path):
     record = walked[0].record
     assert plain["config"]["cpu_cores"] == 12 and record["feasible"]
     assert record["j_per_query"] < plain["j_per_query"] and record["config"] != plain["config"]
+
+
+def test_the_replayed_governor_reads_the_rate_every_interval():
+    import numpy as np
+
+    from tuner.serve.policy import Band, BandProvenance, Policy
+    from tuner.serve.replay import GovernorRules, Replayer, Trace
+
+    device = TwinDevice("sim:orin")
+    default = device.space().default_config().knobs
+
+    def band(lo, hi, mode):
+        return Band(
+            min_qps=lo, max_qps=hi, knobs={**default, "nvpmodel": mode}, batch_size=8, batch_timeout_ms=10.0,
+            j_per_query=0.1, latency_ms=40.0, avg_w=10.0,
+            provenance=BandProvenance(study="s", storage="x", trial=0, measured_by_plan=True),
+        )  # fmt: skip
+
+    policy = Policy(
+        model="resnet50", device="sim:orin", device_kind="orin-agx", twin=True, percentile="p99",
+        max_latency_ms=50.0, bands=[band(0, 50, "15W"), band(50, 250, "MAXN")],
+    )  # fmt: skip
+    trace = Trace(times=np.array([0.0, 60.0, 120.0, 180.0]), rates=np.array([200.0, 20.0, 20.0, 20.0]))
+    replayer = Replayer(device, policy, seed=0)
+    result = replayer.governed(trace, 1.0, GovernorRules(smoothing_s=10.0, min_dwell_s=30.0))
+    # the fall at 60 s is followed within that row (after the smoothed estimate has settled), not at a row's start
+    assert result.bands == [1, 0, 0, 0] and result.switches == 1
+    low = replayer.piece(policy.bands[0].config(), 10.0, 20.0, 60.0)[0]
+    high = replayer.piece(policy.bands[1].config(), 10.0, 20.0, 60.0)[0]
+    assert low < result.power_w[1] * 60.0 < high
