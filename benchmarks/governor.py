@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tuner.devices.registry import open_device
 from tuner.devices.twin import TwinDevice
-from tuner.serve.plan import PlanOptions, build_policy, plan_rates, plot_policy
+from tuner.serve.plan import REFINE_TRIALS, PlanOptions, build_policy, plan_rates, plot_policy
 from tuner.serve.policy import Policy, write_policy
 from tuner.serve.replay import GovernorRules, Replayer, Trace, load_trace, plot_replay, replay
 
@@ -48,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="study storage folder (default: a temporary one)")
     parser.add_argument("--trials", type=int, default=50, help="trials per planned rate")
+    parser.add_argument("--refine", type=int, default=REFINE_TRIALS, help="neighbour-walk trials per planned rate")
     parser.add_argument("--step", type=float, default=10.0, help="planned rates: step..180 q/s in this step (x scale)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--h200-scale", type=float, default=30.0)
@@ -74,7 +75,8 @@ def main() -> None:
         "",
         f"resnet50, Server scenario, p99 <= 50 ms; plan over {base[0]:g}-{base[-1]:g} q/s in steps of "
         f"{args.step:g} (x scale), {args.trials} trials per rate (TPE, seeded with the default mode at every batch "
-        f"size and the rate below's best five), every rate's winner cross-checked at every other rate, seed "
+        f"size and the rate below's best five) and up to {args.refine} walking from the best to cheaper neighbours, "
+        f"every rate's winner cross-checked at every other rate, seed "
         f"{args.seed}. Replay: the governor reads a one-second Poisson count every second, smoothing "
         f"{rules.smoothing_s:g} s, headroom {100 * rules.headroom:g}%, hysteresis {100 * rules.hysteresis:g}%, "
         f"dwell {rules.min_dwell_s:g} s. `default`: the default mode with its frequency governors free (idles at "
@@ -89,6 +91,7 @@ def main() -> None:
             max_latency_ms=50.0,
             rates=[r * scale for r in base],
             trials=args.trials,
+            refine_trials=args.refine,
             seed=args.seed,
             out=out,
         )
