@@ -1,9 +1,9 @@
 """Host launch cost of one eager layer, per operator type, on a real GPU machine (observe-only).
 
-Usage: python benchmarks/launch_microbench.py --out DIR [--batch 1]
+Usage: python benchmarks/launch_microbench.py --out DIR [--batch 1] [--precision fp16|fp32]
 
-Every leaf module of every zoo model (fp16, channels_last for CNNs, as the
-runner builds them) is called alone, on the input it sees inside the model,
+Every leaf module of every zoo model (fp16 by default, or fp32 as the Orin
+twins run it; channels_last for CNNs, as the runner builds them) is called alone, on the input it sees inside the model,
 many times back to back without a host sync: the GPU work of one call is far
 shorter than its launch at batch 1, so the host time per call is the launch
 cost of that layer (Python module call, dispatcher, library heuristics, kernel
@@ -103,13 +103,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--precision", choices=("fp16", "fp32"), default="fp16")
     args = parser.parse_args()
+    dtype = torch.float16 if args.precision == "fp16" else torch.float32
     args.out.mkdir(parents=True, exist_ok=True)
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
         "batch": args.batch,
+        "precision": args.precision,
         "models": {},
     }
     chain = nn.Sequential(*[Empty() for _ in range(100)])
@@ -120,8 +123,8 @@ def main() -> None:
         result["empty_module_call_s"] = host_seconds(lambda: chain(x), 50) / 100
         for name in MODELS:
             spec = zoo.spec(name)
-            model = zoo.build_model(name).to("cuda", torch.float16)
-            batch = zoo.input_for(name, args.batch, "cuda", torch.float16)
+            model = zoo.build_model(name).to("cuda", dtype)
+            batch = zoo.input_for(name, args.batch, "cuda", dtype)
             if spec.cnn:
                 model = model.to(memory_format=torch.channels_last)
                 batch = batch.contiguous(memory_format=torch.channels_last)
@@ -157,7 +160,7 @@ def main() -> None:
             )
             del model
             torch.cuda.empty_cache()
-    (args.out / "launch_microbench.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"launch_microbench_{args.precision}.json").write_text(json.dumps(result, indent=1) + "\n")
     print("empty module call us", round(1e6 * result["empty_module_call_s"], 2))
 
 

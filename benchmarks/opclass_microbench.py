@@ -219,6 +219,46 @@ def cases(quick: bool) -> list[dict]:
             ("softmax", softmax),
         ):
             elementwise(name, "fp16", numel, fn_of)
+
+    def layout_copy(prec, b, heads, seq, dim):
+        """The copy eager attention makes: a (b, s, h, d) view transposed to (b, h, s, d), made contiguous."""
+
+        def build():
+            x = torch.randn(b, seq, heads, dim, device="cuda", dtype=DT[prec]).transpose(1, 2)
+            return (lambda: x.contiguous()), 0, 2 * x.numel() * BYTES[prec]
+
+        out.append(
+            {
+                "class": "layout_copy",
+                "precision": prec,
+                "label": f"layout_copy {prec} b{b} h{heads} s{seq} d{dim}",
+                "build": build,
+            }
+        )
+
+    def broadcast_mul(prec, n, c, hw):
+        """Squeeze-and-excitation scaling: x (n, c, h, w) channels_last times s (n, c, 1, 1)."""
+
+        def build():
+            x = torch.randn(n, c, hw, hw, device="cuda", dtype=DT[prec]).contiguous(memory_format=torch.channels_last)
+            scale = torch.randn(n, c, 1, 1, device="cuda", dtype=DT[prec])
+            return (lambda: x * scale), x.numel(), (2 * x.numel() + scale.numel()) * BYTES[prec]
+
+        out.append(
+            {
+                "class": "broadcast",
+                "precision": prec,
+                "label": f"broadcast_mul {prec} n{n} c{c} {hw}x{hw}",
+                "build": build,
+            }
+        )
+
+    for b in batches:
+        layout_copy("fp16", b, 12, 128, 64)
+        layout_copy("fp16", b, 16, 128, 64)
+        broadcast_mul("fp16", b, 96, 112)
+        broadcast_mul("fp16", b, 240, 28)
+        broadcast_mul("fp16", b, 672, 14)
     return out
 
 
@@ -268,6 +308,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="a few sizes only (CI smoke)")
+    parser.add_argument("--classes", default="", help="comma-separated case classes to run (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     clocks = Clocks()
@@ -280,12 +321,15 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(0),
         "card_before": clocks.state(),
         "copy": copy_bandwidth(),
-        "launch": launch_cost(clocks),
+        "launch": launch_cost(clocks) if not args.classes else None,
         "cases": [],
     }
     torch.backends.cudnn.benchmark = True
     with torch.inference_mode():
+        wanted = set(filter(None, args.classes.split(",")))
         for case in cases(args.quick):
+            if wanted and case["class"] not in wanted:
+                continue
             row = {k: v for k, v in case.items() if k != "build"}
             try:
                 fn, flops, moved = case["build"]()

@@ -4,10 +4,10 @@ Usage: python benchmarks/zoo_energy_sweep.py --out DIR [--batches 8,64,256] [--w
 
 The project's own TorchRunner (fp16, channels_last for CNNs, eager,
 inference_mode, one host sync per batch: what ``tune run`` measures) runs
-back to back for the window. Energy comes from NVML's total-energy counter:
-it updates at about 10 Hz, so its (time, energy) readings at each update
-inside the window are fitted with a straight line whose slope is the average
-power, which removes the quantization of a plain start/end difference.
+back to back for the window. Energy comes from NVML's total-energy counter
+(about 10 Hz updates), read by the project's NvmlEnergyMeter from a polling
+thread (every update edge, interpolated at the window's bounds), so the batch
+loop itself never waits on NVML.
 Nothing on the card is changed (no NVML set call); clocks and power limit are
 read before and after.
 """
@@ -25,45 +25,40 @@ import pynvml
 import torch
 
 from runners.torch_runner import TorchRunner
+from tuner.measure.meters import NvmlEnergyMeter
 
 MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
 
 
-def window(runner: TorchRunner, handle, batch: int, seconds: float) -> dict:
-    """Run ``seconds`` of back-to-back batches, recording the energy counter at each of its updates."""
+def window(runner: TorchRunner, meter: NvmlEnergyMeter, batch: int, seconds: float) -> dict:
+    """Run ``seconds`` of back-to-back batches under the project's NVML energy meter.
+
+    The meter polls the energy counter from its own thread (what ``tune run`` measures). Call 5 read the
+    counter in the batch loop instead; on the lent H200 one read takes about 4-5 ms with the GPU idle, so its
+    time per batch and energy per query carried that gap (benchmarks/results/h200-opclass.md, call 8).
+    """
     warm_until = time.monotonic() + 1.0
     while time.monotonic() < warm_until:
         runner.infer()
-    ticks: list[tuple[float, float]] = []
-    last = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-    batches = 0
-    started = time.monotonic()
     latencies = []
-    while True:
+    meter.start()
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
         t0 = time.monotonic()
         runner.infer()
         latencies.append(time.monotonic() - t0)
-        batches += 1
-        energy = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        now = time.monotonic()
-        if energy != last:
-            ticks.append((now - started, energy / 1000.0))
-            last = energy
-        if now - started >= seconds:
-            break
-    duration = time.monotonic() - started
-    t, e = np.array(ticks).T
-    slope = float(np.polyfit(t, e, 1)[0])
+    reading = meter.stop()
+    batches = len(latencies)
     queries = batches * batch
     return {
         "batches": batches,
         "queries": queries,
-        "duration_s": duration,
-        "qps": queries / duration,
-        "time_ms_per_batch": 1000 * duration / batches,
-        "avg_w": slope,
-        "j_per_query": slope * duration / queries,
-        "energy_ticks": len(ticks),
+        "duration_s": reading.duration_s,
+        "qps": queries / reading.duration_s,
+        "time_ms_per_batch": 1000 * reading.duration_s / batches,
+        "avg_w": reading.avg_w,
+        "j_per_query": reading.energy_j / queries,
+        "energy_ticks": reading.samples,
         "p50_ms": 1000 * float(np.median(latencies)),
         "p99_ms": 1000 * float(np.percentile(latencies, 99)),
     }
@@ -86,6 +81,7 @@ def main() -> None:
             "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
         }
 
+    meter = NvmlEnergyMeter(pynvml, handle)
     before = state()
     idle = []
     for _ in range(3):
@@ -107,7 +103,7 @@ def main() -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             runner.prepare(batch, "fp16", {"channels_last": True})
             row = {"model": model, "bs": batch, "dtype": "float16", "channels_last": True}
-            row.update(window(runner, handle, batch, args.window))
+            row.update(window(runner, meter, batch, args.window))
             row["sm_mhz_after"] = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
             result["rows"].append(row)
             print(

@@ -15,7 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from tuner.errors import UserError
 
 PROFILE_VERSION = 2
-OP_CLASSES = ("conv_dense", "conv_depthwise", "conv_pointwise", "gemm", "attention", "elementwise")
+OP_CLASSES = (
+    "conv_dense",
+    "conv_depthwise",
+    "conv_pointwise",
+    "gemm",
+    "attention",
+    "elementwise",
+    "broadcast",
+    "layout_copy",
+)
 
 
 class LayerProfile(BaseModel):
@@ -26,8 +35,13 @@ class LayerProfile(BaseModel):
     batch. ``act_bytes``: input plus output activations per sample.
     ``matmul``: True where tensor cores can run it (conv, linear, matmul).
     ``op_class``: the kernel family the twin times it as (OP_CLASSES): dense,
-    depthwise or pointwise convolution, GEMM, attention matmul, or
-    elementwise/normalisation; each has its own achieved fraction of peak.
+    depthwise or pointwise convolution, GEMM, attention matmul,
+    elementwise/normalisation, a broadcast elementwise op (one operand smaller,
+    as squeeze-and-excitation scaling: PyTorch runs it with a non-vectorized
+    kernel) or a layout copy (a strided view made contiguous); each has its
+    own achieved fraction of peak. ``min_batch``: the smallest batch at which
+    the layer runs at all (eager attention's reshape of a transposed batch is
+    a view at batch 1 and a copy above it).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -39,6 +53,7 @@ class LayerProfile(BaseModel):
     act_bytes: float = Field(ge=0)
     matmul: bool = False
     op_class: str = "elementwise"
+    min_batch: int = Field(default=1, ge=1)
 
 
 class ModelProfile(BaseModel):

@@ -25,12 +25,20 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from tuner.calibration import CALIBRATION_DIR, all_rows, fit_op_classes, launch_table, params_with, twin_errors
+from tuner.calibration import (
+    CALIBRATION_DIR,
+    SOURCE_LIMITED_ROWS,
+    all_rows,
+    fit_op_classes,
+    launch_table,
+    params_with,
+    twin_errors,
+)
 from tuner.devices.twin import TwinDevice, TwinParams
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "tuner" / "devices" / "twin_params"
-MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py, call 5; see docs/twin.md)"
+MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py, calls 5 and 9; see docs/twin.md)"
 LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (call 6)"
 FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/twin.md"
 
@@ -58,6 +66,15 @@ FREE = {
     },
 }
 FRACTIONS = ("gpu_compute_activity",)
+# Physical ranges the fit may not leave: memory access energy of HBM3e/LPDDR5 with its on-chip transport (about
+# 3-5 pJ/bit at the DRAM alone, so 20-200 pJ per byte moved), and at least a third of the dynamic power
+# following the math units (tensor-core GEMMs draw far more than memory-bound kernels at the same busy time).
+# The clock-tree term is driven towards zero by the fit; a floor keeps its logarithm finite from run to run.
+BOUNDS = {
+    "mem_pj_per_byte": (5.0, 200.0),
+    "gpu_compute_activity": (0.3, 0.95),
+    "gpu_clock_w_per_v2_ghz": (1e-6, 100.0),
+}
 
 
 def op_class_block(peak: dict[str, float]) -> tuple[dict, dict[str, float], float, dict]:
@@ -129,7 +146,7 @@ def h200_params(previous: dict | None) -> dict:
             "launch_us": LAUNCH,
             "module_overhead_us": "forward host time minus the sum of its layers' host times, per layer, median "
             "over the five zoo models (launch microbenchmark, call 6)",
-            "host_factor": FITTED + " (the lent machine of the five-model sweep, call 5, against the machine "
+            "host_factor": FITTED + " (the lent machine of the five-model sweep, call 8, against the machine "
             "of the launch microbenchmark)",
             "host_ref_mhz": "the host clock host_factor refers to (assumed 3 GHz)",
             "runtimes": "eager PyTorch only",
@@ -325,11 +342,19 @@ def fit(twin: str, params: dict, rows: list, host_values: dict[str, float]) -> t
             for key in ("time_err", "power_err"):
                 if e[key] is not None:
                     r = float(np.log1p(e[key]))
+                    if e["row"] in SOURCE_LIMITED_ROWS and e["source"].startswith("h200_default"):
+                        r *= 0.5  # source-limited (tuner/calibration.py): half weight, no steep penalty
+                        out.append(r)
+                        continue
                     out.append(r + 4.0 * np.sign(r) * max(0.0, abs(r) - 0.12))
         return np.array(out)
 
     upper = np.array([np.log(0.95) if n in FRACTIONS else x + 3 for n, x in zip(names + host_names, x0, strict=True)])
     lower = np.minimum(x0 - 3, upper - 1e-6)
+    for i, n in enumerate(names):
+        if n in BOUNDS:
+            lower[i], upper[i] = np.log(BOUNDS[n][0]), np.log(BOUNDS[n][1])
+    x0 = np.clip(x0, lower + 1e-6, upper - 1e-6)
     solution = least_squares(residuals, np.minimum(x0, upper - 1e-6), bounds=(lower, upper))
     hosts_fit = apply(solution.x)
     fitted = json.loads(json.dumps(params))

@@ -5,7 +5,14 @@ import numpy as np
 import pytest
 
 from runners.profile import load_profile
-from tuner.calibration import CALIBRATION_DIR, fit_op_classes, load_rows, sweep_rows, twin_errors
+from tuner.calibration import (
+    CALIBRATION_DIR,
+    SOURCE_LIMITED_ROWS,
+    fit_op_classes,
+    load_rows,
+    sweep_rows,
+    twin_errors,
+)
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice, load_params
 from tuner.errors import UserError
@@ -13,32 +20,44 @@ from tuner.space import Config
 from tuner.twin_checks import clock_curve, maxq_saving, mode_ordering
 
 EXACT = WindowSettings(noise=False)
-# Launch-bound H200 reference rows whose source is noisier than 15% (batch 8 runs faster than batch 1 in
-# the source; the twin's launch-bound time is one figure for both): held to 20% and listed in docs/twin.md.
-KNOWN_MISSES = {"resnet50 fp16 bs8", "resnet50 fp32 bs1"}
+# Launch-bound H200 reference rows no single launch-bound figure can meet (tuner/calibration.py): held to the
+# source's own limit, sqrt(slowest / fastest) - 1 = 19.9%, plus 1% (docs/twin.md).
+KNOWN_MISSES = SOURCE_LIMITED_ROWS
 
 
 def test_twin_reproduces_every_calibration_row_within_15_percent():
     errors = twin_errors(load_rows())
     assert len(errors) == 18  # 5 Pagoda Orin rows, 10 H200 reference rows, 3 MLPerf rows
+    times = {e["row"]: e["time_ms"] for e in errors if e["source"].startswith("h200")}
+    spread = (max(times[r] for r in KNOWN_MISSES) / min(times[r] for r in KNOWN_MISSES)) ** 0.5 - 1
     for e in errors:
-        bound = 0.20 if e["row"] in KNOWN_MISSES and e["source"].startswith("h200") else 0.15
+        bound = spread + 0.01 if e["row"] in KNOWN_MISSES and e["source"].startswith("h200") else 0.15
         for key in ("time_err", "power_err"):
             if e[key] is not None:
                 assert abs(e[key]) <= bound, e
 
 
 def test_h200_zoo_sweep_energy_per_query():
-    """Five zoo models at batch 8, 64, 256 on the lent H200. Issue 11 asks for 15% on every row; the twin
-    reaches it on 8 of 15 (docs/twin.md lists each): what is held here is that no row is off by more than
-    30%, the launch-bound batch-8 rows (fitted: host speed) by more than 18%, and that the misses are the
-    twin being too fast or too frugal at large batch, never the other way."""
+    """Five zoo models at batch 8, 64, 256 on the lent H200 (call 8): every row within 15% in energy per query,
+    the batch 64 and 256 rows held out of the fit (only the launch-bound batch-8 rows fix that host's speed)."""
     errors = twin_errors(sweep_rows())
     assert len(errors) == 15
-    assert sum(abs(e["energy_err"]) <= 0.15 for e in errors) >= 8
+    assert sum(not e["fitted"] for e in errors) == 10
     for e in errors:
-        assert abs(e["energy_err"]) <= (0.18 if e["fitted"] else 0.30), e
-        assert e["fitted"] or e["energy_err"] <= 0.15, e
+        assert abs(e["energy_err"]) <= 0.15, e
+
+
+def test_profiles_count_eager_attentions_layout_copies_from_batch_2():
+    """The call-7 kernel profile found 4 copies per BERT layer (transposed heads made contiguous) above batch 1."""
+    profile = load_profile("bert-base")
+    copies = [layer for layer in profile.layers if layer.op_class == "layout_copy"]
+    assert len(copies) == 4 * 12 and all(layer.min_batch == 2 for layer in copies)
+    h200 = TwinDevice("sim:h200")
+    configs = [h200.space().default_config(b) for b in (1, 8)]
+    op = h200.model.operating(configs)
+    gpu = h200.model.layer_times(profile, op, op.gpu_mhz)["gpu"]
+    index = [i for i, layer in enumerate(h200.model._layers(profile)) if layer.op_class == "layout_copy"]
+    assert gpu[0, index].sum() == 0 and gpu[1, index].min() > 0
 
 
 def test_op_classes_are_the_microbenchmark_fit_not_whole_model_rows():

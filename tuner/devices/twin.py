@@ -257,11 +257,13 @@ class TwinModel:
         return "normalisation" if layer.op in NORM_OPS else layer.op_class
 
     def layer_times(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> dict[str, np.ndarray]:
-        """Per configuration x layer: GPU time, compute-unit time, launch time and bytes moved."""
+        """Per configuration x layer: GPU time, compute-unit time, launch time and bytes moved (zero for a layer
+        that does not run at the configuration's batch size, as a layout copy that is a view at batch 1)."""
         p = self.params
         runtime = p.runtimes[self.runtime]
         layers = self._layers(profile)
         classes = [self._class_of(layer) for layer in layers]
+        runs = op.batch[:, None] >= np.array([layer.min_batch for layer in layers])[None, :]
         flops = np.array([layer.flops for layer in layers])
         wbytes = np.array([layer.weight_bytes for layer in layers])
         abytes = np.array([layer.act_bytes for layer in layers])
@@ -286,14 +288,19 @@ class TwinModel:
         moved = (wbytes[None, :] + abytes[None, :] * b) * scale[:, None]
         bandwidth = p.bytes_per_mem_mhz * op.mem_mhz
         t_memory = moved / (bandwidth[:, None] * bw_eff[None, :])
-        t_gpu = np.maximum(t_compute, t_memory) + kmin[None, :] / hz[:, None]
+        t_gpu = np.where(runs, np.maximum(t_compute, t_memory) + kmin[None, :] / hz[:, None], 0.0)
 
         launch = np.array([p.launch_us.get(layer.op, p.launch_us["default"]) for layer in layers])
         launch = launch * runtime.launch_scale + (p.module_overhead_us if runtime.module_overhead else 0.0)
         host_scale = p.host_factor * p.host_ref_mhz / op.cpu_mhz
-        t_launch = launch[None, :] * 1e-6 * host_scale[:, None]
+        t_launch = np.where(runs, launch[None, :] * 1e-6 * host_scale[:, None], 0.0)
         tensor = np.array([c in TENSOR_CLASSES for c in classes])
-        return {"gpu": t_gpu, "compute": np.where(tensor[None, :], t_compute, 0.0), "launch": t_launch, "moved": moved}
+        return {
+            "gpu": t_gpu,
+            "compute": np.where(tensor[None, :] & runs, t_compute, 0.0),
+            "launch": t_launch,
+            "moved": np.where(runs, moved, 0.0),
+        }
 
     def _time_and_power(
         self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray
@@ -301,11 +308,10 @@ class TwinModel:
         p = self.params
         lt = self.layer_times(profile, op, gpu_mhz)
         t_gpu, t_launch = lt["gpu"], lt["launch"]
-        t_layer = np.maximum(t_gpu, t_launch)
         cpu_hz = op.cpu_mhz * 1e6
         workers = 1.0 + (op.cores - 1.0) * p.host_parallel_fraction
         t_host = op.batch * p.host_cycles_per_sample / cpu_hz / workers
-        time_s = t_layer.sum(axis=1) + t_host
+        time_s = np.maximum(t_gpu, t_launch).sum(axis=1) + t_host
 
         u_gpu = t_gpu.sum(axis=1) / time_s
         u_compute = lt["compute"].sum(axis=1) / time_s
