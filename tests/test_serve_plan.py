@@ -244,3 +244,21 @@ def test_the_replayed_governor_reads_the_rate_every_interval():
     low = replayer.piece(policy.bands[0].config(), 10.0, 20.0, 60.0)[0]
     high = replayer.piece(policy.bands[1].config(), 10.0, 20.0, 60.0)[0]
     assert low < result.power_w[1] * 60.0 < high
+
+
+def test_a_band_is_chosen_on_a_verified_mean_not_one_lucky_window(tmp_path):
+    from tuner.records import best_feasible
+    from tuner.study import open_study
+
+    device = TwinDevice("sim:orin")
+    options = PlanOptions(
+        model="resnet50", max_latency_ms=50.0, rates=[30.0], knobs=["nvpmodel"], batch_sizes=[1, 8],
+        trials=8, refine_trials=0, verify_repeats=2, seed=0, out=tmp_path,
+    )  # fmt: skip
+    result = plan_rates(device, options)[0]
+    study = open_study(result.study, f"sqlite:///{tmp_path}/tune.db")
+    repeats = [t for t in study.trials if t.user_attrs.get("proposed_by") == "plan-verify"]
+    assert 2 <= len(repeats) <= 6 and all("repeat_of" in t.user_attrs for t in repeats)
+    best = best_feasible(study)
+    assert "repeat_of" in best.user_attrs and best.user_attrs["measurements"] >= 3
+    assert result.record["trial"] == best.number
