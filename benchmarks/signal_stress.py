@@ -37,36 +37,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakeboard import make_fake_board  # noqa: E402
+from fakeboard import make_fake_board, tiny_run  # noqa: E402
 
 HANG_S = 180.0
 
 
 def command(out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tuner",
-        "run",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "orin-nano",
-        "--max-latency",
-        "500ms",
-        "--knobs",
-        "nvpmodel,gpu_mhz",
-        "--batch-sizes",
-        "1,4",
-        "--sampler",
-        "random",
-        "--window",
-        "1",
-        "--trials",
-        "2",
-        "--out",
-        str(out),
-    ]
+    return [sys.executable, "-m", "tuner", *tiny_run(), "--trials", "2", "--out", str(out)]
 
 
 def launch(cmd: list[str], env: dict[str, str], logs: Path) -> tuple[subprocess.Popen, int]:

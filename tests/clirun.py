@@ -19,3 +19,8 @@ def run_cli(
     return subprocess.run(
         [sys.executable, "-m", "tuner", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def tiny_cpu(command: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``tune <command>`` with the tiny CNN on this machine's CPU, in one-second LoadGen windows (the real path)."""
+    return run_cli(command, "--model", "tiny-cnn", "--device", "cpu", "--window", "1", *args, env=env)

@@ -80,6 +80,32 @@ from tuner.devices.base import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config
 
+
+def tiny_run(device: str = "orin-nano") -> list[str]:
+    """``tune run`` arguments for the tiny CNN on a fake board: two knobs, two batch sizes, one-second windows.
+
+    The tests and benchmarks that tune a fake board run this study; ``--model``
+    comes first, as the message naming a running tuner's command expects.
+    """
+    return [
+        "run",
+        "--model",
+        "tiny-cnn",
+        "--device",
+        device,
+        "--max-latency",
+        "500ms",
+        "--knobs",
+        "nvpmodel,gpu_mhz",
+        "--batch-sizes",
+        "1,4",
+        "--sampler",
+        "random",
+        "--window",
+        "1",
+    ]
+
+
 TESTS = Path(__file__).resolve().parent
 
 _A78AE_KHZ = [

@@ -23,7 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 import tuner
-from tuner.storage import driver_url, open_storage, redact, scrub
+from tuner.storage import driver_url, open_storage, redact, scrub, set_user_attrs
 from tuner.study import RunOptions, run_study
 
 WORKER = Path(__file__).with_name("fleet_worker.py")
@@ -93,10 +93,14 @@ def wait_for(path: Path, procs: list[subprocess.Popen], timeout: float = 120) ->
         time.sleep(0.05)
 
 
-def load(url: str) -> optuna.Study:
+def load_named(url: str, name: str) -> optuna.Study:
     storage = open_storage(url, None)
     OPENED.append(storage)
-    return optuna.load_study(study_name=STUDY, storage=storage)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def load(url: str) -> optuna.Study:
+    return load_named(url, STUDY)
 
 
 def check_retried(study: optuna.Study, killed: optuna.trial.FrozenTrial) -> None:
@@ -126,6 +130,29 @@ def test_plain_postgres_urls_use_psycopg():
     assert driver_url("postgres://") == "postgresql+psycopg://"
     assert driver_url("postgresql+psycopg2://h/db") == "postgresql+psycopg2://h/db"
     assert driver_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_batched_user_attrs_read_back_as_single_writes(backend, tmp_path, request):
+    """A trial's attributes written in one statement read back as one write each would: overwrites, JSON, refusal."""
+    if backend == "postgres":
+        server = request.getfixturevalue("pg")
+        server.create_database("attrs")
+        url = server.url("attrs")
+    else:
+        url = f"sqlite:///{tmp_path / 'tune.db'}"
+    storage = open_storage(url, 10)
+    OPENED.append(storage)
+    study = optuna.create_study(study_name="attrs", storage=storage)
+    trial = study.ask()
+    set_user_attrs(trial, {"worker": "w1", "config": {"gpu": 1300}, "note": None})
+    set_user_attrs(trial, {"worker": "w2", "raw": [1.5, 2]})
+    assert trial.user_attrs == {"worker": "w2", "config": {"gpu": 1300}, "note": None, "raw": [1.5, 2]}
+    study.tell(trial, 1.0)
+    assert load_named(url, "attrs").trials[0].user_attrs == trial.user_attrs
+    with pytest.raises(RuntimeError, match="can not be updated"):
+        set_user_attrs(trial, {"late": 1})
 
 
 def test_study_quota_is_exact_and_resumable_in_process(tmp_path):

@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 from clirun import run_cli
-from fakeboard import make_fake_board, quick_measure
+from fakeboard import make_fake_board, quick_measure, tiny_run
 from typer.testing import CliRunner
 
 from tuner.cli import app, main
@@ -37,25 +37,7 @@ def board(tmp_path, monkeypatch):
     return fake
 
 
-RUN = (
-    "run",
-    "--model",
-    "tiny-cnn",
-    "--device",
-    "orin",
-    "--max-latency",
-    "500ms",
-    "--knobs",
-    "nvpmodel,gpu_mhz",
-    "--batch-sizes",
-    "1,4",
-    "--sampler",
-    "random",
-    "--window",
-    "1",
-    "--seed",
-    "0",
-)
+RUN = (*tiny_run("orin"), "--seed", "0")
 
 
 def test_run_export_apply_restore(board, tmp_path):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from clirun import run_cli
+from clirun import tiny_cpu
 from optuna.trial import TrialState
 
 pytest.importorskip("torch")
@@ -14,18 +14,12 @@ pytest.importorskip("mlperf_loadgen")
 
 def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
     out = tmp_path / "studies"
-    r = run_cli(
+    r = tiny_cpu(
         "run",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "cpu",
         "--max-latency",
         "200ms",
         "--trials",
         "3",
-        "--window",
-        "1",
         "--seed",
         "0",
         "--sampler",
@@ -60,18 +54,12 @@ def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
 
 
 def test_tune_measure_on_the_cpu(tmp_path, rapl_at_15w):
-    r = run_cli(
+    r = tiny_cpu(
         "measure",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "cpu",
         "--batch-size",
         "4",
         "--set",
         "precision=bf16",
-        "--window",
-        "1",
         "--json",
     )
     assert r.returncode == 0, r.stderr
@@ -83,15 +71,9 @@ def test_tune_measure_on_the_cpu(tmp_path, rapl_at_15w):
 
 
 def test_no_power_sensor_is_exit_2(tmp_path):
-    r = run_cli(
+    r = tiny_cpu(
         "measure",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "cpu",
         "--batch-size",
-        "1",
-        "--window",
         "1",
         env={"TUNE_POWERCAP_ROOT": str(tmp_path / "none")},
     )

@@ -100,7 +100,7 @@ def test_trials_csv_says_where_numbers_come_from_and_why_infeasible(tmp_path):
     small_run(tmp_path, knobs=["nvpmodel"], batch_sizes=[64], trials=6, max_latency_ms=30.0)
     code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(tmp_path))
     assert code == 0, err
-    rows = list(csv.DictReader(open(tmp_path / "sim-orin" / "resnet50" / "trials.csv")))
+    rows = list(csv.DictReader((tmp_path / "sim-orin" / "resnet50" / "trials.csv").read_text().splitlines()))
     done = [r for r in rows if r["state"] == "COMPLETE"]
     assert done and all(r["source"] for r in done)
     for r in done:

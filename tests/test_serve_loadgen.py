@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from clirun import run_cli
+from clirun import run_cli, tiny_cpu
 
 pytest.importorskip("torch")
 pytest.importorskip("mlperf_loadgen")
@@ -11,12 +11,8 @@ pytest.importorskip("mlperf_loadgen")
 
 def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp_path, rapl_at_15w):
     out = tmp_path / "studies"
-    r = run_cli(
+    r = tiny_cpu(
         "run",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "cpu",
         "--scenario",
         "server",
         "--target-qps",
@@ -27,8 +23,6 @@ def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp
         "1,4",
         "--trials",
         "2",
-        "--window",
-        "1",
         "--seed",
         "0",
         "--sampler",
@@ -53,17 +47,11 @@ def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp
 
 
 def test_singlestream_measure_on_the_cpu_reports_loadgen_per_query_latency(tmp_path, rapl_at_15w):
-    r = run_cli(
+    r = tiny_cpu(
         "measure",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "cpu",
         "--scenario",
         "singlestream",
         "--batch-size",
-        "1",
-        "--window",
         "1",
         "--json",
     )

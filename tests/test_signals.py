@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 from clirun import run_cli
-from fakeboard import make_fake_board
+from fakeboard import make_fake_board, tiny_run
 
 from tuner import atomicfile, interrupts
 from tuner.devices.jetson import JetsonDevice
@@ -143,29 +143,7 @@ def test_a_second_run_on_a_board_being_tuned_refuses_and_the_first_restores(boar
     original = board.snapshot()
     marker, release = tmp_path / "measuring", tmp_path / "release"
     env = {**os.environ, "RUN_MARKER": str(marker), "RUN_RELEASE": str(release), "PYTHONPATH": str(REPO)}
-    args = [
-        "run",
-        "--model",
-        "tiny-cnn",
-        "--device",
-        "orin-nano",
-        "--max-latency",
-        "500ms",
-        "--knobs",
-        "nvpmodel,gpu_mhz",
-    ]
-    args += [
-        "--batch-sizes",
-        "1,4",
-        "--sampler",
-        "random",
-        "--trials",
-        "2",
-        "--seed",
-        "0",
-        "--out",
-        str(tmp_path / "s"),
-    ]
+    args = [*tiny_run(), "--trials", "2", "--seed", "0", "--out", str(tmp_path / "s")]
     first = subprocess.Popen(
         [sys.executable, str(HERE / "blocking_run.py"), *args, "--json"],
         env=env,

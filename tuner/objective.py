@@ -12,6 +12,7 @@ import math
 import os
 import socket
 import zlib
+from typing import Any
 
 import optuna
 
@@ -22,6 +23,7 @@ from tuner.models import model_slug
 from tuner.run_options import RunOptions
 from tuner.scenario import label, split
 from tuner.space import Config, SearchSpace
+from tuner.storage import set_user_attrs
 
 METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
 NOISE_Z = 1.645
@@ -39,17 +41,19 @@ def trial_seed(seed: int | None, number: int) -> int | None:
     return zlib.crc32(f"{seed}:{number}".encode())
 
 
-def record_measurement(trial: optuna.Trial, m: Measurement) -> None:
-    for key in METRIC_KEYS:
-        trial.set_user_attr(key, getattr(m, key))
-    trial.set_user_attr("meter", m.meter)
-    trial.set_user_attr("rails", m.rails)
-    trial.set_user_attr("twin", m.twin)
-    trial.set_user_attr("throttled", m.throttled)
+def measurement_attrs(m: Measurement) -> dict[str, Any]:
+    """The user attributes a trial carries for one measurement."""
+    attrs: dict[str, Any] = {key: getattr(m, key) for key in METRIC_KEYS}
+    attrs.update(meter=m.meter, rails=m.rails, twin=m.twin, throttled=m.throttled)
     if m.temps_c:
-        trial.set_user_attr("temps_c", m.temps_c)
+        attrs["temps_c"] = m.temps_c
     if m.extra:
-        trial.set_user_attr("extra", m.extra)
+        attrs["extra"] = m.extra
+    return attrs
+
+
+def record_measurement(trial: optuna.Trial, m: Measurement, **more: Any) -> None:
+    set_user_attrs(trial, {**measurement_attrs(m), **more})
 
 
 class Objective:
@@ -72,15 +76,19 @@ class Objective:
         config = self.space.suggest(trial)
         effective = self.space.effective(config)
         key = json.dumps(effective.key())
-        trial.set_user_attr("config", config.knobs)
-        trial.set_user_attr("batch_size", config.batch_size)
-        trial.set_user_attr("effective", effective.knobs)
-        trial.set_user_attr("effective_key", key)
-        trial.set_user_attr("device", self.device.name)
-        trial.set_user_attr("device_kind", self.device.kind)
-        trial.set_user_attr("host", socket.gethostname())
-        trial.set_user_attr("worker", self.worker)
-        trial.set_user_attr("latency_key", f"{self.options.window.percentile}_ms")
+        # Written before measuring, so peers and tune status see who runs what while it runs.
+        identity = {
+            "config": config.knobs,
+            "batch_size": config.batch_size,
+            "effective": effective.knobs,
+            "effective_key": key,
+            "device": self.device.name,
+            "device_kind": self.device.kind,
+            "host": socket.gethostname(),
+            "worker": self.worker,
+            "latency_key": f"{self.options.window.percentile}_ms",
+        }
+        set_user_attrs(trial, identity)
         repeat_of = trial.user_attrs.get("repeat_of")
         if key in self.cache and repeat_of is None:
             return self._reuse(trial, self.cache[key])
@@ -117,8 +125,7 @@ class Objective:
             trial.set_user_attr("fail_reason", str(exc))
             raise
         if not measurement.valid:
-            trial.set_user_attr("fail_reason", measurement.reason or "measurement not trustworthy")
-            record_measurement(trial, measurement)
+            record_measurement(trial, measurement, fail_reason=measurement.reason or "measurement not trustworthy")
             raise MeasurementRejected(measurement.reason)
         return measurement
 
@@ -137,17 +144,12 @@ class Objective:
         ]
         raw = {k: getattr(measurement, k) for k in METRIC_KEYS}
         windows.append(raw)
-        record_measurement(trial, measurement)
         mean = {k: sum(float(w[k]) for w in windows) / len(windows) for k in METRIC_KEYS}
-        for k, v in mean.items():
-            trial.set_user_attr(k, v)
-        trial.set_user_attr("raw", raw)
-        trial.set_user_attr("measurements", len(windows))
         lat_key = f"{self.options.window.percentile}_ms"
         lats = [float(w[lat_key]) for w in windows]
         spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
         margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
-        trial.set_user_attr("latency_margin", margin)
+        record_measurement(trial, measurement, **mean, raw=raw, measurements=len(windows), latency_margin=margin)
         trial.set_constraint("latency", mean[lat_key] * (1 + margin) - self.options.max_latency_ms)
         return mean["j_per_query"]
 
@@ -172,10 +174,9 @@ class Objective:
     def _reuse(self, trial: optuna.Trial, source: int) -> float:
         """Copy an earlier trial's measurement of the same effective configuration."""
         earlier = self.study.get_trials(deepcopy=False)[source]
-        for key, value in earlier.user_attrs.items():
-            if key in METRIC_KEYS or key in ("meter", "rails", "twin", "throttled", "temps_c", "extra"):
-                trial.set_user_attr(key, value)
-        trial.set_user_attr("reused_from", source)
+        kept = {*METRIC_KEYS, "meter", "rails", "twin", "throttled", "temps_c", "extra"}
+        copied = {key: value for key, value in earlier.user_attrs.items() if key in kept}
+        set_user_attrs(trial, {**copied, "reused_from": source})
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
         return float(earlier.value)

@@ -25,7 +25,9 @@ no peer can take the freed slot while the retry is not yet queued.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
+import json
 import os
 import re
 import time
@@ -204,6 +206,36 @@ class FleetStorage(optuna.storages.RDBStorage):
         finally:
             self._admitting = False
 
+    def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+        """Several user attributes in one statement and one commit, instead of a lookup, an upsert and a commit each.
+
+        SQLite (3.24 or later) and PostgreSQL take a multi-row upsert, with
+        the same conflict rule as Optuna's own single-attribute write; other
+        databases get Optuna's per-attribute write inside the one transaction.
+        """
+        import sqlite3
+
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        model = models.TrialUserAttributeModel
+        name = self.engine.name
+        upsert = name == "postgresql" or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
+        with _create_scoped_session(self.scoped_session, True) as session:
+            if not upsert:
+                for key, value in attrs.items():
+                    self._set_trial_attr_without_commit(session, model, trial_id, key, value)
+                return
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, trial.state)
+            dialect = importlib.import_module(f"sqlalchemy.dialects.{name}")
+            rows = [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()]
+            statement = dialect.insert(model).values(rows)
+            statement = statement.on_conflict_do_update(
+                index_elements=[model.trial_id, model.key], set_={"value_json": statement.excluded.value_json}
+            )
+            session.execute(statement)
+
     def _create_new_trial(self, study_id: int, template_trial: optuna.trial.FrozenTrial | None = None) -> Any:
         frozen = super()._create_new_trial(study_id, template_trial)
         if frozen.state == TrialState.RUNNING and self.heartbeat_interval is not None:
@@ -247,6 +279,21 @@ class FleetStorage(optuna.storages.RDBStorage):
             for t in running
             if t._trial_id not in beaten and t.datetime_start is not None and t.datetime_start < limit
         ]
+
+
+def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    """``trial.set_user_attr`` for each item, written in one transaction where the storage allows it.
+
+    A trial writes about twenty attributes; as separate commits they cost a
+    quick start several seconds. Readers see the same attributes either way.
+    """
+    backend = getattr(trial.storage, "_backend", trial.storage)
+    if not attrs or not isinstance(trial, optuna.Trial) or not isinstance(backend, FleetStorage):
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    backend.set_trial_user_attrs(trial._trial_id, attrs)
+    trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
 def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str | optuna.storages.BaseStorage:

@@ -431,6 +431,7 @@ class trial_progress:
 
     def __init__(self, total: int, quiet: bool, study_wide: bool = False) -> None:
         self.total = total
+        self.quiet = quiet
         self.study_wide = study_wide
         self.progress = Progress(
             TextColumn("trial {task.completed}/{task.total}"),
@@ -452,6 +453,8 @@ class trial_progress:
     def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, measured: int) -> None:
         from tuner.study import best_feasible
 
+        if self.quiet:
+            return  # nothing is shown: reading every trial back for the "best" label would be wasted
         best = best_feasible(study)
         label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
         if self.study_wide:
