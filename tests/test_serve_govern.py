@@ -130,6 +130,7 @@ def test_bad_input_is_one_line_exit_2_and_the_board_untouched(board, tmp_path):
         ),
         (("govern", str(mine), "--device", "orin", "--rate-source", str(tmp_path / "none")), "unreadable rate source"),
         (("govern", str(tmp_path / "missing.yaml"), "--device", "orin", "--rate-source", str(rate)), "cannot read"),
+        (("govern", str(mine), "--device", "orin", "--rate-source", str(rate), "--smoothing", "-1"), "--smoothing"),
     ]
     for args, message in cases:
         r = run_cli(*args)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tuner.errors import UserError
+from tuner.serve.estimate import RateEstimate
 from tuner.serve.governor import Governor, run_governor, write_state
 from tuner.serve.policy import Band, BandProvenance, Policy, check_policy, load_policy, write_policy
 from tuner.serve.rates import FileRate, RateUnavailable, open_rate_source
@@ -44,7 +45,9 @@ def make_policy(kind: str = "orin-agx", model: str = "resnet50") -> Policy:
 
 
 def governed(**kwargs):
+    """A governor on raw readings (no smoothing) unless a test asks for it."""
     applied = []
+    kwargs.setdefault("smoothing_s", 0.0)
     gov = Governor(make_policy(), apply=applied.append, headroom=0.0, hysteresis=0.1, min_dwell_s=30.0, **kwargs)
     return gov, applied
 
@@ -180,3 +183,33 @@ def _tick(ticks, gov, state):
     ticks.append(gov.current)
     if len(ticks) >= 3:
         raise KeyboardInterrupt
+
+
+def test_the_estimate_averages_noise_and_follows_a_burst_at_once():
+    est = RateEstimate(smoothing_s=10.0, burst_sigmas=4.0)
+    assert est.update(100.0, now=0.0) == 100.0
+    # a reading 20% high after 1 s is within Poisson noise of 100/s (sd 10): it moves the mean by a tenth
+    assert est.update(120.0, now=1.0) == pytest.approx(100 + 20 * (1 - math.exp(-0.1)))
+    assert est.update(100.0, now=2.0) < 102.0
+    # 200/s read over 1 s is 10 sd above: taken at once
+    assert est.update(200.0, now=3.0) == 200.0
+    # falls are averaged: after 10 s of 50/s the estimate is about 50 + 150 / e
+    for t in range(4, 14):
+        value = est.update(50.0, now=float(t))
+    assert value == pytest.approx(50 + 150 * math.exp(-1.0), rel=1e-6)
+    raw = RateEstimate(smoothing_s=0.0)
+    assert [raw.update(r, now=float(i)) for i, r in enumerate([10.0, 90.0, 5.0])] == [10.0, 90.0, 5.0]
+    with pytest.raises(ValueError):
+        RateEstimate(smoothing_s=-1.0)
+
+
+def test_a_smoothed_governor_ignores_a_blip_but_switches_up_for_a_burst():
+    gov, applied = governed(smoothing_s=10.0)
+    assert gov.observe(40, now=0).to_band == 0
+    assert gov.observe(58, now=1) is None  # 40/s read as 58 over 1 s: noise (under 4 sd + 1), held in band 0
+    switch = gov.observe(200, now=2)
+    assert switch.to_band == 2 and switch.rate_qps == 200  # a real burst: the top band at once
+    assert [b.knobs["nvpmodel"] for b in applied] == ["15W", "MAXN"]
+    raw, _ = governed()
+    raw.observe(40, now=0)
+    assert raw.observe(58, now=1).to_band == 1  # the same blip switches a governor on raw readings

@@ -13,7 +13,7 @@ from tuner.devices.base import WindowSettings
 from tuner.devices.queueing import ServingProfile, simulate
 from tuner.devices.twin import TwinDevice
 from tuner.scenario import window_for
-from tuner.serve.plan import parse_rates
+from tuner.serve.plan import PlanOptions, neighbours, parse_rates, plan_rates
 from tuner.serve.policy import load_policy
 from tuner.serve.replay import load_trace
 from tuner.space import Config
@@ -67,7 +67,7 @@ def test_rates_parse_and_refuse():
 
 
 PLAN = ("--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms")
-SMALL = ("--knobs", "nvpmodel", "--batch-sizes", "1,8", "--trials", "8", "--seed", "0")
+SMALL = ("--knobs", "nvpmodel", "--batch-sizes", "1,8", "--trials", "8", "--refine", "6", "--seed", "0")
 
 
 def test_plan_then_replay_on_the_twin(tmp_path):
@@ -97,7 +97,10 @@ def test_plan_then_replay_on_the_twin(tmp_path):
     assert r.exit_code == 0, r.output
     report = json.loads(r.output)
     rows = {s["strategy"]: s for s in report["strategies"]}
-    assert set(rows) == {"default", "static", "governor"} and report["twin"] is True
+    assert set(rows) == {"default", "default_locked", "static", "governor"} and report["twin"] is True
+    # the default mode with free governors idles lower than with its clocks locked, and serves the same
+    assert rows["default"]["energy_kj"] < rows["default_locked"]["energy_kj"]
+    assert rows["default"]["queries"] == rows["default_locked"]["queries"]
     assert rows["governor"]["queries"] == pytest.approx(20 * 300 + 110 * 120, rel=0.1)
     assert rows["governor"]["energy_kj"] < rows["default"]["energy_kj"]
     assert rows["static"]["switches"] == 0 and plot.stat().st_size > 0
@@ -162,3 +165,101 @@ def test_singlestream_on_the_twin_is_batch_one_bounded_on_p90():
     server = serving_space(TwinDevice("sim:orin").space(), window_for(WindowSettings(), "server", 100))
     assert "batch_timeout_ms" in server.knobs and server.knobs["batch_timeout_ms"].group == "runner"
     assert Config(knobs={}, batch_size=1).batch_size == 1
+
+
+def test_neighbours_are_one_step_of_one_knob_or_another_mode():
+    from tuner.scenario import serving_space
+
+    space = serving_space(TwinDevice("sim:orin").space(), window_for(WindowSettings(), "server", 10.0))
+    centre = space.effective(
+        Config(
+            knobs={
+                "nvpmodel": "MAXN",
+                "gpu_mhz": 306,
+                "emc_mhz": 2133,
+                "cpu_cores": 4,
+                "cpu_mhz": 1497.6,
+                "batch_timeout_ms": 0.1,
+            },
+            batch_size=8,
+        )
+    )
+    near = {c.key() for c in neighbours(space, centre)}
+
+    def moved(batch=8, **change):
+        return space.effective(Config(knobs={**centre.knobs, **change}, batch_size=batch)).key()
+
+    assert moved(gpu_mhz=408) in near and moved(emc_mhz=665.6) in near and moved(emc_mhz=3199) in near
+    assert moved(cpu_cores=2) in near and moved(cpu_cores=6) in near and moved(batch_timeout_ms=1.0) in near
+    assert moved(batch=4) in near and moved(batch=16) in near and moved(nvpmodel="15W") in near
+    assert moved(gpu_mhz=510) not in near and moved(cpu_cores=8) not in near  # two steps away
+    assert centre.key() not in near and moved(gpu_mhz=306) not in near  # the lowest clock has no step down
+    assert len(near) == len(neighbours(space, centre))
+
+
+def test_refine_walks_from_the_default_to_a_cheaper_neighbourhood(tmp_path):
+    device = TwinDevice("sim:orin")
+    common = {
+        "model": "resnet50",
+        "max_latency_ms": 50.0,
+        "rates": [30.0],
+        "knobs": ["nvpmodel", "cpu_cores"],
+        "batch_sizes": [1, 8],
+        "seed": 0,
+        "out": tmp_path,
+    }
+    # 4 trials: exactly the seeded defaults (MAXN, full clocks, 12 cores) at each batch size and timeout
+    plain = plan_rates(device, PlanOptions(**common, trials=4, refine_trials=0))[0].record
+    walked = plan_rates(device, PlanOptions(**common, trials=4, refine_trials=12, storage=f"sqlite:///{tmp_path}/b.db"))
+    record = walked[0].record
+    assert plain["config"]["cpu_cores"] == 12 and record["feasible"]
+    assert record["j_per_query"] < plain["j_per_query"] and record["config"] != plain["config"]
+
+
+def test_the_replayed_governor_reads_the_rate_every_interval():
+    import numpy as np
+
+    from tuner.serve.policy import Band, BandProvenance, Policy
+    from tuner.serve.replay import GovernorRules, Replayer, Trace
+
+    device = TwinDevice("sim:orin")
+    default = device.space().default_config().knobs
+
+    def band(lo, hi, mode):
+        return Band(
+            min_qps=lo, max_qps=hi, knobs={**default, "nvpmodel": mode}, batch_size=8, batch_timeout_ms=10.0,
+            j_per_query=0.1, latency_ms=40.0, avg_w=10.0,
+            provenance=BandProvenance(study="s", storage="x", trial=0, measured_by_plan=True),
+        )  # fmt: skip
+
+    policy = Policy(
+        model="resnet50", device="sim:orin", device_kind="orin-agx", twin=True, percentile="p99",
+        max_latency_ms=50.0, bands=[band(0, 50, "15W"), band(50, 250, "MAXN")],
+    )  # fmt: skip
+    trace = Trace(times=np.array([0.0, 60.0, 120.0, 180.0]), rates=np.array([200.0, 20.0, 20.0, 20.0]))
+    replayer = Replayer(device, policy, seed=0)
+    result = replayer.governed(trace, 1.0, GovernorRules(smoothing_s=10.0, min_dwell_s=30.0))
+    # the fall at 60 s is followed within that row (after the smoothed estimate has settled), not at a row's start
+    assert result.bands == [1, 0, 0, 0] and result.switches == 1
+    low = replayer.piece(policy.bands[0].config(), 10.0, 20.0, 60.0)[0]
+    high = replayer.piece(policy.bands[1].config(), 10.0, 20.0, 60.0)[0]
+    assert low < result.power_w[1] * 60.0 < high
+
+
+def test_a_band_is_chosen_on_a_verified_mean_not_one_lucky_window(tmp_path):
+    from tuner.serve.plan import band_trial
+    from tuner.study import open_study
+
+    device = TwinDevice("sim:orin")
+    options = PlanOptions(
+        model="resnet50", max_latency_ms=50.0, rates=[30.0], knobs=["nvpmodel"], batch_sizes=[1, 8],
+        trials=8, refine_trials=0, verify_repeats=2, seed=0, out=tmp_path,
+    )  # fmt: skip
+    result = plan_rates(device, options)[0]
+    study = open_study(result.study, f"sqlite:///{tmp_path}/tune.db")
+    repeats = [t for t in study.trials if t.user_attrs.get("proposed_by") == "plan-verify"]
+    assert 2 <= len(repeats) <= 6 and all("repeat_of" in t.user_attrs for t in repeats)
+    best = band_trial(study, 50.0)
+    assert "repeat_of" in best.user_attrs and best.user_attrs["measurements"] >= 3
+    assert best.user_attrs["p99_ms"] <= 50.0  # the mean of its windows meets the bound
+    assert result.record["trial"] == best.number

@@ -13,6 +13,7 @@ from tuner.cli.tuning import open_for, window_settings
 from tuner.devices.journal import hardware_session
 from tuner.errors import UserError
 from tuner.models import check_model
+from tuner.serve.estimate import DEFAULT_SMOOTHING_S
 from tuner.serve.governor import (
     DEFAULT_DWELL_S,
     DEFAULT_HEADROOM,
@@ -23,16 +24,29 @@ from tuner.serve.governor import (
     run_governor,
     write_state,
 )
-from tuner.serve.plan import PLAN_SAMPLER, PlanOptions, build_policy, parse_rates, plan_rates, plot_policy
+from tuner.serve.plan import (
+    PLAN_SAMPLER,
+    REFINE_TRIALS,
+    PlanOptions,
+    build_policy,
+    parse_rates,
+    plan_rates,
+    plot_policy,
+)
 from tuner.serve.policy import Band, check_policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
-from tuner.serve.replay import load_trace, plot_replay, replay
+from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay
 
 HeadroomOpt = typer.Option(DEFAULT_HEADROOM, "--headroom", help="choose the band for the rate x (1 + this)")
 HysteresisOpt = typer.Option(
     DEFAULT_HYSTERESIS, "--hysteresis", help="switch down only this fraction below the band's lower edge"
 )
 DwellOpt = typer.Option(DEFAULT_DWELL_S, "--min-dwell", help="seconds a band is held before switching down")
+SmoothingOpt = typer.Option(
+    DEFAULT_SMOOTHING_S,
+    "--smoothing",
+    help="seconds over which rate readings are averaged (a rise beyond Poisson noise is followed at once; 0: raw)",
+)
 
 
 def _fraction(value: float, flag: str) -> None:
@@ -50,6 +64,9 @@ def register(app: typer.Typer) -> None:
             ..., "--rates", help="arrival rates to plan, queries/s: start:stop:step (e.g. 25:300:25) or a list"
         ),
         trials: int = typer.Option(40, "--trials", "-n", help="trials per rate that no existing study covers"),
+        refine: int = typer.Option(
+            REFINE_TRIALS, "--refine", help="further trials per rate walking from the best to cheaper neighbours"
+        ),
         seed: int | None = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise"),
         sampler: str = typer.Option(PLAN_SAMPLER, "--sampler", help="as tune run (default tpe: fast per trial)"),
         batch_sizes: str | None = common.BatchOpt,
@@ -66,6 +83,8 @@ def register(app: typer.Typer) -> None:
         """Cheapest feasible Server configuration per arrival rate, as a policy (reuses existing studies)."""
         if trials <= 0:
             raise UserError("--trials must be a positive integer, e.g. 40")
+        if refine < 0:
+            raise UserError("--refine must be 0 (off) or a positive number of trials, e.g. 30")
         dev = open_for(device, allow_clock_changes, sysfs_root)
         check_model(model)
         options = PlanOptions(
@@ -73,6 +92,7 @@ def register(app: typer.Typer) -> None:
             max_latency_ms=common.latency(max_latency),
             rates=parse_rates(rates),
             trials=trials,
+            refine_trials=refine,
             seed=seed,
             sampler=sampler,
             batch_sizes=common.batch_list(batch_sizes),
@@ -122,6 +142,7 @@ def register(app: typer.Typer) -> None:
         headroom: float = HeadroomOpt,
         hysteresis: float = HysteresisOpt,
         min_dwell: float = DwellOpt,
+        smoothing: float = SmoothingOpt,
         duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds (default never)"),
         log: Path | None = typer.Option(None, "--log", help="append every switch as a JSON line here"),
         state_file: Path | None = typer.Option(
@@ -133,8 +154,8 @@ def register(app: typer.Typer) -> None:
         """Follow the observed arrival rate through the policy's bands (hysteresis, dwell, journaled device)."""
         if interval <= 0:
             raise UserError("--interval must be a positive number of seconds, e.g. 1")
-        if min_dwell < 0 or (duration is not None and duration <= 0):
-            raise UserError("--min-dwell must be >= 0 and --duration positive")
+        if min_dwell < 0 or smoothing < 0 or (duration is not None and duration <= 0):
+            raise UserError("--min-dwell and --smoothing must be >= 0 and --duration positive")
         _fraction(headroom, "--headroom")
         _fraction(hysteresis, "--hysteresis")
         policy = load_policy(policy_file)
@@ -166,6 +187,7 @@ def register(app: typer.Typer) -> None:
             headroom=headroom,
             hysteresis=hysteresis,
             min_dwell_s=min_dwell,
+            smoothing_s=smoothing,
             log=record,
             warn=warn,
         )
@@ -193,6 +215,7 @@ def register(app: typer.Typer) -> None:
         headroom: float = HeadroomOpt,
         hysteresis: float = HysteresisOpt,
         min_dwell: float = DwellOpt,
+        smoothing: float = SmoothingOpt,
         plot: Path | None = typer.Option(None, "--plot", help="rate, band and power over time (default <trace>.png)"),
         as_json: bool = common.JsonOpt,
     ) -> None:
@@ -201,10 +224,13 @@ def register(app: typer.Typer) -> None:
             raise UserError("--rate-scale must be positive, e.g. 10")
         _fraction(headroom, "--headroom")
         _fraction(hysteresis, "--hysteresis")
+        if min_dwell < 0 or smoothing < 0:
+            raise UserError("--min-dwell and --smoothing must be >= 0 seconds, e.g. --smoothing 10")
         policy = load_policy(policy_file)
         dev = open_for(device, False, None)
         rates = load_trace(trace, scale)
-        report = replay(policy, dev, rates, seed, interval, headroom, hysteresis, min_dwell)  # type: ignore[arg-type]
+        rules = GovernorRules(headroom, hysteresis, min_dwell, smoothing)
+        report = replay(policy, dev, rates, seed, interval, rules)  # type: ignore[arg-type]
         figure = plot or Path(f"replay-{rates.name}-{dev.slug}.png")
         plot_replay(report, figure)
         summary = {**report.summary(), "plot": str(figure)}

@@ -2,6 +2,11 @@
 
 Switching rules (why each):
 
+- The rate the rules see is an estimate (tuner/serve/estimate.py): an
+  exponentially weighted mean of the readings over ``smoothing_s`` (10 s),
+  which a reading too high for Poisson noise replaces at once. One-second
+  readings are noisy, and every upward blip would otherwise switch up at once
+  and hold the faster band for the dwell time.
 - The band is chosen for the observed rate raised by ``headroom`` (10% by
   default): the rate is measured over the last interval and the next one may
   be higher, and a band too slow for its load breaks the latency promise.
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import interrupts
+from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S, RateEstimate
 from tuner.serve.policy import Band, Policy
 from tuner.serve.rates import RateSource, RateUnavailable
 
@@ -69,6 +75,8 @@ class Governor:
         headroom: float = DEFAULT_HEADROOM,
         hysteresis: float = DEFAULT_HYSTERESIS,
         min_dwell_s: float = DEFAULT_DWELL_S,
+        smoothing_s: float = DEFAULT_SMOOTHING_S,
+        burst_sigmas: float = DEFAULT_BURST_SIGMAS,
         clock: Callable[[], float] = time.time,
         log: Callable[[Switch], None] | None = None,
         warn: Callable[[str], None] | None = None,
@@ -78,6 +86,7 @@ class Governor:
         self.headroom = headroom
         self.hysteresis = hysteresis
         self.min_dwell_s = min_dwell_s
+        self.estimate = RateEstimate(smoothing_s, burst_sigmas)
         self.clock = clock
         self.log = log
         self.warn = warn
@@ -98,6 +107,7 @@ class Governor:
         now = self.clock() if now is None else now
         if rate_qps is None or not math.isfinite(rate_qps) or rate_qps < 0:
             return self.fallback(f"unreadable rate {rate_qps!r}", now)
+        rate_qps = self.estimate.update(rate_qps, now)
         wanted = rate_qps * (1 + self.headroom)
         target = self.policy.band_for(wanted)
         if target is None:

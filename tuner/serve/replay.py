@@ -1,20 +1,29 @@
-"""``tune replay``: an arrival-rate trace through three ways of serving it, on a twin.
+"""``tune replay``: an arrival-rate trace through the ways of serving it, on a twin.
 
-(a) ``default``: the device's default configuration (MAXN on a Jetson, the
-card's default clocks on a GPU), with the batching of (b); (b) ``static``: the
-policy's band for the trace's peak rate, held all day (what a one-off tuning
-for the peak would deploy); (c) ``governor``: the policy's bands, switched by
+(a) ``default``: the device's default configuration as a user who deploys it
+without locking clocks gets it (MAXN by ``nvpmodel -m 0`` on a Jetson, the
+card's default clocks on a GPU), with the batching of (b): it runs batches at
+the default (highest) clocks, and between batches its frequency governors let
+the clocks fall, so it idles at the floor of the lowest GPU, memory and CPU
+clocks the space offers (with the mode's cores and TPCs). Dropping to the
+floor in every gap, however short, is the most favourable reading of devfreq
+and cpufreq for the baseline, so savings against it are not overstated.
+``default_locked`` is the same mode with clocks locked at their maximum
+(``jetson_clocks``, or application clocks on a GPU), idling at those clocks;
+(b) ``static``: the policy's band for the trace's peak rate, held all day
+(what a one-off tuning for the peak would deploy; the tuner locks its clocks);
+(c) ``governor``: the policy's bands, switched by
 :class:`~tuner.serve.governor.Governor` with its real rules.
 
-Each trace row holds a rate until the next row. The governor polls every
-``interval_s`` and sees the rate of the last poll interval (a Poisson count,
-so it is noisy): in each row the first interval still runs the band chosen
-before it, the rest the band chosen on that observation. Every piece is
-served by the twin's queueing model (tuner/devices/queueing.py) with Poisson
-arrivals; a piece longer than ``sim_cap_s`` is simulated for ``sim_cap_s`` and
-scaled, and pieces of the same configuration, rate (within 1%) and length
-share one simulation. Not modelled: the queue carried over from one piece to
-the next, and the time and energy a mode switch itself costs.
+Each trace row holds a rate until the next row. The governor reads the rate
+every ``interval_s`` as the count of the last interval (a Poisson draw, so it
+is noisy), and a switch takes effect from the next interval. Every stretch of
+one configuration at one rate is served by the twin's queueing model
+(tuner/devices/queueing.py) with Poisson arrivals: each configuration and rate
+(within 1%) is simulated once for ``sim_cap_s`` and its energy and queries
+over the bound are scaled to the stretch's length. Not modelled: the queue
+carried over from one stretch to the next, and the time and energy a mode
+switch itself costs.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from __future__ import annotations
 import csv
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +40,14 @@ from runners.profile import load_profile
 from tuner.devices.queueing import QueueOutcome, ServingProfile, poisson_arrivals, serving_profile, simulate
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, Governor
 from tuner.serve.policy import Band, Policy, check_policy
 from tuner.space import Config
 
 SIM_CAP_S = 20.0
 DEFAULT_INTERVAL_S = 1.0
-STRATEGIES = ("default", "static", "governor")
+STRATEGIES = ("default", "default_locked", "static", "governor")
 
 
 @dataclass
@@ -120,30 +130,41 @@ class Replayer:
             self._profiles[key] = serving_profile(self.device.model, self.profile, config)
         return self._profiles[key]
 
-    def piece(self, config: Config, timeout_ms: float, rate: float, seconds: float) -> tuple[float, float, float]:
-        """Energy (J), queries and queries over the bound of ``seconds`` at ``rate`` under a configuration."""
+    def piece(
+        self, config: Config, timeout_ms: float, rate: float, seconds: float, idle_w: float | None = None
+    ) -> tuple[float, float, float]:
+        """Energy (J), queries and queries over the bound of ``seconds`` at ``rate`` under a configuration.
+
+        ``idle_w`` replaces the configuration's idle power between batches
+        (a default mode whose governors let the clocks fall).
+        """
         if seconds <= 0:
             return 0.0, 0.0, 0.0
         serving = self.serving(config)
+        if idle_w is not None:
+            serving = replace(serving, idle_w=idle_w)
         if rate <= 0:
             return serving.idle_w * seconds, 0.0, 0.0
         bucket = round(math.log(rate) / math.log(1.01))
-        sim_s = min(seconds, self.sim_cap_s)
-        key = (config.key(), timeout_ms, bucket, round(sim_s, 3))
+        key = (config.key(), timeout_ms, bucket, serving.idle_w)
         if key not in self._windows:
-            rng = np.random.default_rng(zlib.crc32(repr((self.seed, key)).encode()))
-            arrivals = poisson_arrivals(1.01**bucket, sim_s, rng)
-            self._windows[key] = simulate(arrivals, serving, config.batch_size, timeout_ms / 1000.0, sim_s, rng)
+            rng = np.random.default_rng(zlib.crc32(repr((self.seed, key[:3])).encode()))
+            arrivals = poisson_arrivals(1.01**bucket, self.sim_cap_s, rng)
+            self._windows[key] = simulate(
+                arrivals, serving, config.batch_size, timeout_ms / 1000.0, self.sim_cap_s, rng
+            )
         out = self._windows[key]
-        scale = seconds / sim_s
-        extra_idle = max(out.duration_s - sim_s, 0.0)
+        scale = seconds / self.sim_cap_s
+        extra_idle = max(out.duration_s - self.sim_cap_s, 0.0)
         energy = (out.energy_j - serving.idle_w * extra_idle) * scale
         return energy, out.queries * scale, out.over(self.bound_s) * scale
 
-    def fixed(self, name: str, config: Config, timeout_ms: float, trace: Trace, band: int) -> StrategyResult:
+    def fixed(
+        self, name: str, config: Config, timeout_ms: float, trace: Trace, band: int, idle_w: float | None = None
+    ) -> StrategyResult:
         result = StrategyResult(name=name, labels={f"{config.label()} timeout={timeout_ms:g}ms"})
         for rate, seconds in zip(trace.rates, trace.durations, strict=True):
-            e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds))
+            e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds), idle_w)
             result.energy_j += e
             result.queries += q
             result.over_bound += o
@@ -151,39 +172,50 @@ class Replayer:
             result.power_w.append(e / seconds)
         return result
 
-    def governed(
-        self, trace: Trace, interval_s: float, headroom: float, hysteresis: float, min_dwell_s: float
-    ) -> StrategyResult:
+    def governed(self, trace: Trace, interval_s: float, rules: GovernorRules) -> StrategyResult:
+        """The governor reading the rate every ``interval_s``; each switch counts from the next interval."""
         result = StrategyResult(name="governor")
-        clock = {"t": 0.0}
-        governor = Governor(
-            self.policy,
-            apply=lambda band: None,
-            headroom=headroom,
-            hysteresis=hysteresis,
-            min_dwell_s=min_dwell_s,
-            clock=lambda: clock["t"],
-        )
+        governor = Governor(self.policy, apply=lambda band: None, clock=lambda: 0.0, **rules.kwargs())
         rng = np.random.default_rng(self.seed)
         governor.observe(float(trace.rates[0]), now=0.0)
         for start, rate, seconds in zip(trace.times, trace.rates, trace.durations, strict=True):
-            first = min(interval_s, float(seconds))
-            before = governor.band
-            assert before is not None
-            e1, q1, o1 = self.piece(before.config(), before.batch_timeout_ms, float(rate), first)
-            seen = rng.poisson(float(rate) * interval_s) / interval_s
-            governor.observe(float(seen), now=float(start) + first)
-            after = governor.band
-            assert after is not None
-            e2, q2, o2 = self.piece(after.config(), after.batch_timeout_ms, float(rate), float(seconds) - first)
-            result.energy_j += e1 + e2
-            result.queries += q1 + q2
-            result.over_bound += o1 + o2
+            t, end, energy = float(start), float(start) + float(seconds), 0.0
+            while t < end:
+                current = governor.band
+                assert current is not None
+                step = min(interval_s, end - t)
+                e, q, o = self.piece(current.config(), current.batch_timeout_ms, float(rate), step)
+                energy += e
+                result.queries += q
+                result.over_bound += o
+                t += step
+                governor.observe(rng.poisson(float(rate) * step) / step, now=t)
+            result.energy_j += energy
             result.bands.append(int(governor.current or 0))
-            result.power_w.append((e1 + e2) / float(seconds))
+            result.power_w.append(energy / float(seconds))
         result.switches = len(governor.switches) - 1
         result.labels = {self.policy.bands[s.to_band].label() for s in governor.switches}
         return result
+
+
+@dataclass
+class GovernorRules:
+    """The governor's switching settings a replay runs with (the defaults of ``tune govern``)."""
+
+    headroom: float = DEFAULT_HEADROOM
+    hysteresis: float = DEFAULT_HYSTERESIS
+    min_dwell_s: float = DEFAULT_DWELL_S
+    smoothing_s: float = DEFAULT_SMOOTHING_S
+    burst_sigmas: float = DEFAULT_BURST_SIGMAS
+
+    def kwargs(self) -> dict[str, float]:
+        return {
+            "headroom": self.headroom,
+            "hysteresis": self.hysteresis,
+            "min_dwell_s": self.min_dwell_s,
+            "smoothing_s": self.smoothing_s,
+            "burst_sigmas": self.burst_sigmas,
+        }
 
 
 @dataclass
@@ -199,7 +231,7 @@ class ReplayReport:
         g = self.results["governor"].energy_j
         return {
             f"governor_vs_{name}_pct": round(100 * (1 - g / self.results[name].energy_j), 2)
-            for name in ("static", "default")
+            for name in ("static", "default", "default_locked")
         }
 
     def summary(self) -> dict:
@@ -223,17 +255,33 @@ def default_band(device: TwinDevice, static: Band) -> tuple[Config, float]:
     return config, static.batch_timeout_ms
 
 
+def floor_idle_w(device: TwinDevice, config: Config) -> float:
+    """Idle power of a configuration's mode once its governors have let every clock fall to the lowest value.
+
+    The GPU, memory and CPU clocks drop to the lowest the space offers; cores
+    online, TPCs and the power limit stay the mode's (devfreq and cpufreq
+    scale clocks, not cores).
+    """
+    roles = device.model.params.knob_map
+    space = device.space()
+    knobs = dict(config.knobs)
+    for role in ("gpu_mhz", "mem_mhz", "cpu_mhz"):
+        name = roles.get(role)
+        if name is not None and name in space.knobs and name in knobs:
+            knobs[name] = min(space.knobs[name].values, key=float)
+    floor = Config(knobs=knobs, batch_size=1)
+    return float(device.model.idle([floor]).power_w[0])
+
+
 def replay(
     policy: Policy,
     device: TwinDevice,
     trace: Trace,
     seed: int = 0,
     interval_s: float = DEFAULT_INTERVAL_S,
-    headroom: float = DEFAULT_HEADROOM,
-    hysteresis: float = DEFAULT_HYSTERESIS,
-    min_dwell_s: float = DEFAULT_DWELL_S,
+    rules: GovernorRules | None = None,
 ) -> ReplayReport:
-    """Run the trace through the three strategies; the policy must be for this twin's kind."""
+    """Run the trace through every strategy; the policy must be for this twin's kind."""
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
     check_policy(policy, device.kind)
@@ -246,9 +294,10 @@ def replay(
     static = policy.bands[static_index]
     maxn, maxn_timeout = default_band(device, static)
     results = {
-        "default": replayer.fixed("default", maxn, maxn_timeout, trace, -1),
+        "default": replayer.fixed("default", maxn, maxn_timeout, trace, -1, floor_idle_w(device, maxn)),
+        "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),
         "static": replayer.fixed("static", static.config(), static.batch_timeout_ms, trace, static_index),
-        "governor": replayer.governed(trace, interval_s, headroom, hysteresis, min_dwell_s),
+        "governor": replayer.governed(trace, interval_s, rules or GovernorRules()),
     }
     return ReplayReport(trace=trace, policy=policy, device=device.name, results=results)
 
@@ -268,7 +317,8 @@ def plot_replay(report: ReplayReport, path: Path) -> None:
     axes[1].axhline(report.results["static"].bands[0], color="tab:orange", ls="--", label="static (peak)")
     axes[1].set_ylabel("band")
     axes[1].legend(fontsize=7)
-    for name, colour in (("default", "tab:red"), ("static", "tab:orange"), ("governor", "tab:green")):
+    colours = {"default": "tab:red", "default_locked": "tab:purple", "static": "tab:orange", "governor": "tab:green"}
+    for name, colour in colours.items():
         axes[2].step(hours, report.results[name].power_w, where="post", color=colour, label=name)
     axes[2].set_ylabel("power (W)")
     axes[2].set_xlabel("time (h)")
