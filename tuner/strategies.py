@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
-from scipy.stats import norm
+from scipy.special import ndtr
 
 from runners.profile import ModelProfile
 from tuner.models import model_profile
@@ -35,6 +35,11 @@ from tuner.space import Config, Grid, SearchSpace
 from tuner.surrogate import GaussianProcess, encode_grid
 
 _TABLES: dict[str, Table] = {}
+
+
+def _normal_pdf(z: np.ndarray) -> np.ndarray:
+    """Standard normal density; ndtr gives the cdf without scipy.stats, whose import costs a second of start-up."""
+    return np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
 
 
 def has_torch() -> bool:
@@ -368,7 +373,7 @@ class LearnedSampler(GuidedSampler):
         if not known:
             return ranked
         _, _, mu_l, sd_l = self.latest(np.array([rows[i] for i in known]))
-        passing = norm.cdf((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l) >= 0.5
+        passing = ndtr((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l) >= 0.5
         likely = {known[j] for j in np.flatnonzero(passing)}
         return [ranked[i] for i in sorted(likely)] + [t for i, t in enumerate(ranked) if i not in likely]
 
@@ -536,11 +541,11 @@ class LearnedSampler(GuidedSampler):
         why_model: str,
     ) -> Config:
         """Constrained expected improvement over the candidates, alternating global and local steps."""
-        feasible_prob = norm.cdf((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l)
+        feasible_prob = ndtr((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l)
         if feasible:
             best = math.log(feasible[0][0])
             z = (best - mu_e) / sd_e
-            score = sd_e * (z * norm.cdf(z) + norm.pdf(z)) * feasible_prob**self.pf_power
+            score = sd_e * (z * ndtr(z) + _normal_pdf(z)) * feasible_prob**self.pf_power
             what = "expected improvement x P(meets bound)"
         else:
             score = np.where(feasible_prob >= 0.5, 1.0 + np.exp(-(mu_e - mu_e.min())), feasible_prob)
