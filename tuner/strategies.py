@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
-from scipy.special import ndtr
 
 from runners.profile import ModelProfile
 from tuner.models import model_profile
@@ -37,8 +36,18 @@ from tuner.surrogate import GaussianProcess, encode_grid
 _TABLES: dict[str, Table] = {}
 
 
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    """Standard normal cdf, imported on first use: scipy.special is a fifth of a second of start-up.
+
+    (scipy.stats, the usual home of ``norm``, costs about a second.)
+    """
+    from scipy.special import ndtr
+
+    return ndtr(z)
+
+
 def _normal_pdf(z: np.ndarray) -> np.ndarray:
-    """Standard normal density; ndtr gives the cdf without scipy.stats, whose import costs a second of start-up."""
+    """Standard normal density, in numpy: nothing to import."""
     return np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
 
 
@@ -373,7 +382,7 @@ class LearnedSampler(GuidedSampler):
         if not known:
             return ranked
         _, _, mu_l, sd_l = self.latest(np.array([rows[i] for i in known]))
-        passing = ndtr((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l) >= 0.5
+        passing = _normal_cdf((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l) >= 0.5
         likely = {known[j] for j in np.flatnonzero(passing)}
         return [ranked[i] for i in sorted(likely)] + [t for i, t in enumerate(ranked) if i not in likely]
 
@@ -541,11 +550,11 @@ class LearnedSampler(GuidedSampler):
         why_model: str,
     ) -> Config:
         """Constrained expected improvement over the candidates, alternating global and local steps."""
-        feasible_prob = ndtr((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l)
+        feasible_prob = _normal_cdf((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l)
         if feasible:
             best = math.log(feasible[0][0])
             z = (best - mu_e) / sd_e
-            score = sd_e * (z * ndtr(z) + _normal_pdf(z)) * feasible_prob**self.pf_power
+            score = sd_e * (z * _normal_cdf(z) + _normal_pdf(z)) * feasible_prob**self.pf_power
             what = "expected improvement x P(meets bound)"
         else:
             score = np.where(feasible_prob >= 0.5, 1.0 + np.exp(-(mu_e - mu_e.min())), feasible_prob)
