@@ -111,6 +111,9 @@ def cases(quick: bool) -> list[dict]:
     out = []
     batches = (1, 8, 64, 256) if not quick else (1, 8)
 
+    def case(cls, prec, label, build):
+        out.append({"class": cls, "precision": prec, "label": label, "build": build})
+
     def conv(cls, prec, n, cin, cout, hw, k, stride, groups):
         def build():
             x = torch.randn(n, cin, hw, hw, device="cuda", dtype=DT[prec]).contiguous(memory_format=torch.channels_last)
@@ -122,14 +125,7 @@ def cases(quick: bool) -> list[dict]:
             moved = (x.numel() + w.numel() + n * cout * ho * ho) * BYTES[prec]
             return (lambda: F.conv2d(x, w, None, stride, k // 2, 1, groups)), flops, moved
 
-        out.append(
-            {
-                "class": cls,
-                "precision": prec,
-                "label": f"{cls} {prec} n{n} c{cin}->{cout} {hw}x{hw} k{k}s{stride}",
-                "build": build,
-            }
-        )
+        case(cls, prec, f"{cls} {prec} n{n} c{cin}->{cout} {hw}x{hw} k{k}s{stride}", build)
 
     for prec in ("fp16", "fp32"):
         for n in batches:
@@ -149,7 +145,7 @@ def cases(quick: bool) -> list[dict]:
             b = torch.randn(n, k, device="cuda", dtype=DT[prec])
             return (lambda: F.linear(a, b)), 2 * m * k * n, (m * k + k * n + m * n) * BYTES[prec]
 
-        out.append({"class": cls, "precision": prec, "label": f"{cls} {prec} {m}x{k}x{n}", "build": build})
+        case(cls, prec, f"{cls} {prec} {m}x{k}x{n}", build)
 
     for prec in ("fp16", "bf16", "fp32"):
         for tokens in (128, 1024, 8192, 32768) if not quick else (128,):
@@ -166,14 +162,7 @@ def cases(quick: bool) -> list[dict]:
             moved = (2 * b * heads * seq * dim + b * heads * seq * seq) * BYTES[prec]
             return (lambda: torch.bmm(q, kt)), flops, moved
 
-        out.append(
-            {
-                "class": "attention",
-                "precision": prec,
-                "label": f"attention {prec} b{b} h{heads} s{seq} d{dim}",
-                "build": build,
-            }
-        )
+        case("attention", prec, f"attention {prec} b{b} h{heads} s{seq} d{dim}", build)
 
     for b in batches:
         attention("fp16", b, 12, 128, 64)
@@ -185,7 +174,7 @@ def cases(quick: bool) -> list[dict]:
             fn, reads = fn_of(x)
             return fn, numel, (reads + 1) * numel * BYTES[prec]
 
-        out.append({"class": "elementwise", "precision": prec, "label": f"{name} {prec} {numel}", "build": build})
+        case("elementwise", prec, f"{name} {prec} {numel}", build)
 
     def add(x):
         y = torch.randn_like(x)
@@ -227,14 +216,7 @@ def cases(quick: bool) -> list[dict]:
             x = torch.randn(b, seq, heads, dim, device="cuda", dtype=DT[prec]).transpose(1, 2)
             return (lambda: x.contiguous()), 0, 2 * x.numel() * BYTES[prec]
 
-        out.append(
-            {
-                "class": "layout_copy",
-                "precision": prec,
-                "label": f"layout_copy {prec} b{b} h{heads} s{seq} d{dim}",
-                "build": build,
-            }
-        )
+        case("layout_copy", prec, f"layout_copy {prec} b{b} h{heads} s{seq} d{dim}", build)
 
     def broadcast_mul(prec, n, c, hw):
         """Squeeze-and-excitation scaling: x (n, c, h, w) channels_last times s (n, c, 1, 1)."""
@@ -244,14 +226,7 @@ def cases(quick: bool) -> list[dict]:
             scale = torch.randn(n, c, 1, 1, device="cuda", dtype=DT[prec])
             return (lambda: x * scale), x.numel(), (2 * x.numel() + scale.numel()) * BYTES[prec]
 
-        out.append(
-            {
-                "class": "broadcast",
-                "precision": prec,
-                "label": f"broadcast_mul {prec} n{n} c{c} {hw}x{hw}",
-                "build": build,
-            }
-        )
+        case("broadcast", prec, f"broadcast_mul {prec} n{n} c{c} {hw}x{hw}", build)
 
     for b in batches:
         layout_copy("fp16", b, 12, 128, 64)
