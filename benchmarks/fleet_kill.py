@@ -192,7 +192,7 @@ def main() -> int:
     parser.add_argument("--storage", choices=("sqlite", "postgres"), required=True)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--trials", type=int, default=16, help="--study-trials N (16 keeps 4 slots to re-measure)")
+    parser.add_argument("--trials", type=int, default=24, help="--study-trials N (24 keeps 3 x 2 slots to re-measure)")
     parser.add_argument("--delay", type=float, default=0.2, help="seconds added to every twin measurement")
     parser.add_argument("--heartbeat", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for a surviving worker")
