@@ -1,6 +1,7 @@
 """The roofline: fitted from measurements only, predicts unmeasured modes, and ``tune roofline`` plots it."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -134,3 +135,15 @@ def test_log_axes_label_few_major_ticks_and_no_minor_ones():
     labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
     assert labels and all("times" not in x and "^" not in x for x in labels)
     plt.close(fig)
+
+
+def test_layers_that_only_run_from_batch_2_cost_nothing_at_batch_1():
+    """Eager attention's layout copies are views at batch 1: the twin skips them there, and so must the prior."""
+    layers = LayerTable.of(load_profile("bert-base"))
+    late = layers.min_batch > 1
+    assert late.any()
+    f = SimpleNamespace(batch=np.array([1.0, 2.0]), byte_scale=np.array([1.0, 1.0]))
+    w, q = layers.work(f)
+    assert q[0] == pytest.approx(layers.weights[~late].sum() + layers.acts[~late].sum())
+    assert q[1] == pytest.approx(layers.weights.sum() + 2 * layers.acts.sum())
+    assert w[0] == pytest.approx(layers.flops[~late].sum())

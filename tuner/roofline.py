@@ -132,11 +132,17 @@ def features(space: SearchSpace, configs: list[Config] | Grid) -> Features:
 
 @dataclass
 class LayerTable:
-    """A model's per-layer FLOPs and bytes (per sample, fp32), as arrays."""
+    """A model's per-layer FLOPs and bytes (per sample, fp32), as arrays.
+
+    ``min_batch`` is the smallest batch at which a layer runs at all (eager
+    attention's layout copies are views at batch 1): the twin skips such a
+    layer below it, so the prior does too.
+    """
 
     flops: np.ndarray
     weights: np.ndarray
     acts: np.ndarray
+    min_batch: np.ndarray
 
     @classmethod
     def of(cls, profile: ModelProfile) -> LayerTable:
@@ -144,12 +150,18 @@ class LayerTable:
             flops=np.array([x.flops for x in profile.layers]),
             weights=np.array([x.weight_bytes for x in profile.layers]),
             acts=np.array([x.act_bytes for x in profile.layers]),
+            min_batch=np.array([x.min_batch for x in profile.layers]),
         )
+
+    def runs(self, batch: np.ndarray) -> np.ndarray:
+        """(configurations x layers) 1.0 where the layer runs at that configuration's batch size, else 0.0."""
+        return (batch[:, None] >= self.min_batch[None, :]).astype(float)
 
     def work(self, f: Features) -> tuple[np.ndarray, np.ndarray]:
         """Total W (FLOPs) and Q (bytes) per batch for each configuration."""
-        w = self.flops.sum() * f.batch
-        q = (self.weights.sum() + self.acts.sum() * f.batch) * f.byte_scale
+        runs = self.runs(f.batch)
+        w = (runs @ self.flops) * f.batch
+        q = (runs @ self.weights + (runs @ self.acts) * f.batch) * f.byte_scale
         return w, q
 
 
@@ -234,14 +246,15 @@ def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = 4096, 
             (layers.weights[None, :] + layers.acts[None, :] * b) * f.byte_scale[s][:, None] * beta / f.mem[s][:, None]
         )
         t_launch = (kappa / f.cpu[s])[:, None]
+        runs = layers.runs(f.batch[s])
         peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         if not smooth:
-            out[s] = peak.sum(axis=1)
+            out[s] = (peak * runs).sum(axis=1)
             continue
         smoothed = peak * (
             (t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P
         ) ** (1 / SMOOTH_P)
-        out[s] = smoothed.sum(axis=1)
+        out[s] = (smoothed * runs).sum(axis=1)
     return out
 
 
