@@ -8,6 +8,8 @@ run_cli`` works under both ``pytest`` and ``python -m pytest``.
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -24,3 +26,15 @@ def run_cli(
 def tiny_cpu(command: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``tune <command>`` with the tiny CNN on this machine's CPU, in one-second LoadGen windows (the real path)."""
     return run_cli(command, "--model", "tiny-cnn", "--device", "cpu", "--window", "1", *args, env=env)
+
+
+def wait_while_running(check: Callable[[], bool], proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Poll ``check`` until it holds, failing with the process's output if it exits first or time runs out.
+
+    The timeout is generous on purpose: it only bounds a hung test on a loaded machine; nothing is timed.
+    """
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s"
+        time.sleep(0.1)

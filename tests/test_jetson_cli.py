@@ -12,11 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
-from clirun import run_cli
+from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board, quick_measure, tiny_run
 from typer.testing import CliRunner
 
@@ -122,22 +121,11 @@ def start_run(tmp_path) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_until_applied(board, original, proc, timeout=90.0) -> None:
-    """Until the first trial has written to the board (the journal was written before)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if board.snapshot() != original:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the run never changed the board")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_killed_mid_trial_and_the_board_comes_back_byte_for_byte(board, tmp_path, sig):
     original = board.snapshot()
     proc = start_run(tmp_path)
-    wait_until_applied(board, original, proc)
+    wait_while_running(lambda: board.snapshot() != original, proc, timeout=90)  # the first trial wrote
     os.kill(proc.pid, sig)
     proc.wait(timeout=180)  # generous: CI machines are shared; a clean exit is seconds
     if sig == signal.SIGKILL:
@@ -233,7 +221,7 @@ def test_kill_9_mid_trial_then_restore_leaves_the_board_as_it_was(tmp_path, monk
     proc = subprocess.Popen(
         [*cmd, "--out", str(tmp_path / "s")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    wait_until_applied(fake, original, proc)
+    wait_while_running(lambda: fake.snapshot() != original, proc, timeout=90)  # the first trial wrote
     proc.kill()
     proc.wait(timeout=60)
     assert fake.snapshot() != original and [j.device for j in pending_journals()] == ["orin"]

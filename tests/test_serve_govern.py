@@ -5,10 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from clirun import run_cli
+from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board
 
 from tuner.serve.policy import Band, BandProvenance, Policy, write_policy
@@ -62,16 +61,6 @@ def start(tmp_path, policy, rate, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(check, proc, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError("the governor never got there")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(board, tmp_path, sig):
     original = board.snapshot()
@@ -80,12 +69,13 @@ def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(boar
     rate.write_text("50\n")
     proc = start(tmp_path, policy, rate, "--state-file", str(tmp_path / "state.json"))
     state = tmp_path / "state.json"
-    wait_for(lambda: state.exists() and json.loads(state.read_text())["band"] == 0, proc)  # band 0: 15W
-    wait_for(lambda: board.snapshot() != original, proc)
+    # band 0: 15W
+    wait_while_running(lambda: state.exists() and json.loads(state.read_text())["band"] == 0, proc, timeout=90)
+    wait_while_running(lambda: board.snapshot() != original, proc, timeout=90)
     low = board.snapshot()
     rate.write_text("250\n")
-    wait_for(lambda: json.loads(state.read_text())["band"] == 1, proc)
-    wait_for(lambda: board.snapshot() != low, proc)
+    wait_while_running(lambda: json.loads(state.read_text())["band"] == 1, proc, timeout=90)
+    wait_while_running(lambda: board.snapshot() != low, proc, timeout=90)
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
     switches = [json.loads(line) for line in (tmp_path / "switches.jsonl").read_text().splitlines()]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from clirun import run_cli
+from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board, tiny_run
 
 from tuner import atomicfile, interrupts
@@ -152,10 +152,7 @@ def test_a_second_run_on_a_board_being_tuned_refuses_and_the_first_restores(boar
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.1)
+        wait_while_running(marker.exists, first)
         during = board.snapshot()
         assert during != original  # the first run has applied its first configuration
         second = run_cli(*args, "--out", str(tmp_path / "s2"))
@@ -290,10 +287,7 @@ def test_sigterm_on_a_twin_run_ends_cleanly_and_keeps_the_completed_trials(tmp_p
     worker = subprocess.Popen(
         [sys.executable, str(HERE / "fleet_worker.py"), *args], env=env, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert worker.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_while_running(marker.exists, worker)
     worker.send_signal(signal.SIGTERM)
     _, err = worker.communicate(timeout=60)
     assert worker.returncode == 143
