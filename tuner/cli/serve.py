@@ -238,14 +238,22 @@ def register(app: typer.Typer) -> None:
             common.emit_json(summary)
             return
         rows = [
-            [r["strategy"], r["energy_kj"], r["j_per_query"], r["queries"], r["over_bound_pct"], r["switches"]]
+            [
+                r["strategy"],
+                r["energy_kj"],
+                r["j_per_query"],
+                r["queries"],
+                r["over_bound_pct"],
+                r["switches"],
+                r["switching_s"],
+            ]
             for r in summary["strategies"]
         ]
         common.out_console.print(
             common.table(
                 f"{policy.model} on {dev.name}, trace {rates.name} ({summary['hours']:g} h, peak "
                 f"{summary['peak_qps']:g} q/s), {summary['bound']}{common.twin_note(dev)}",
-                ["strategy", "energy kJ", "J/query", "queries", "% over bound", "switches"],
+                ["strategy", "energy kJ", "J/query", "queries", "% over bound", "switches", "switching s"],
                 rows,
             )
         )

@@ -69,6 +69,8 @@ class QueueOutcome:
     busy_s: float
     energy_j: float
     batches: int
+    busy_j: float = 0.0
+    free_at: float = 0.0
 
     @property
     def queries(self) -> int:
@@ -98,16 +100,28 @@ def simulate(
     timeout_s: float,
     duration_s: float,
     rng: np.random.Generator | None = None,
+    free_at: float = 0.0,
+    stop_s: float = np.inf,
 ) -> QueueOutcome:
-    """Serve ``arrivals`` (sorted seconds) with dynamic batching; see the module docstring."""
+    """Serve ``arrivals`` (sorted seconds) with dynamic batching; see the module docstring.
+
+    ``free_at`` is when the instance can start its first batch (a window that
+    follows another, or a pause), and no batch starts at or after ``stop_s``:
+    the queries left then are the queue a following window inherits (the
+    outcome's latencies cover the served ones only, the first
+    ``len(latencies_s)``).
+    """
     n = len(arrivals)
     latencies = np.empty(n)
-    free_at, i, busy, busy_j, batches = 0.0, 0, 0.0, 0.0, 0
+    origin = free_at
+    i, busy, busy_j, batches = 0, 0.0, 0.0, 0
     max_batch = max(1, min(max_batch, serving.max_batch))
     while i < n:
         ready = max(free_at, arrivals[i])
         fill_at = arrivals[i + max_batch - 1] if i + max_batch - 1 < n else np.inf
         start = max(ready, min(arrivals[i] + timeout_s, fill_at))
+        if start >= stop_s:
+            break
         size = min(max_batch, int(np.searchsorted(arrivals, start, side="right")) - i)
         t = float(serving.service_s[size])
         if rng is not None:
@@ -121,8 +135,16 @@ def simulate(
         free_at = done
         i += size
     end = max(duration_s, free_at)
-    energy = busy_j + serving.idle_w * max(end - busy, 0.0)
-    return QueueOutcome(latencies_s=latencies, duration_s=end, busy_s=busy, energy_j=energy, batches=batches)
+    energy = busy_j + serving.idle_w * max(end - origin - busy, 0.0)
+    return QueueOutcome(
+        latencies_s=latencies[:i],
+        duration_s=end,
+        busy_s=busy,
+        energy_j=energy,
+        batches=batches,
+        busy_j=busy_j,
+        free_at=free_at,
+    )
 
 
 def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> ServingProfile:

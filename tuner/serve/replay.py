@@ -21,9 +21,19 @@ is noisy), and a switch takes effect from the next interval. Every stretch of
 one configuration at one rate is served by the twin's queueing model
 (tuner/devices/queueing.py) with Poisson arrivals: each configuration and rate
 (within 1%) is simulated once for ``sim_cap_s`` and its energy and queries
-over the bound are scaled to the stretch's length. Not modelled: the queue
-carried over from one stretch to the next, and the time and energy a mode
-switch itself costs.
+over the bound are scaled to the stretch's length (the steady state).
+
+Around every switch the steady state does not hold, so the time from
+``PRE_SWITCH_S`` before it to ``POST_SWITCH_S`` (plus twenty times the switch's
+own time) after it is simulated as one run of arrivals instead (windows that
+overlap are joined): the old configuration serves up to the switch, then no
+batch starts for the switch's time (tuner/serve/switching.py: CPU hotplug,
+nvpmodel, clock writes), while the board draws the switch's power, then the
+new configuration serves the queue the old one left, the queries that arrived
+during the switch and the new arrivals. The queue carried from one stretch
+to the next and the time and energy of the switch are thus both counted.
+Not modelled: the queue carried across a change of rate within one
+configuration (all strategies alike are served in the steady state there).
 """
 
 from __future__ import annotations
@@ -43,9 +53,12 @@ from tuner.errors import UserError
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, Governor
 from tuner.serve.policy import Band, Policy, check_policy
+from tuner.serve.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.space import Config
 
 SIM_CAP_S = 20.0
+PRE_SWITCH_S = 5.0
+POST_SWITCH_S = 20.0
 DEFAULT_INTERVAL_S = 1.0
 STRATEGIES = ("default", "default_locked", "static", "governor")
 
@@ -90,6 +103,7 @@ class StrategyResult:
     queries: float = 0.0
     over_bound: float = 0.0
     switches: int = 0
+    switch_s: float = 0.0
     bands: list[int] = field(default_factory=list)
     power_w: list[float] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)
@@ -107,6 +121,7 @@ class StrategyResult:
             "over_bound": round(self.over_bound),
             "over_bound_pct": round(100 * self.over_fraction, 3),
             "switches": self.switches,
+            "switching_s": round(self.switch_s, 3),
             "configurations": sorted(self.labels),
         }
 
@@ -172,30 +187,136 @@ class Replayer:
             result.power_w.append(e / seconds)
         return result
 
-    def governed(self, trace: Trace, interval_s: float, rules: GovernorRules) -> StrategyResult:
-        """The governor reading the rate every ``interval_s``; each switch counts from the next interval."""
+    def governed(
+        self, trace: Trace, interval_s: float, rules: GovernorRules, costs: SwitchCosts | None = None
+    ) -> StrategyResult:
+        """The governor reading the rate every ``interval_s``; each switch counts from the next interval.
+
+        The governor's choices depend only on the rates it reads, so the
+        schedule (one band per interval) is made first and then served: in the
+        steady state away from switches, as one simulated run around each.
+        """
+        costs = SwitchCosts() if costs is None else costs
         result = StrategyResult(name="governor")
         governor = Governor(self.policy, apply=lambda band: None, clock=lambda: 0.0, **rules.kwargs())
         rng = np.random.default_rng(self.seed)
         governor.observe(float(trace.rates[0]), now=0.0)
-        for start, rate, seconds in zip(trace.times, trace.rates, trace.durations, strict=True):
-            t, end, energy = float(start), float(start) + float(seconds), 0.0
+        steps: list[Step] = []
+        for row, (start, rate, seconds) in enumerate(zip(trace.times, trace.rates, trace.durations, strict=True)):
+            t, end = float(start), float(start) + float(seconds)
             while t < end:
-                current = governor.band
-                assert current is not None
+                assert governor.current is not None
                 step = min(interval_s, end - t)
-                e, q, o = self.piece(current.config(), current.batch_timeout_ms, float(rate), step)
-                energy += e
-                result.queries += q
-                result.over_bound += o
+                steps.append(Step(start=t, seconds=step, rate=float(rate), band=governor.current, row=row))
                 t += step
                 governor.observe(rng.poisson(float(rate) * step) / step, now=t)
-            result.energy_j += energy
             result.bands.append(int(governor.current or 0))
-            result.power_w.append(energy / float(seconds))
+        energy = np.zeros(len(steps))
+        for lo, hi in self.switch_windows(steps, costs):
+            e, q, o, paused = self.serve_run(steps[lo:hi], costs)
+            result.queries += q
+            result.over_bound += o
+            result.switch_s += paused
+            span = np.array([s.seconds for s in steps[lo:hi]])
+            energy[lo:hi] = e * span / span.sum()
+            for k in range(lo, hi):
+                steps[k].done = True
+        for k, s in enumerate(steps):
+            if s.done:
+                continue
+            band = self.policy.bands[s.band]
+            e, q, o = self.piece(band.config(), band.batch_timeout_ms, s.rate, s.seconds)
+            energy[k] = e
+            result.queries += q
+            result.over_bound += o
+        rows = np.array([s.row for s in steps])
+        per_row = np.bincount(rows, weights=energy, minlength=len(trace.rates))
+        result.energy_j = float(energy.sum())
+        result.power_w = [float(e / d) for e, d in zip(per_row, trace.durations, strict=True)]
         result.switches = len(governor.switches) - 1
         result.labels = {self.policy.bands[s.to_band].label() for s in governor.switches}
         return result
+
+    def pause_s(self, costs: SwitchCosts, a: int, b: int) -> float:
+        """Seconds a switch from band ``a`` to band ``b`` keeps the device from serving."""
+        roles = self.device.model.params.knob_map
+        return switch_seconds(
+            self.device.space(), roles, costs, self.policy.bands[a].config(), self.policy.bands[b].config()
+        )
+
+    def switch_windows(self, steps: list[Step], costs: SwitchCosts) -> list[tuple[int, int]]:
+        """Step ranges ``[lo, hi)`` served as one run: each switch's surroundings, overlapping ones joined."""
+        spans: list[tuple[float, float]] = []
+        for k in range(1, len(steps)):
+            if steps[k].band != steps[k - 1].band:
+                pause = self.pause_s(costs, steps[k - 1].band, steps[k].band)
+                at = steps[k].start
+                spans.append((at - PRE_SWITCH_S, at + POST_SWITCH_S + 20.0 * pause))
+        starts = np.array([s.start for s in steps])
+        windows: list[tuple[int, int]] = []
+        for a, b in spans:
+            lo = max(int(np.searchsorted(starts, a, side="right")) - 1, 0)
+            hi = int(np.searchsorted(starts, b, side="left"))
+            if windows and lo <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
+            else:
+                windows.append((lo, hi))
+        return windows
+
+    def serve_run(self, steps: list[Step], costs: SwitchCosts) -> tuple[float, float, float, float]:
+        """Energy, queries, queries over the bound and seconds paused of consecutive steps served as one run.
+
+        Each stretch of one band serves from when the previous one stopped
+        starting batches (or its switch ended) with the queue it inherits; a
+        batch already running when a switch starts completes.
+        """
+        begin = steps[0].start
+        rng = np.random.default_rng(zlib.crc32(repr((self.seed, "run", round(begin, 6))).encode()))
+        arrivals = np.concatenate([s.start + poisson_arrivals(s.rate, s.seconds, rng) for s in steps])
+        stretches: list[tuple[int, float, float]] = []
+        for s in steps:
+            if stretches and stretches[-1][0] == s.band:
+                stretches[-1] = (s.band, stretches[-1][1], s.start + s.seconds)
+            else:
+                stretches.append((s.band, s.start, s.start + s.seconds))
+        jetson = self.device.space().mode_knob is not None
+        energy, paused, served, free_at = 0.0, 0.0, 0, begin
+        latencies: list[np.ndarray] = []
+        for k, (index, a, b) in enumerate(stretches):
+            band = self.policy.bands[index]
+            serving = self.serving(band.config())
+            if k > 0:
+                previous = stretches[k - 1][0]
+                pause = self.pause_s(costs, previous, index)
+                paused += pause
+                idle_before = self.serving(self.policy.bands[previous].config()).idle_w
+                power = switch_power_w(costs, idle_before, serving.idle_w, jetson)
+                energy += power * max(a + pause - max(a, free_at), 0.0)
+                free_at = max(free_at, a + pause)
+            free_at = max(free_at, a)
+            last = k == len(stretches) - 1
+            out = simulate(
+                arrivals[served:], serving, band.batch_size, band.batch_timeout_ms / 1000.0, b, rng,
+                free_at=free_at, stop_s=np.inf if last else b,
+            )  # fmt: skip
+            energy += out.energy_j
+            latencies.append(out.latencies_s)
+            served += out.queries
+            free_at = out.free_at
+        lat = np.concatenate(latencies)
+        return energy, float(len(lat)), float(np.count_nonzero(lat > self.bound_s)), paused
+
+
+@dataclass
+class Step:
+    """One interval of the governed replay: the band in force and the trace's rate."""
+
+    start: float
+    seconds: float
+    rate: float
+    band: int
+    row: int
+    done: bool = False
 
 
 @dataclass
@@ -280,8 +401,13 @@ def replay(
     seed: int = 0,
     interval_s: float = DEFAULT_INTERVAL_S,
     rules: GovernorRules | None = None,
+    costs: SwitchCosts | None = None,
 ) -> ReplayReport:
-    """Run the trace through every strategy; the policy must be for this twin's kind."""
+    """Run the trace through every strategy; the policy must be for this twin's kind.
+
+    ``costs``: what a switch costs (default :class:`SwitchCosts`;
+    ``SwitchCosts.free()`` replays switches as free, as before they were modelled).
+    """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
     check_policy(policy, device.kind)
@@ -297,7 +423,7 @@ def replay(
         "default": replayer.fixed("default", maxn, maxn_timeout, trace, -1, floor_idle_w(device, maxn)),
         "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),
         "static": replayer.fixed("static", static.config(), static.batch_timeout_ms, trace, static_index),
-        "governor": replayer.governed(trace, interval_s, rules or GovernorRules()),
+        "governor": replayer.governed(trace, interval_s, rules or GovernorRules(), costs),
     }
     return ReplayReport(trace=trace, policy=policy, device=device.name, results=results)
 
