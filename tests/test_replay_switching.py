@@ -33,9 +33,8 @@ def policy(*bands):
 
 
 def cost(device, a, b, costs=None):
-    roles = device.model.params.knob_map
     return switch_seconds(
-        device.space(), roles, costs or SwitchCosts(), Config(knobs=a, batch_size=8), Config(knobs=b, batch_size=8)
+        device.space(), costs or SwitchCosts(), Config(knobs=a, batch_size=8), Config(knobs=b, batch_size=8)
     )
 
 
@@ -103,3 +102,25 @@ def test_the_governor_replay_counts_its_switches_and_costs_more_with_slower_swit
     assert results["free"].switch_s == 0.0
     assert results["free"].over_bound < results["x20"].over_bound
     assert results["x20"].row()["switching_s"] == pytest.approx(20 * results["x1"].switch_s, rel=1e-3)
+
+
+def test_the_governor_switches_down_only_where_the_plan_measured_a_saving_worth_the_switch():
+    from tuner.serve.governor import Governor
+    from tuner.serve.policy import BandPoint
+
+    def measured(*pairs):
+        return [BandPoint(rate_qps=r, j_per_query=j, latency_ms=40.0) for r, j in pairs]
+
+    def run(low_j, switch_s):
+        low = band(0, 60, cpu_cores=6).model_copy(update={"measured": measured((20, low_j), (60, 0.2))})
+        high = band(60, 400).model_copy(update={"measured": measured((20, 0.5), (60, 0.25), (400, 0.1))})
+        g = Governor(policy(low, high), min_dwell_s=10.0, smoothing_s=0.0, switch_s=switch_s, clock=lambda: 0.0)
+        g.observe(300.0, now=0.0)
+        for t in range(1, 60):
+            g.observe(20.0, now=float(t))
+        return g.current
+
+    assert run(low_j=0.3, switch_s=lambda a, b: 0.1) == 0  # 40% cheaper at 20 q/s: worth a 0.1 s switch
+    assert run(low_j=0.49, switch_s=lambda a, b: 0.1) == 1  # 2% cheaper: inside the plan's noise, not worth it
+    assert run(low_j=0.3, switch_s=lambda a, b: 30.0) == 1  # 4 W saved for 10 s < two 30 s switches at 10 W
+    assert run(low_j=0.49, switch_s=None) == 0  # without switch costs, the band rule alone (as before)

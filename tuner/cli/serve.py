@@ -36,6 +36,7 @@ from tuner.serve.plan import (
 from tuner.serve.policy import Band, check_policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
 from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay
+from tuner.serve.switching import SwitchCosts, switch_seconds
 
 HeadroomOpt = typer.Option(DEFAULT_HEADROOM, "--headroom", help="choose the band for the rate x (1 + this)")
 HysteresisOpt = typer.Option(
@@ -188,6 +189,9 @@ def register(app: typer.Typer) -> None:
             hysteresis=hysteresis,
             min_dwell_s=min_dwell,
             smoothing_s=smoothing,
+            switch_s=lambda a, b: switch_seconds(
+                space, SwitchCosts(), policy.bands[a].config(), policy.bands[b].config()
+            ),
             log=record,
             warn=warn,
         )

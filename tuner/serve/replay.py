@@ -51,7 +51,7 @@ from tuner.devices.queueing import QueueOutcome, ServingProfile, poisson_arrival
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
-from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, Governor
+from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
 from tuner.serve.policy import Band, Policy, check_policy
 from tuner.serve.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.space import Config
@@ -198,7 +198,13 @@ class Replayer:
         """
         costs = SwitchCosts() if costs is None else costs
         result = StrategyResult(name="governor")
-        governor = Governor(self.policy, apply=lambda band: None, clock=lambda: 0.0, **rules.kwargs())
+        governor = Governor(
+            self.policy,
+            apply=lambda band: None,
+            clock=lambda: 0.0,
+            switch_s=(lambda a, b: self.pause_s(costs, a, b)) if rules.weigh_switches else None,
+            **rules.kwargs(),
+        )
         rng = np.random.default_rng(self.seed)
         governor.observe(float(trace.rates[0]), now=0.0)
         steps: list[Step] = []
@@ -239,10 +245,8 @@ class Replayer:
 
     def pause_s(self, costs: SwitchCosts, a: int, b: int) -> float:
         """Seconds a switch from band ``a`` to band ``b`` keeps the device from serving."""
-        roles = self.device.model.params.knob_map
-        return switch_seconds(
-            self.device.space(), roles, costs, self.policy.bands[a].config(), self.policy.bands[b].config()
-        )
+        bands = self.policy.bands
+        return switch_seconds(self.device.space(), costs, bands[a].config(), bands[b].config())
 
     def switch_windows(self, steps: list[Step], costs: SwitchCosts) -> list[tuple[int, int]]:
         """Step ranges ``[lo, hi)`` served as one run: each switch's surroundings, overlapping ones joined."""
@@ -328,6 +332,8 @@ class GovernorRules:
     min_dwell_s: float = DEFAULT_DWELL_S
     smoothing_s: float = DEFAULT_SMOOTHING_S
     burst_sigmas: float = DEFAULT_BURST_SIGMAS
+    min_saving: float = DEFAULT_MIN_SAVING
+    weigh_switches: bool = True
 
     def kwargs(self) -> dict[str, float]:
         return {
@@ -336,6 +342,7 @@ class GovernorRules:
             "min_dwell_s": self.min_dwell_s,
             "smoothing_s": self.smoothing_s,
             "burst_sigmas": self.burst_sigmas,
+            "min_saving": self.min_saving,
         }
 
 

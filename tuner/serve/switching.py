@@ -66,13 +66,28 @@ class SwitchCosts:
         return cls(scale=0.0, work_w=0.0)
 
 
-def switch_seconds(space: SearchSpace, roles: dict[str, str], costs: SwitchCosts, a: Config, b: Config) -> float:
+# The knob names each step is known by in the shipped search spaces (search_spaces/*.yaml).
+ROLE_NAMES = {
+    "gpu_mhz": ("gpu_mhz", "sm_mhz"),
+    "mem_mhz": ("emc_mhz", "mem_mhz"),
+    "cpu_mhz": ("cpu_mhz",),
+    "cpu_cores": ("cpu_cores",),
+    "power_limit_w": ("power_limit_w",),
+}
+
+
+def knob_roles(space: SearchSpace) -> dict[str, str]:
+    """Which of the space's knobs is the GPU clock, the memory clock, the CPU clock, the cores, the power limit."""
+    return {role: name for role, names in ROLE_NAMES.items() for name in names if name in space.knobs}
+
+
+def switch_seconds(space: SearchSpace, costs: SwitchCosts, a: Config, b: Config) -> float:
     """How long applying ``b`` over ``a`` keeps the device from serving.
 
-    ``roles`` maps roles (gpu_mhz, mem_mhz, cpu_mhz, cpu_cores) to the space's
-    knob names, as the twin's parameters do. A Jetson space (one with a mode
-    knob) pays sysfs and nvpmodel steps, any other device NVML calls.
+    A Jetson space (one with a mode knob) pays sysfs and nvpmodel steps, any
+    other device NVML calls; runner knobs pay a runner switch on either.
     """
+    roles = knob_roles(space)
     ea, eb = space.effective(a).knobs, space.effective(b).knobs
     changed = {name for name in space.knobs if ea.get(name) != eb.get(name)}
     jetson = space.mode_knob is not None
