@@ -124,3 +124,23 @@ def test_the_governor_switches_down_only_where_the_plan_measured_a_saving_worth_
     assert run(low_j=0.49, switch_s=lambda a, b: 0.1) == 1  # 2% cheaper: inside the plan's noise, not worth it
     assert run(low_j=0.3, switch_s=lambda a, b: 30.0) == 1  # 4 W saved for 10 s < two 30 s switches at 10 W
     assert run(low_j=0.49, switch_s=None) == 0  # without switch costs, the band rule alone (as before)
+
+
+def test_late_governors_idle_at_held_clocks_and_start_a_batch_slowly_after_the_clocks_fell():
+    from tuner.devices.queueing import Reaction
+
+    fast = ServingProfile(service_s=np.array([np.inf, 0.010]), busy_w=np.array([0.0, 30.0]), idle_w=5.0)
+    reaction = Reaction(delay_s=0.02, held_w=12.0, service_s=np.array([np.inf, 0.040]), busy_w=np.array([0.0, 10.0]))
+    late = ServingProfile(service_s=fast.service_s, busy_w=fast.busy_w, idle_w=5.0, reaction=reaction)
+    arrivals = np.array([0.0, 0.015, 0.5])  # the second comes 5 ms after the first batch, the third long after
+    now = simulate(arrivals, fast, 1, 0.0, 1.0)
+    slow = simulate(arrivals, late, 1, 0.0, 1.0)
+    assert now.latencies_s == pytest.approx([0.010, 0.010, 0.010])
+    # the window starts with the clocks up; the third batch starts after they fell: 20 ms at a quarter of the
+    # pace, then the rest at full clocks
+    assert slow.latencies_s == pytest.approx([0.010, 0.010, 0.020 + 0.005])
+    # after each batch the clocks idle up to 20 ms at the held power before they fall
+    held = 0.005 + 0.02 + 0.02
+    assert slow.energy_j == pytest.approx(
+        (0.02 * 10.0 + 0.005 * 30.0) + 2 * 0.010 * 30.0 + 5.0 * (1.0 - slow.busy_s) + (12.0 - 5.0) * held
+    )

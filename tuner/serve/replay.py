@@ -4,10 +4,17 @@
 without locking clocks gets it (MAXN by ``nvpmodel -m 0`` on a Jetson, the
 card's default clocks on a GPU), with the batching of (b): it runs batches at
 the default (highest) clocks, and between batches its frequency governors let
-the clocks fall, so it idles at the floor of the lowest GPU, memory and CPU
-clocks the space offers (with the mode's cores and TPCs). Dropping to the
-floor in every gap, however short, is the most favourable reading of devfreq
-and cpufreq for the baseline, so savings against it are not overstated.
+the clocks fall to the floor of the lowest GPU, memory and CPU clocks the
+space offers (with the mode's cores and TPCs). On a Jetson the governors
+follow the load ``reaction_s`` late (``DEFAULT_REACTION_S``, 25 ms: the GPU's
+devfreq samples its load every 25 ms, ``polling_ms = 25`` in nvgpu's
+os/linux/scale.c, and schedutil's rate limit for the Tegra cpufreq driver is
+10 ms on L4T 35's 5.10 kernel): after a batch the clocks stay up for that
+long, idling at the mode's clocks, and a batch that starts after they fell
+runs that long at the floor clocks (one delay both ways is a simplification).
+``reaction_s`` 0 drops the clocks in every gap at once and raises them at
+once: the most favourable reading of devfreq and cpufreq for the baseline.
+A GPU card's own clock management is taken to react at once (not modelled).
 ``default_locked`` is the same mode with clocks locked at their maximum
 (``jetson_clocks``, or application clocks on a GPU), idling at those clocks;
 (b) ``static``: the policy's band for the trace's peak rate, held all day
@@ -47,7 +54,14 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
-from tuner.devices.queueing import QueueOutcome, ServingProfile, poisson_arrivals, serving_profile, simulate
+from tuner.devices.queueing import (
+    QueueOutcome,
+    Reaction,
+    ServingProfile,
+    poisson_arrivals,
+    serving_profile,
+    simulate,
+)
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
@@ -58,6 +72,8 @@ from tuner.space import Config
 
 SIM_CAP_S = 20.0
 PRE_SWITCH_S = 5.0
+# How late devfreq/cpufreq follow the load under a Jetson's default mode (see the module docstring).
+DEFAULT_REACTION_S = 0.025
 POST_SWITCH_S = 20.0
 DEFAULT_INTERVAL_S = 1.0
 STRATEGIES = ("default", "default_locked", "static", "governor")
@@ -146,22 +162,32 @@ class Replayer:
         return self._profiles[key]
 
     def piece(
-        self, config: Config, timeout_ms: float, rate: float, seconds: float, idle_w: float | None = None
+        self,
+        config: Config,
+        timeout_ms: float,
+        rate: float,
+        seconds: float,
+        idle_w: float | None = None,
+        reaction: Reaction | None = None,
     ) -> tuple[float, float, float]:
         """Energy (J), queries and queries over the bound of ``seconds`` at ``rate`` under a configuration.
 
         ``idle_w`` replaces the configuration's idle power between batches
-        (a default mode whose governors let the clocks fall).
+        (a default mode whose governors let the clocks fall), ``reaction`` the
+        delay with which those governors follow the load.
         """
         if seconds <= 0:
             return 0.0, 0.0, 0.0
         serving = self.serving(config)
         if idle_w is not None:
             serving = replace(serving, idle_w=idle_w)
+        if reaction is not None:
+            serving = replace(serving, reaction=reaction)
         if rate <= 0:
             return serving.idle_w * seconds, 0.0, 0.0
         bucket = round(math.log(rate) / math.log(1.01))
-        key = (config.key(), timeout_ms, bucket, serving.idle_w)
+        delay = None if serving.reaction is None else serving.reaction.delay_s
+        key = (config.key(), timeout_ms, bucket, serving.idle_w, delay)
         if key not in self._windows:
             rng = np.random.default_rng(zlib.crc32(repr((self.seed, key[:3])).encode()))
             arrivals = poisson_arrivals(1.01**bucket, self.sim_cap_s, rng)
@@ -175,11 +201,18 @@ class Replayer:
         return energy, out.queries * scale, out.over(self.bound_s) * scale
 
     def fixed(
-        self, name: str, config: Config, timeout_ms: float, trace: Trace, band: int, idle_w: float | None = None
+        self,
+        name: str,
+        config: Config,
+        timeout_ms: float,
+        trace: Trace,
+        band: int,
+        idle_w: float | None = None,
+        reaction: Reaction | None = None,
     ) -> StrategyResult:
         result = StrategyResult(name=name, labels={f"{config.label()} timeout={timeout_ms:g}ms"})
         for rate, seconds in zip(trace.rates, trace.durations, strict=True):
-            e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds), idle_w)
+            e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds), idle_w, reaction)
             result.energy_j += e
             result.queries += q
             result.over_bound += o
@@ -383,8 +416,8 @@ def default_band(device: TwinDevice, static: Band) -> tuple[Config, float]:
     return config, static.batch_timeout_ms
 
 
-def floor_idle_w(device: TwinDevice, config: Config) -> float:
-    """Idle power of a configuration's mode once its governors have let every clock fall to the lowest value.
+def floor_config(device: TwinDevice, config: Config) -> Config:
+    """A configuration's mode once its governors have let every clock fall to the lowest value.
 
     The GPU, memory and CPU clocks drop to the lowest the space offers; cores
     online, TPCs and the power limit stay the mode's (devfreq and cpufreq
@@ -397,8 +430,26 @@ def floor_idle_w(device: TwinDevice, config: Config) -> float:
         name = roles.get(role)
         if name is not None and name in space.knobs and name in knobs:
             knobs[name] = min(space.knobs[name].values, key=float)
-    floor = Config(knobs=knobs, batch_size=1)
+    return Config(knobs=knobs, batch_size=config.batch_size)
+
+
+def floor_idle_w(device: TwinDevice, config: Config) -> float:
+    """Idle power of a configuration's mode at the floor of its clocks (:func:`floor_config`)."""
+    floor = floor_config(device, config).model_copy(update={"batch_size": 1})
     return float(device.model.idle([floor]).power_w[0])
+
+
+def deployed_reaction(replayer: Replayer, config: Config, delay_s: float) -> Reaction | None:
+    """Governors that follow the load ``delay_s`` late: held at the mode's clocks, slow at the floor's.
+
+    Jetson only (devfreq and cpufreq); None elsewhere and for no delay.
+    """
+    if delay_s <= 0 or replayer.device.space().mode_knob is None:
+        return None
+    floor = replayer.serving(floor_config(replayer.device, config))
+    return Reaction(
+        delay_s=delay_s, held_w=replayer.serving(config).idle_w, service_s=floor.service_s, busy_w=floor.busy_w
+    )
 
 
 def replay(
@@ -409,11 +460,14 @@ def replay(
     interval_s: float = DEFAULT_INTERVAL_S,
     rules: GovernorRules | None = None,
     costs: SwitchCosts | None = None,
+    reaction_s: float = DEFAULT_REACTION_S,
 ) -> ReplayReport:
     """Run the trace through every strategy; the policy must be for this twin's kind.
 
     ``costs``: what a switch costs (default :class:`SwitchCosts`;
-    ``SwitchCosts.free()`` replays switches as free, as before they were modelled).
+    ``SwitchCosts.free()`` replays switches as free, as before they were
+    modelled). ``reaction_s``: how late the default mode's frequency governors
+    follow the load (0: at once, the most favourable reading for the default).
     """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
@@ -427,7 +481,15 @@ def replay(
     static = policy.bands[static_index]
     maxn, maxn_timeout = default_band(device, static)
     results = {
-        "default": replayer.fixed("default", maxn, maxn_timeout, trace, -1, floor_idle_w(device, maxn)),
+        "default": replayer.fixed(
+            "default",
+            maxn,
+            maxn_timeout,
+            trace,
+            -1,
+            floor_idle_w(device, maxn),
+            deployed_reaction(replayer, maxn, reaction_s),
+        ),
         "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),
         "static": replayer.fixed("static", static.config(), static.batch_timeout_ms, trace, static_index),
         "governor": replayer.governed(trace, interval_s, rules or GovernorRules(), costs),
