@@ -72,9 +72,9 @@ from tuner.space import Config
 
 SIM_CAP_S = 20.0
 PRE_SWITCH_S = 5.0
+POST_SWITCH_S = 20.0
 # How late devfreq/cpufreq follow the load under a Jetson's default mode (see the module docstring).
 DEFAULT_REACTION_S = 0.025
-POST_SWITCH_S = 20.0
 DEFAULT_INTERVAL_S = 1.0
 STRATEGIES = ("default", "default_locked", "static", "governor")
 
