@@ -16,8 +16,10 @@ measurements (every window costs time, feasible or not; reused
 configurations are free). The exported best is re-measured with fresh noise
 to see how often it violates the bound.
 
-Three suites, reported separately: the twins (sim:orin, sim:h200,
-sim:orin-nano with the zoo models), and generated boards (tuner/landscapes.py,
+Suites, reported separately: the twins (sim:orin, sim:h200,
+sim:orin-nano with the zoo models), measured boards (``measured:h200``,
+tuner/measured.py: a real card's windows replayed; bounds q25/q50/q75 make
+25/50/75% of its configurations feasible), and generated boards (tuner/landscapes.py,
 ``gen:SEED``) split by seed into the boards the strategy was tuned on and the
 boards it is judged on (seeds it never saw while it was designed). A
 generated board contributes one landscape: its seed picks the workload and the
@@ -46,15 +48,16 @@ from tuner.study import MEMORY_STORAGE, RunOptions, best_of, narrowed_space, run
 from tuner.sweep import optimum, run_sweep
 
 BENCH_VERSION = 1
-BOUND_QUANTILES = {"tight": 0.05, "medium": 0.25, "loose": 0.6}
-BOUND_FLOORS = {"tight": 1.15, "medium": 1.5, "loose": 3.0}
+BOUND_QUANTILES = {"tight": 0.05, "medium": 0.25, "loose": 0.6, "q25": 0.25, "q50": 0.5, "q75": 0.75}
+BOUND_FLOORS = {"tight": 1.15, "medium": 1.5, "loose": 3.0, "q25": 1.15, "q50": 1.15, "q75": 1.15}
+DEFAULT_BOUNDS = ("tight", "medium", "loose")
 GEN_BOUNDS = ("tight", "medium", "loose")
 STRATEGIES = ("random", "tpe", "gp", "two-phase", "ours")
 DEFAULT_DEVICES = ("sim:orin", "sim:h200", "sim:orin-nano")
 DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
 TUNE_BOARDS = tuple(range(0, 20))
 JUDGE_BOARDS = tuple(range(1000, 1060))
-SUITES = ("twins", "tune boards", "judge boards")
+SUITES = ("twins", "measured", "tune boards", "judge boards")
 TARGETS = (0.02, 0.05)
 REGRET_AT = (10, 20, 40)
 RECHECKS = 10
@@ -91,7 +94,7 @@ class RunResult(BaseModel):
 class BenchSettings(BaseModel):
     devices: list[str] = Field(default_factory=lambda: list(DEFAULT_DEVICES))
     models: list[str] = Field(default_factory=lambda: list(DEFAULT_MODELS))
-    bounds: list[str] = Field(default_factory=lambda: list(BOUND_QUANTILES))
+    bounds: list[str] = Field(default_factory=lambda: list(DEFAULT_BOUNDS))
     strategies: list[str] = Field(default_factory=lambda: default_strategies())
     seeds: int = 3
     trials: int = 40
@@ -136,7 +139,9 @@ def build_landscapes(settings: BenchSettings, progress: Callable[[int, int], Non
     if unknown:
         raise UserError(f"unknown bound(s) {', '.join(unknown)}: choose from {', '.join(BOUND_QUANTILES)}")
     plan: list[tuple[str, str, str, list[str]]] = [
-        ("twins", name, model, settings.bounds) for name in settings.devices for model in settings.models
+        ("measured" if name.startswith("measured:") else "twins", name, model, settings.bounds)
+        for name in settings.devices
+        for model in settings.models
     ]
     for suite, seeds in (("tune boards", settings.tune_boards), ("judge boards", settings.judge_boards)):
         for seed in seeds:
@@ -263,7 +268,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
     tasks = []
     for seed in range(settings.seeds):
         for i, land in enumerate(landscapes):
-            if land.suite != "twins" and seed > 0:
+            if land.suite not in ("twins", "measured") and seed > 0:
                 continue
             for strategy in settings.strategies:
                 trials = settings.random_trials if strategy == "random" else settings.trials
@@ -315,7 +320,7 @@ def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: Benc
     for r in runs:
         land = landscapes[r.landscape]
         groups.setdefault((r.strategy, land.suite), []).append(r)
-        if land.suite == "twins":
+        if land.suite in ("twins", "measured"):
             groups.setdefault((r.strategy, land.device), []).append(r)
     order = {name: i for i, name in enumerate(SUITES)}
     for (strategy, scope), members in sorted(

@@ -31,7 +31,9 @@ def register(app: typer.Typer) -> None:
             None, "--devices", help="comma list (default sim:orin,sim:h200,sim:orin-nano)"
         ),
         models: str | None = typer.Option(None, "--models", help="comma list (default the five zoo models)"),
-        bounds: str | None = typer.Option(None, "--bounds", help="tight,medium,loose (latency quantiles of the sweep)"),
+        bounds: str | None = typer.Option(
+            None, "--bounds", help="tight,medium,loose (latency quantiles of the sweep) or q25,q50,q75"
+        ),
         strategies: str | None = typer.Option(
             None,
             "--strategies",

@@ -1,0 +1,237 @@
+"""A measured board (``--device measured:h200``): a real card's space answered from windows measured on it.
+
+Every search figure before this one came from twins or generated boards whose
+physics we wrote. This board has no physics at all: it replays a table of
+LoadGen windows measured on a real GPU (benchmarks/h200_observe_space.py,
+raw results under benchmarks/results/h200-observe/), every configuration of
+the space measured in at least two windows minutes apart. A noisy measurement
+returns one of those windows, drawn at random with the settings' seed, so
+the noise a strategy sees is the card's own (launch-bound eager batches on
+the H200 differ by up to 70% between two windows; large batches by 1%). A
+noise-free measurement returns the mean of the windows: the ground truth the
+search benchmark scores against.
+
+It is a plugin device (the protocol of tuner/devices/base.py), opened
+through the ``powertune.devices`` entry point ``measured`` or as
+``py:tuner.measured:MeasuredBoard``; it touches no hardware. A knob that does
+nothing for a model (channels_last for bert-base, which has no 4-D float
+inputs) was measured at one value and the board answers the other from it.
+
+What it does not model: anything between the measured windows (two draws per
+configuration is a coarse noise distribution), drift beyond the minutes the
+measurement took, and device knobs: in observe-only mode the clocks and power
+limit were pinned to what the card ran, so the space is 120 configurations.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from tuner.devices.base import WindowSettings
+from tuner.errors import UserError
+from tuner.measurement import Measurement
+from tuner.space import Config, SearchSpace, load_space
+
+TABLE_VERSION = 1
+DATA = Path(__file__).parent / "calibration_data"
+SUFFIX = "-observe-space.json"
+FIELDS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")
+
+
+class MeasuredWindow(BaseModel):
+    """One LoadGen window as the card produced it."""
+
+    j_per_query: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    qps: float
+    avg_w: float
+    duration_s: float
+    queries: int
+
+
+class MeasuredConfig(BaseModel):
+    """One configuration (runner knobs and batch) and every window measured for it."""
+
+    knobs: dict[str, str | bool]
+    batch_size: int
+    windows: list[MeasuredWindow]
+
+
+class MeasuredModel(BaseModel):
+    model: str
+    date_utc: str
+    command: str
+    source: str
+    same_as: dict[str, str | bool] = Field(
+        default_factory=dict, description="knobs that do nothing for this model and the one value measured"
+    )
+    configs: list[MeasuredConfig]
+
+
+class MeasuredTable(BaseModel):
+    """The file format of calibration_data/<name>-observe-space.json."""
+
+    version: int = TABLE_VERSION
+    kind: str
+    gpu: str
+    driver: str | None
+    torch: str
+    pinned: dict[str, float]
+    window_s: float
+    models: dict[str, MeasuredModel]
+
+
+def table_from_raw(paths: list[Path]) -> MeasuredTable:
+    """Build the board's table from benchmarks/h200_observe_space.py outputs (one file per model)."""
+    models: dict[str, MeasuredModel] = {}
+    head: dict[str, Any] = {}
+    for path in paths:
+        raw = json.loads(Path(path).read_text())
+        space = raw["space"]
+        pinned = {n: float(k["values"][0]) for n, k in space["knobs"].items() if k.get("group", "device") == "device"}
+        runner = [n for n, k in space["knobs"].items() if k.get("group") == "runner"]
+        head = {
+            "kind": raw["device"]["kind"],
+            "gpu": raw["device"]["gpu"],
+            "driver": raw["device"]["driver"],
+            "torch": raw["torch"],
+            "pinned": pinned,
+            "window_s": raw["settings"]["window_s"],
+        }
+        grouped: dict[tuple, MeasuredConfig] = {}
+        for row in raw["rows"]:
+            if row.get("error") or not row.get("valid"):
+                continue
+            knobs = {n: row["config"][n] for n in runner}
+            key = (json.dumps(knobs, sort_keys=True), row["batch_size"])
+            entry = grouped.setdefault(key, MeasuredConfig(knobs=knobs, batch_size=row["batch_size"], windows=[]))
+            entry.windows.append(MeasuredWindow(**{k: row[k] for k in MeasuredWindow.model_fields}))
+        measured_layouts = {c.knobs.get("channels_last") for c in grouped.values()}
+        same_as = {"channels_last": measured_layouts.pop()} if len(measured_layouts) == 1 else {}
+        models[raw["model"]] = MeasuredModel(
+            model=raw["model"],
+            date_utc=raw["date_utc"],
+            command=raw["command"],
+            source=f"benchmarks/results/h200-observe/{Path(path).name}",
+            same_as=same_as,
+            configs=list(grouped.values()),
+        )
+    return MeasuredTable(models=models, **head)
+
+
+def table_names() -> list[str]:
+    return sorted(p.name[: -len(SUFFIX)] for p in DATA.glob(f"*{SUFFIX}"))
+
+
+def load_table(name: str) -> MeasuredTable:
+    path = DATA / f"{name}{SUFFIX}"
+    if not path.exists():
+        raise UserError(f"no measured board {name!r}: choose one of {', '.join(table_names())}, e.g. measured:h200")
+    return MeasuredTable.model_validate_json(path.read_text())
+
+
+class MeasuredBoard:
+    """A real card's observe-only space, answered from its measured windows; touches no hardware."""
+
+    simulated = True
+
+    def __init__(self, name: str = "measured:h200") -> None:
+        table = name.split(":", 1)[1] if name.startswith("measured:") else "h200"
+        self.table = load_table(table)
+        self.name = f"measured:{table}"
+        self.kind = self.table.kind
+        self.slug = f"measured-{table}"
+        space = load_space(self.table.kind)
+        for knob, value in self.table.pinned.items():
+            space = space.pin(knob, int(value) if float(value).is_integer() else value)
+        self._space = space
+        self._rows: dict[str, dict[tuple, MeasuredConfig]] = {
+            model: {self._key(model, c.knobs, c.batch_size): c for c in entry.configs}
+            for model, entry in self.table.models.items()
+        }
+
+    def _key(self, model: str, knobs: dict[str, Any], batch: int) -> tuple:
+        same = self.table.models[model].same_as
+        runner = [n for n, k in self._space.knobs.items() if k.group == "runner"]
+        return (*(str(same.get(n, knobs[n])) for n in runner), batch)
+
+    def _row(self, model: str, config: Config) -> MeasuredConfig:
+        if model not in self._rows:
+            raise UserError(f"{self.name} was measured for {', '.join(self._rows)} only: choose one of them")
+        self._space.validate_config(config)
+        key = self._key(model, config.knobs, config.batch_size)
+        if key not in self._rows[model]:
+            raise UserError(f"{self.name} has no measurement of {model} at {config.label()}: re-measure the table")
+        return self._rows[model][key]
+
+    def truth(self, model: str, config: Config) -> MeasuredWindow:
+        """The mean of the measured windows: the ground truth."""
+        windows = self._row(model, config).windows
+        mean = {k: float(np.mean([getattr(w, k) for w in windows])) for k in (*FIELDS, "duration_s")}
+        return MeasuredWindow(**mean, queries=round(float(np.mean([w.queries for w in windows]))))
+
+    # -- the device protocol ----------------------------------------------------------------------
+    def space(self) -> SearchSpace:
+        return self._space
+
+    def models(self) -> list[str]:
+        """The models the table holds (a plugin's own models)."""
+        return list(self._rows)
+
+    def read_state(self) -> dict[str, Any]:
+        return {}
+
+    def apply(self, config: Config) -> None:
+        self._space.validate_config(config)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        return None
+
+    def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
+        return self.measure_many(model, [config], settings)[0]
+
+    def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
+        """One measured window per configuration, drawn with the settings' seed; the mean if noise is off."""
+        rng = np.random.default_rng(settings.seed) if settings.noise else None
+        out = []
+        for config in configs:
+            if rng is None:
+                w = self.truth(model, config)
+            else:
+                windows = self._row(model, config).windows
+                w = windows[int(rng.integers(len(windows)))]
+            out.append(
+                Measurement(
+                    j_per_query=w.j_per_query,
+                    p50_ms=w.p50_ms,
+                    p90_ms=w.p90_ms,
+                    p99_ms=w.p99_ms,
+                    qps=w.qps,
+                    avg_w=w.avg_w,
+                    energy_j=w.avg_w * w.duration_s,
+                    queries=w.queries,
+                    duration_s=w.duration_s,
+                    meter="measured-table",
+                    rails=[f"replayed:{self.table.gpu} board power"],
+                    twin=True,
+                )
+            )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "twin": True,
+            "title": (
+                f"measured board: {self.table.gpu} (driver {self.table.driver}) windows replayed, "
+                f"observe-only space, models {', '.join(self._rows)}"
+            ),
+        }
