@@ -376,7 +376,9 @@ class LearnedSampler(GuidedSampler):
         bracketed by the baselines (smallest and largest batch) and found by
         bisection, each guess interpolated linearly in the batch size between
         the bracket's measured latencies (a batch's time is a fixed part plus
-        a part per sample). On 35 of the 40 generated tuning boards
+        a part per sample) and rounded to the nearest batch size on a log
+        scale (rounding down cost the Orin twin a third trial, its fixed
+        part being large). On 35 of the 40 generated tuning boards
         (gen:0-39) the optimum's batch size was that one, on the other five
         the next smaller one: energy per query falls with the batch while the
         other knobs can still trade speed for energy. It is measured, not
@@ -400,7 +402,7 @@ class LearnedSampler(GuidedSampler):
             return None
         b_lo, b_hi = batches[lo], batches[hi]
         guess = b_lo + (limit - latency[lo]) / (latency[hi] - latency[lo]) * (b_hi - b_lo)
-        pick = max((i for i in range(lo + 1, hi) if batches[i] <= guess), default=lo + 1)
+        pick = min(range(lo + 1, hi), key=lambda i: abs(math.log(batches[i]) - math.log(max(guess, 1e-9))))
         fresh = self._fresh(study, default.model_copy(update={"batch_size": batches[pick]}))
         if fresh is None:
             return None
