@@ -237,11 +237,7 @@ class LearnedSampler(GuidedSampler):
 
     Trials 1-2 are the baseline: the default configuration at the largest and
     the smallest batch size (what a user gets untuned, and the two ends of
-    the strongest knob). When one meets the bound and the other does not,
-    the next trials find the largest batch size at which the default meets
-    it (``_batch_step``: a bisection, usually one or two trials), which is
-    where the optimum's batch size was on most generated tuning boards. Then
-    comes the centre of the space (every ordered
+    the strongest knob); trial 3 is the centre of the space (every ordered
     knob and the batch size at its middle value), so the models see the
     knobs move away from their defaults before they extrapolate from one
     corner (on the Orin Nano twin with a loose bound the search otherwise
@@ -261,10 +257,9 @@ class LearnedSampler(GuidedSampler):
     improvement: expected improvement of log energy times the squared
     probability of meeting the bound with a margin of two noise standard
     deviations) and a local step (the same score over the unmeasured
-    neighbours of the incumbent: one step either way in every ordered knob
-    and in the batch size, any other value of an unordered one; around the
-    incumbent alone, not also the next-best feasible ones, which on the
-    tuning boards spread the local steps over several basins). Scoring the whole grid every trial
+    neighbours of the incumbent and of the next-best feasible configurations:
+    one step either way in every ordered knob and in the batch size, any
+    other value of an unordered one). Scoring the whole grid every trial
     would cost most of a quick start on a small machine, so each step scores
     a candidate set: a fresh random sample of the grid, every configuration
     in a box of a few steps around the incumbent, and its neighbours. Before
@@ -281,7 +276,7 @@ class LearnedSampler(GuidedSampler):
     """
 
     remeasure = (3, 2)
-    local_around = 1
+    local_around = 3
     global_every = 2
     misfit_factor = 3.0
     recent = 5
@@ -291,7 +286,6 @@ class LearnedSampler(GuidedSampler):
     pf_power = 2.0
     center = True
     pf_margin = 2.0
-    batch_search = True
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -307,7 +301,6 @@ class LearnedSampler(GuidedSampler):
         self.fits: dict[str, GaussianProcess] = {}
         self.rng = np.random.default_rng(seed)
         self.latest: Callable[[np.ndarray], tuple] | None = None
-        self.designed = False
 
     def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
         super().bind(space, model, max_latency_ms, percentile, device)
@@ -331,17 +324,11 @@ class LearnedSampler(GuidedSampler):
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
-        if self.batch_search and not self.designed:
-            step = self._batch_step(study, done)
-            if step is not None:
-                return step
-        if self.center and not self.designed:
-            self.designed = True
+        if self.center and len(done) < 3:
             fresh = self._fresh(study, self._center())
             if fresh is not None:
                 self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
                 return fresh
-        self.designed = True
         table = space_table(self.space)
         positions = [table.grid.position(t.user_attrs.get("effective_key", "")) for t in done]
         pairs = [(r, t) for r, t in zip(positions, done, strict=True) if r is not None]
@@ -367,51 +354,6 @@ class LearnedSampler(GuidedSampler):
         self.latest = models[self.trust]
         mu_e, sd_e, mu_l, sd_l = self.latest(cand)
         return self._acquire(table, cand, local_rows, feasible, mu_e, sd_e, mu_l, sd_l, why_model)
-
-    def _batch_step(self, study: optuna.Study, done: list[optuna.trial.FrozenTrial]) -> Config | None:
-        """The default configuration at the next batch size of a search for the largest one within the bound.
-
-        Latency rises with the batch size, so the default configuration's
-        feasible batch sizes are a prefix of the list; the largest one is
-        bracketed by the baselines (smallest and largest batch) and found by
-        bisection, each guess interpolated linearly in the batch size between
-        the bracket's measured latencies (a batch's time is a fixed part plus
-        a part per sample) and rounded to the nearest batch size on a log
-        scale (rounding down cost the Orin twin a third trial, its fixed
-        part being large). On 35 of the 40 generated tuning boards
-        (gen:0-39) the optimum's batch size was that one, on the other five
-        the next smaller one: energy per query falls with the batch while the
-        other knobs can still trade speed for energy. It is measured, not
-        imposed: the models see it as one more trial.
-        None once the bracket is closed (or the default misses the bound at
-        the smallest batch, or meets it at the largest).
-        """
-        batches = self.space.batch_sizes
-        default = self.space.effective(self.space.default_config())
-        latency: dict[int, float] = {}
-        for t in done:
-            if t.user_attrs.get("effective") == dict(default.knobs) and t.user_attrs["batch_size"] in batches:
-                latency[batches.index(t.user_attrs["batch_size"])] = t.user_attrs[f"{self.percentile}_ms"]
-        limit = self.bound_ms * math.exp(-self._latency_margin())
-        under = [i for i, v in latency.items() if v <= limit]
-        over = [i for i, v in latency.items() if v > limit]
-        if not under or not over:
-            return None
-        lo, hi = max(under), min(over)
-        if hi - lo <= 1:
-            return None
-        b_lo, b_hi = batches[lo], batches[hi]
-        guess = b_lo + (limit - latency[lo]) / (latency[hi] - latency[lo]) * (b_hi - b_lo)
-        pick = min(range(lo + 1, hi), key=lambda i: abs(math.log(batches[i]) - math.log(max(guess, 1e-9))))
-        fresh = self._fresh(study, default.model_copy(update={"batch_size": batches[pick]}))
-        if fresh is None:
-            return None
-        self.reason = (
-            "design",
-            f"largest batch size within the bound at the default configuration: between {b_lo} "
-            f"({latency[lo]:.3g} ms) and {b_hi} ({latency[hi]:.3g} ms), interpolated {guess:.3g}",
-        )
-        return fresh
 
     def _center(self) -> Config:
         """Every ordered tuned knob at its middle value, the others at their default, the middle batch size."""
