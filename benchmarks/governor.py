@@ -5,7 +5,11 @@ reused when the storage already has it), then ``tune replay`` of the diurnal day
 energy, queries over the bound and switches for the default mode as deployed (MAXN / the card's default
 clocks with its frequency governors free), the same mode with clocks locked, the static configuration
 planned for the trace's peak rate, and the governor. One more line splits the governor's gap: the same
-bands chosen on the true rate (no estimation, no headroom), which no governor can beat with this policy.
+bands chosen on the true rate (no estimation, no headroom, switches free), which no governor can beat
+with this policy. Then the switch model's effect and sensitivity: the governor with switches free and
+no switch-cost rule (the replay before switch costs were modelled, but with the queue carried across
+each switch), with costs but without the rule, and with every switch time x0.25 and x4; and the default
+mode as deployed with its governors reacting at once and 10 or 50 ms late (25 ms in the main table).
 The H200 twin serves the same traces scaled by ``--h200-scale`` (the card is about 30 times faster).
 
     nice -n 10 python benchmarks/governor.py            # writes benchmarks/results/governor.md
@@ -20,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -27,9 +32,48 @@ from tuner.devices.registry import open_device
 from tuner.devices.twin import TwinDevice
 from tuner.serve.plan import REFINE_TRIALS, PlanOptions, build_policy, plan_rates, plot_policy
 from tuner.serve.policy import Policy, write_policy
-from tuner.serve.replay import GovernorRules, Replayer, Trace, load_trace, plot_replay, replay
+from tuner.serve.replay import (
+    DEFAULT_REACTION_S,
+    GovernorRules,
+    Replayer,
+    StrategyResult,
+    Trace,
+    default_band,
+    deployed_reaction,
+    floor_idle_w,
+    load_trace,
+    plot_replay,
+    replay,
+)
+from tuner.serve.switching import SwitchCosts
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def variants(
+    policy: Policy, device: TwinDevice, trace: Trace, seed: int, rules: GovernorRules
+) -> list[tuple[str, StrategyResult]]:
+    """The governor under other switch models, and the default mode with other governor reaction times."""
+    out = []
+    plain = replace(rules, weigh_switches=False)
+    for label, rule, costs in (
+        ("governor, switches free, no switch-cost rule (the replay before)", plain, SwitchCosts.free()),
+        ("governor, switch costs, no switch-cost rule", plain, SwitchCosts()),
+        ("governor, every switch time x0.25", rules, SwitchCosts(scale=0.25)),
+        ("governor, every switch time x4", rules, SwitchCosts(scale=4.0)),
+    ):
+        out.append((label, Replayer(device, policy, seed).governed(trace, 1.0, rule, costs)))
+    static = policy.bands[policy.band_for(float(trace.rates.max())) or policy.top]
+    maxn, timeout = default_band(device, static)
+    replayer = Replayer(device, policy, seed)
+    idle = floor_idle_w(device, maxn)
+    for delay in (0.0, 0.010, 0.050):
+        reaction = deployed_reaction(replayer, maxn, delay)
+        if delay > 0 and reaction is None:
+            continue
+        label = f"default as deployed, governors {'at once' if delay == 0 else f'{1000 * delay:g} ms late'}"
+        out.append((label, replayer.fixed("default", maxn, timeout, trace, -1, idle, reaction)))
+    return out
 
 
 def known_rate(policy: Policy, device: TwinDevice, trace: Trace, seed: int) -> tuple[float, float]:
@@ -79,8 +123,12 @@ def main() -> None:
         f"every rate's winner cross-checked at every other rate, seed "
         f"{args.seed}. Replay: the governor reads a one-second Poisson count every second, smoothing "
         f"{rules.smoothing_s:g} s, headroom {100 * rules.headroom:g}%, hysteresis {100 * rules.hysteresis:g}%, "
-        f"dwell {rules.min_dwell_s:g} s. `default`: the default mode with its frequency governors free (idles at "
-        "the lowest clocks); `default_locked`: the same with clocks locked at maximum (jetson_clocks).",
+        f"dwell {rules.min_dwell_s:g} s, a switch down only if it saves {100 * rules.min_saving:g}% at the observed "
+        "rate and more than twice its energy over the dwell time. Every switch pauses serving for its time "
+        "(tuner/serve/switching.py) and the queue carries across it. `default`: the default mode with its "
+        "frequency governors free (clocks fall to the lowest between batches, "
+        f"{1000 * DEFAULT_REACTION_S:g} ms late on a Jetson); "
+        "`default_locked`: the same with clocks locked at maximum (jetson_clocks).",
         "",
     ]
     for twin in args.twins.split(","):
@@ -119,14 +167,25 @@ def main() -> None:
                 "",
                 f"Trace {name} ({summary['hours']:g} h, peak {summary['peak_qps']:g} q/s):",
                 "",
-                "| strategy | energy kJ | J/query | queries | % over bound | switches |",
-                "|---|---|---|---|---|---|",
+                "| strategy | energy kJ | J/query | queries | % over bound | switches | switching s |",
+                "|---|---|---|---|---|---|---|",
             ]
             lines += [
                 f"| {r['strategy']} | {r['energy_kj']:.4g} | {r['j_per_query']:.4g} | {r['queries']} | "
-                f"{r['over_bound_pct']:.3g} | {r['switches']} |"
+                f"{r['over_bound_pct']:.3g} | {r['switches']} | {r['switching_s']:.3g} |"
                 for r in summary["strategies"]
             ]
+            lines += ["", "Other switch models and governor reaction times (same trace, same seed):", ""]
+            lines += [
+                "| variant | energy kJ | J/query | % over bound | switches | switching s |",
+                "|---|---|---|---|---|---|",
+            ]
+            for label, result in variants(policy, device, trace, args.seed, rules):  # type: ignore[arg-type]
+                r = result.row()
+                lines.append(
+                    f"| {label} | {r['energy_kj']:.4g} | {r['j_per_query']:.4g} | {r['over_bound_pct']:.3g} | "
+                    f"{r['switches']} | {r['switching_s']:.3g} |"
+                )
             lines += [
                 "",
                 f"Governor saves {summary['governor_vs_static_pct']:.1f}% against the static peak-tuned configuration, "

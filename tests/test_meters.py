@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tuner.devices.jetson.board import Rail
+from tuner.devices.jetson.meters import RailMeter
 from tuner.errors import UserError
 from tuner.measure.meters import (
     NvmlEnergyMeter,
@@ -15,6 +18,7 @@ from tuner.measure.meters import (
     SampledPowerMeter,
     interpolate_counter,
 )
+from tuner.measure.poller import Poller
 
 
 class SteppingCounter:
@@ -147,3 +151,62 @@ def test_rapl_zero_energy_is_an_error(powercap):
     time.sleep(0.01)
     with pytest.raises(UserError, match="not updating"):
         meter.stop()
+
+
+class FailingSensor:
+    """A sensor that answers once (the meter's opening sample) and then fails, as an unplugged one does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.failed = threading.Event()
+
+    def read(self) -> float:
+        self.calls += 1
+        if self.calls > 1:
+            self.failed.set()
+            raise OSError(5, "Input/output error")
+        return 12.0
+
+
+def _rail_meter(sensor: FailingSensor) -> RailMeter:
+    rail = Rail("VDD_IN", Path("/nonexistent/voltage"), Path("/nonexistent/current"))
+    rail.watts = sensor.read  # type: ignore[method-assign]
+    return RailMeter([rail], period_s=0.05)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda sensor: SampledPowerMeter(sensor.read, period_s=0.05),
+        _rail_meter,
+    ],
+    ids=["sampled-power", "ina3221"],
+)
+def test_a_sensor_failing_mid_window_raises_from_stop(make):
+    """A meter whose thread died would integrate a shorter window than it reports; it must fail instead."""
+    sensor = FailingSensor()
+    meter = make(sensor)
+    meter.start()
+    assert sensor.failed.wait(30), "the polling thread never sampled"
+    with pytest.raises(OSError, match="Input/output"):
+        meter.stop()
+
+
+def test_poller_raises_once_and_can_run_again():
+    """After a failed window the next one starts clean: the error is not raised twice."""
+    calls: list[int] = []
+    failed = threading.Event()
+
+    def sample() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            failed.set()
+            raise ValueError("sensor gone")
+
+    poller = Poller(sample, 0.01, "test")
+    poller.start()
+    assert failed.wait(30)
+    with pytest.raises(ValueError):
+        poller.stop()
+    poller.start()
+    poller.stop()

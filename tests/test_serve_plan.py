@@ -80,6 +80,8 @@ def test_plan_then_replay_on_the_twin(tmp_path):
     assert policy.twin and policy.device_kind == "orin-agx" and policy.bands[0].min_qps == 0
     assert policy.bands[-1].max_qps == 120 and all(b.latency_ms <= 50 for b in policy.bands)
     assert all(b.provenance.measured_by_plan for b in policy.bands)
+    # each band carries its configuration's measurements, at least at its own top rate, for the governor
+    assert all(b.max_qps in {p.rate_qps for p in b.measured} for b in policy.bands)
     assert policy.points[0].j_per_query > policy.points[1].j_per_query
     assert policy_file.with_suffix(".png").stat().st_size > 0
     assert "digital twin" in policy_file.read_text().splitlines()[0]

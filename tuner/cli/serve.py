@@ -36,6 +36,7 @@ from tuner.serve.plan import (
 from tuner.serve.policy import Band, check_policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
 from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay
+from tuner.serve.switching import SwitchCosts, switch_seconds
 
 HeadroomOpt = typer.Option(DEFAULT_HEADROOM, "--headroom", help="choose the band for the rate x (1 + this)")
 HysteresisOpt = typer.Option(
@@ -188,6 +189,9 @@ def register(app: typer.Typer) -> None:
             hysteresis=hysteresis,
             min_dwell_s=min_dwell,
             smoothing_s=smoothing,
+            switch_s=lambda a, b: switch_seconds(
+                space, SwitchCosts(), policy.bands[a].config(), policy.bands[b].config()
+            ),
             log=record,
             warn=warn,
         )
@@ -238,14 +242,22 @@ def register(app: typer.Typer) -> None:
             common.emit_json(summary)
             return
         rows = [
-            [r["strategy"], r["energy_kj"], r["j_per_query"], r["queries"], r["over_bound_pct"], r["switches"]]
+            [
+                r["strategy"],
+                r["energy_kj"],
+                r["j_per_query"],
+                r["queries"],
+                r["over_bound_pct"],
+                r["switches"],
+                r["switching_s"],
+            ]
             for r in summary["strategies"]
         ]
         common.out_console.print(
             common.table(
                 f"{policy.model} on {dev.name}, trace {rates.name} ({summary['hours']:g} h, peak "
                 f"{summary['peak_qps']:g} q/s), {summary['bound']}{common.twin_note(dev)}",
-                ["strategy", "energy kJ", "J/query", "queries", "% over bound", "switches"],
+                ["strategy", "energy kJ", "J/query", "queries", "% over bound", "switches", "switching s"],
                 rows,
             )
         )

@@ -15,7 +15,6 @@ reinstated (read_state records the clock-event reasons that hint at them).
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ from tuner.devices.base import WindowSettings
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, NvmlEnergyMeter, RaplMeter, SampledPowerMeter
+from tuner.measure.poller import Poller
 from tuner.measure.session import mark_invalid, measure_with
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
@@ -95,8 +95,7 @@ class NvmlTelemetry:
         self.reasons = 0
         self.power_capped_samples = 0
         self.samples = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = Poller(self.sample, period_s, "nvml-telemetry")
 
     def _reasons_now(self) -> int:
         getter = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -120,21 +119,13 @@ class NvmlTelemetry:
         self.power_capped_samples += bool(reasons & POWER_CAP_BIT)
         self.samples += 1
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self.sample()
-
     def start(self) -> None:
         self.temps_c, self.reasons, self.power_capped_samples, self.samples = [], 0, 0, 0
-        self._stop.clear()
         self.sample()
-        self._thread = threading.Thread(target=self._loop, name="powertune-nvml-telemetry", daemon=True)
-        self._thread.start()
+        self._poller.start()
 
     def stop(self) -> NvmlTelemetry:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._poller.stop()
         self.sample()
         return self
 

@@ -41,6 +41,22 @@ MAX_SIMULATED_QUERIES = 20_000
 
 
 @dataclass
+class Reaction:
+    """Frequency governors (devfreq, cpufreq) that follow the load with a delay instead of holding clocks.
+
+    After a batch the clocks stay up for ``delay_s`` (idle at ``held_w``) before
+    they fall to the floor (the profile's ``idle_w``); a batch that starts after
+    they fell runs its first ``delay_s`` at the floor clocks (``service_s`` and
+    ``busy_w`` per batch size, as the profile's arrays) until they have risen.
+    """
+
+    delay_s: float
+    held_w: float
+    service_s: np.ndarray
+    busy_w: np.ndarray
+
+
+@dataclass
 class ServingProfile:
     """A configuration's batch costs: index n holds batch size n (index 0 unused)."""
 
@@ -49,6 +65,7 @@ class ServingProfile:
     idle_w: float
     jitter_s: float = 0.0
     noise: float = 0.0
+    reaction: Reaction | None = None
 
     @property
     def max_batch(self) -> int:
@@ -69,6 +86,8 @@ class QueueOutcome:
     busy_s: float
     energy_j: float
     batches: int
+    busy_j: float = 0.0
+    free_at: float = 0.0
 
     @property
     def queries(self) -> int:
@@ -98,31 +117,71 @@ def simulate(
     timeout_s: float,
     duration_s: float,
     rng: np.random.Generator | None = None,
+    free_at: float = 0.0,
+    stop_s: float = np.inf,
 ) -> QueueOutcome:
-    """Serve ``arrivals`` (sorted seconds) with dynamic batching; see the module docstring."""
+    """Serve ``arrivals`` (sorted seconds) with dynamic batching; see the module docstring.
+
+    ``free_at`` is when the instance can start its first batch (a window that
+    follows another, or a pause), and no batch starts at or after ``stop_s``:
+    the queries left then are the queue a following window inherits (the
+    outcome's latencies cover the served ones only, the first
+    ``len(latencies_s)``).
+    """
     n = len(arrivals)
     latencies = np.empty(n)
-    free_at, i, busy, busy_j, batches = 0.0, 0, 0.0, 0.0, 0
+    origin = free_at
+    i, busy, busy_j, batches, held_s = 0, 0.0, 0.0, 0, 0.0
     max_batch = max(1, min(max_batch, serving.max_batch))
     while i < n:
         ready = max(free_at, arrivals[i])
         fill_at = arrivals[i + max_batch - 1] if i + max_batch - 1 < n else np.inf
         start = max(ready, min(arrivals[i] + timeout_s, fill_at))
+        if start >= stop_s:
+            break
         size = min(max_batch, int(np.searchsorted(arrivals, start, side="right")) - i)
         t = float(serving.service_s[size])
         if rng is not None:
             t *= float(rng.lognormal(0.0, serving.noise)) if serving.noise else 1.0
             t += float(rng.exponential(serving.jitter_s)) if serving.jitter_s else 0.0
+        work_j = t * float(serving.busy_w[size])
+        if serving.reaction is not None:
+            t, work_j, held = _react(serving.reaction, size, t, work_j, start - free_at)
+            held_s += held
         done = start + t
         latencies[i : i + size] = done - arrivals[i : i + size]
         busy += t
-        busy_j += t * float(serving.busy_w[size])
+        busy_j += work_j
         batches += 1
         free_at = done
         i += size
     end = max(duration_s, free_at)
-    energy = busy_j + serving.idle_w * max(end - busy, 0.0)
-    return QueueOutcome(latencies_s=latencies, duration_s=end, busy_s=busy, energy_j=energy, batches=batches)
+    energy = busy_j + serving.idle_w * max(end - origin - busy, 0.0)
+    if serving.reaction is not None:
+        held_s += min(end - free_at, serving.reaction.delay_s)
+        energy += (serving.reaction.held_w - serving.idle_w) * held_s
+    return QueueOutcome(
+        latencies_s=latencies[:i],
+        duration_s=end,
+        busy_s=busy,
+        energy_j=energy,
+        batches=batches,
+        busy_j=busy_j,
+        free_at=free_at,
+    )
+
+
+def _react(reaction: Reaction, size: int, t: float, work_j: float, gap_s: float) -> tuple[float, float, float]:
+    """A batch under delayed governors: its time and energy, and the idle seconds before it at held clocks."""
+    if gap_s <= reaction.delay_s:
+        return t, work_j, max(gap_s, 0.0)
+    slow_s = float(reaction.service_s[size])
+    pace = t / slow_s if slow_s > t else 1.0  # the fraction of the batch done per second at the floor clocks
+    floor_w = float(reaction.busy_w[size])
+    if t <= reaction.delay_s * pace:
+        return t / pace, floor_w * t / pace, reaction.delay_s
+    rest = t - reaction.delay_s * pace
+    return reaction.delay_s + rest, floor_w * reaction.delay_s + work_j * rest / t, reaction.delay_s
 
 
 def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> ServingProfile:

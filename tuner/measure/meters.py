@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from tuner.errors import UserError
+from tuner.measure.poller import Poller
 
 
 @dataclass(frozen=True)
@@ -249,9 +250,7 @@ class SampledPowerMeter:
         self.clock = clock
         self.min_window_s = self.PERIODS_NEEDED * period_s
         self._samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._poller = Poller(self._sample, period_s, name)
         self._latest: tuple[float, float] | None = None
 
     def _sample(self) -> None:
@@ -267,28 +266,14 @@ class SampledPowerMeter:
         """The trapezoid integral up to the latest power sample."""
         return self._latest
 
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(self.period_s):
-                self._sample()
-        except BaseException as exc:  # re-raised in stop() on the caller's thread
-            self._error = exc
-
     def start(self) -> None:
         self._samples = []
         self._latest = None
-        self._error = None
-        self._stop.clear()
         self._sample()
-        self._thread = threading.Thread(target=self._loop, name=f"powertune-{self.name}", daemon=True)
-        self._thread.start()
+        self._poller.start()
 
     def stop(self) -> EnergyReading:
-        self._stop.set()
-        assert self._thread is not None, "stop() without start()"
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        self._poller.stop()
         self._sample()
         samples = self._samples
         energy = sum((tb - ta) * (wa + wb) / 2 for (ta, wa), (tb, wb) in pairwise(samples))
@@ -335,8 +320,7 @@ class RaplMeter:
         self.zones = self._discover()
         self.rails = [z.name for z in self.zones]
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = Poller(self._accumulate, poll_s, "rapl")
         self._t0 = 0.0
         self._reads = 0
 
@@ -371,19 +355,13 @@ class RaplMeter:
                 zone.last_uj = now
             self._reads += 1
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            self._accumulate()
-
     def start(self) -> None:
         for zone in self.zones:
             zone.last_uj = _read_uj(zone.energy)
             zone.total_uj = 0
         self._reads = 1
-        self._stop.clear()
         self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="powertune-rapl", daemon=True)
-        self._thread.start()
+        self._poller.start()
 
     def energy_now(self) -> tuple[float, float] | None:
         """Read the counters now: they are exact at any instant."""
@@ -391,11 +369,9 @@ class RaplMeter:
         return time.monotonic(), sum(z.total_uj for z in self.zones) / 1e6
 
     def stop(self) -> EnergyReading:
+        self._poller.stop()
         self._accumulate()
         duration = time.monotonic() - self._t0
-        self._stop.set()
-        assert self._thread is not None, "stop() without start()"
-        self._thread.join()
         per_zone = {f"{z.name}_j": z.total_uj / 1e6 for z in self.zones}
         energy = sum(z.total_uj for z in self.zones) / 1e6
         return _reading(self, energy, duration, self._reads, extra=per_zone)

@@ -16,6 +16,15 @@ Switching rules (why each):
   current band's lower edge by ``hysteresis`` (10%) and the current band has
   been held ``min_dwell_s`` (30 s), so a rate hovering at an edge or a short
   lull does not flap the device between modes.
+- Down, also: only when the switch pays for itself (with ``switch_s``, what
+  a switch between two bands keeps the device from serving, and bands that
+  carry the plan's measurements at every planned rate). At the observed rate
+  the cheaper band must save at least ``min_saving`` of the current band's
+  energy per query, and that saving over the dwell time must exceed the
+  energy of the switch and of the likely switch back (twice its seconds at
+  the current band's average power). A switch costs a pause in serving: the
+  queries behind it wait, so a switch for a saving inside the plan's noise
+  is all cost. Bands without measurements switch as before.
 - A rate that cannot be read, or one above every band, selects the
   highest-throughput band, and the reason is logged.
 
@@ -44,6 +53,7 @@ from tuner.serve.rates import RateSource, RateUnavailable
 DEFAULT_HEADROOM = 0.10
 DEFAULT_HYSTERESIS = 0.10
 DEFAULT_DWELL_S = 30.0
+DEFAULT_MIN_SAVING = 0.03
 
 
 @dataclass
@@ -77,6 +87,8 @@ class Governor:
         min_dwell_s: float = DEFAULT_DWELL_S,
         smoothing_s: float = DEFAULT_SMOOTHING_S,
         burst_sigmas: float = DEFAULT_BURST_SIGMAS,
+        min_saving: float = DEFAULT_MIN_SAVING,
+        switch_s: Callable[[int, int], float] | None = None,
         clock: Callable[[], float] = time.time,
         log: Callable[[Switch], None] | None = None,
         warn: Callable[[str], None] | None = None,
@@ -87,6 +99,8 @@ class Governor:
         self.hysteresis = hysteresis
         self.min_dwell_s = min_dwell_s
         self.estimate = RateEstimate(smoothing_s, burst_sigmas)
+        self.min_saving = min_saving
+        self.switch_s = switch_s
         self.clock = clock
         self.log = log
         self.warn = warn
@@ -124,8 +138,23 @@ class Governor:
                 return None
             if now - self.since < self.min_dwell_s:
                 return None
+            if not self.pays(self.current, target, rate_qps):
+                return None
             return self._switch(target, rate_qps, now, "rate fell below the band")
         return None
+
+    def pays(self, current: int, target: int, rate_qps: float) -> bool:
+        """Whether a switch down saves more than it costs at this rate (see the module docstring)."""
+        if self.switch_s is None:
+            return True
+        here = self.policy.bands[current].j_per_query_at(rate_qps)
+        there = self.policy.bands[target].j_per_query_at(rate_qps)
+        if here is None or there is None:
+            return True
+        if here - there < self.min_saving * here:
+            return False
+        cost_j = 2.0 * self.switch_s(current, target) * self.policy.bands[current].avg_w
+        return rate_qps * (here - there) * self.min_dwell_s > cost_j
 
     def fallback(self, reason: str, now: float | None = None) -> Switch | None:
         """The safe choice when the rate is unknown: the highest-throughput band."""

@@ -25,7 +25,7 @@ from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
 from tuner.records import candidates, is_feasible, representatives
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
-from tuner.serve.policy import Band, BandProvenance, PlanPoint, Policy, stamp
+from tuner.serve.policy import Band, BandPoint, BandProvenance, PlanPoint, Policy, stamp
 from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
 from tuner.study import (
@@ -356,6 +356,7 @@ def build_policy(device: Device, options: PlanOptions, results: list[RateResult]
             f"no configuration met the bound at any planned rate (lowest {format_rate(results[0].rate)} queries/s): "
             "relax --max-latency, plan lower --rates, or run more --trials"
         )
+    measured = measurements(options, results)
     bands: list[Band] = []
     for r in results:
         if r.record is None:
@@ -374,6 +375,7 @@ def build_policy(device: Device, options: PlanOptions, results: list[RateResult]
             provenance=BandProvenance(
                 study=r.study, storage=storage, trial=int(rec["trial"]), measured_by_plan=r.measured_by_plan
             ),
+            measured=measured.get(_key(rec), []),
         )
         if bands and bands[-1].label() == band.label():
             band = band.model_copy(update={"min_qps": bands[-1].min_qps})
@@ -401,6 +403,33 @@ def build_policy(device: Device, options: PlanOptions, results: list[RateResult]
         points=points,
         created_at=stamp(),
     )
+
+
+def _key(record: dict) -> str:
+    return json.dumps([record["config"], record["batch_size"]], sort_keys=True)
+
+
+def measurements(options: PlanOptions, results: list[RateResult]) -> dict[str, list[BandPoint]]:
+    """Each winner's energy per query and tail latency at every planned rate where a study measured it.
+
+    The cross-check measured every rate's winner in every other rate's study;
+    a verified configuration counts by its latest repeat (its windows' mean).
+    """
+    storage = options.storage or default_storage(options.out)
+    wanted = {_key(r.record) for r in results if r.record is not None}
+    found: dict[str, list[BandPoint]] = {key: [] for key in wanted}
+    for r in results:
+        study = open_study(r.study, storage)
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        for trial in representatives(done):
+            record = trial_record(trial)
+            key = _key(record)
+            j = record.get("j_per_query")
+            if key in found and j is not None and math.isfinite(j) and j > 0:
+                latency = trial.user_attrs.get(trial.user_attrs.get("latency_key", "p99_ms"))
+                point = BandPoint(rate_qps=r.rate, j_per_query=float(j), latency_ms=float(latency or math.inf))
+                found[key].append(point)
+    return found
 
 
 def _label(record: dict) -> str:

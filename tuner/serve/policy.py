@@ -13,6 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -36,8 +37,23 @@ class BandProvenance(BaseModel):
     measured_by_plan: bool
 
 
+class BandPoint(BaseModel):
+    """A band's configuration measured at one planned rate (the plan's cross-check measures every pair)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate_qps: float = Field(gt=0)
+    j_per_query: float = Field(gt=0)
+    latency_ms: float
+
+
 class Band(BaseModel):
-    """Rates in (min_qps, max_qps] run ``knobs`` with dynamic batching up to ``batch_size``."""
+    """Rates in (min_qps, max_qps] run ``knobs`` with dynamic batching up to ``batch_size``.
+
+    ``measured`` holds the configuration's energy per query at the planned
+    rates, so a governor can weigh what a switch to it would save at the rate
+    it observes; empty in policies planned before it was recorded.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +66,7 @@ class Band(BaseModel):
     latency_ms: float
     avg_w: float
     provenance: BandProvenance
+    measured: list[BandPoint] = Field(default_factory=list)
 
     def config(self) -> Config:
         """The device's configuration (the serving knobs are not device knobs)."""
@@ -57,6 +74,14 @@ class Band(BaseModel):
 
     def label(self) -> str:
         return f"{self.config().label()} timeout={self.batch_timeout_ms:g}ms"
+
+    def j_per_query_at(self, rate_qps: float) -> float | None:
+        """Energy per query at a rate, interpolated between the planned rates it was measured at; None unmeasured."""
+        points = sorted(self.measured, key=lambda p: p.rate_qps)
+        if not points:
+            return None
+        rates = [p.rate_qps for p in points]
+        return float(np.interp(rate_qps, rates, [p.j_per_query for p in points]))
 
 
 class PlanPoint(BaseModel):

@@ -4,10 +4,17 @@
 without locking clocks gets it (MAXN by ``nvpmodel -m 0`` on a Jetson, the
 card's default clocks on a GPU), with the batching of (b): it runs batches at
 the default (highest) clocks, and between batches its frequency governors let
-the clocks fall, so it idles at the floor of the lowest GPU, memory and CPU
-clocks the space offers (with the mode's cores and TPCs). Dropping to the
-floor in every gap, however short, is the most favourable reading of devfreq
-and cpufreq for the baseline, so savings against it are not overstated.
+the clocks fall to the floor of the lowest GPU, memory and CPU clocks the
+space offers (with the mode's cores and TPCs). On a Jetson the governors
+follow the load ``reaction_s`` late (``DEFAULT_REACTION_S``, 25 ms: the GPU's
+devfreq samples its load every 25 ms, ``polling_ms = 25`` in nvgpu's
+os/linux/scale.c, and schedutil's rate limit for the Tegra cpufreq driver is
+10 ms on L4T 35's 5.10 kernel): after a batch the clocks stay up for that
+long, idling at the mode's clocks, and a batch that starts after they fell
+runs that long at the floor clocks (one delay both ways is a simplification).
+``reaction_s`` 0 drops the clocks in every gap at once and raises them at
+once: the most favourable reading of devfreq and cpufreq for the baseline.
+A GPU card's own clock management is taken to react at once (not modelled).
 ``default_locked`` is the same mode with clocks locked at their maximum
 (``jetson_clocks``, or application clocks on a GPU), idling at those clocks;
 (b) ``static``: the policy's band for the trace's peak rate, held all day
@@ -21,9 +28,19 @@ is noisy), and a switch takes effect from the next interval. Every stretch of
 one configuration at one rate is served by the twin's queueing model
 (tuner/devices/queueing.py) with Poisson arrivals: each configuration and rate
 (within 1%) is simulated once for ``sim_cap_s`` and its energy and queries
-over the bound are scaled to the stretch's length. Not modelled: the queue
-carried over from one stretch to the next, and the time and energy a mode
-switch itself costs.
+over the bound are scaled to the stretch's length (the steady state).
+
+Around every switch the steady state does not hold, so the time from
+``PRE_SWITCH_S`` before it to ``POST_SWITCH_S`` (plus twenty times the switch's
+own time) after it is simulated as one run of arrivals instead (windows that
+overlap are joined): the old configuration serves up to the switch, then no
+batch starts for the switch's time (tuner/serve/switching.py: CPU hotplug,
+nvpmodel, clock writes), while the board draws the switch's power, then the
+new configuration serves the queue the old one left, the queries that arrived
+during the switch and the new arrivals. The queue carried from one stretch
+to the next and the time and energy of the switch are thus both counted.
+Not modelled: the queue carried across a change of rate within one
+configuration (all strategies alike are served in the steady state there).
 """
 
 from __future__ import annotations
@@ -37,15 +54,27 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
-from tuner.devices.queueing import QueueOutcome, ServingProfile, poisson_arrivals, serving_profile, simulate
+from tuner.devices.queueing import (
+    QueueOutcome,
+    Reaction,
+    ServingProfile,
+    poisson_arrivals,
+    serving_profile,
+    simulate,
+)
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
-from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, Governor
+from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
 from tuner.serve.policy import Band, Policy, check_policy
+from tuner.serve.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.space import Config
 
 SIM_CAP_S = 20.0
+PRE_SWITCH_S = 5.0
+POST_SWITCH_S = 20.0
+# How late devfreq/cpufreq follow the load under a Jetson's default mode (see the module docstring).
+DEFAULT_REACTION_S = 0.025
 DEFAULT_INTERVAL_S = 1.0
 STRATEGIES = ("default", "default_locked", "static", "governor")
 
@@ -90,6 +119,7 @@ class StrategyResult:
     queries: float = 0.0
     over_bound: float = 0.0
     switches: int = 0
+    switch_s: float = 0.0
     bands: list[int] = field(default_factory=list)
     power_w: list[float] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)
@@ -107,6 +137,7 @@ class StrategyResult:
             "over_bound": round(self.over_bound),
             "over_bound_pct": round(100 * self.over_fraction, 3),
             "switches": self.switches,
+            "switching_s": round(self.switch_s, 3),
             "configurations": sorted(self.labels),
         }
 
@@ -131,22 +162,32 @@ class Replayer:
         return self._profiles[key]
 
     def piece(
-        self, config: Config, timeout_ms: float, rate: float, seconds: float, idle_w: float | None = None
+        self,
+        config: Config,
+        timeout_ms: float,
+        rate: float,
+        seconds: float,
+        idle_w: float | None = None,
+        reaction: Reaction | None = None,
     ) -> tuple[float, float, float]:
         """Energy (J), queries and queries over the bound of ``seconds`` at ``rate`` under a configuration.
 
         ``idle_w`` replaces the configuration's idle power between batches
-        (a default mode whose governors let the clocks fall).
+        (a default mode whose governors let the clocks fall), ``reaction`` the
+        delay with which those governors follow the load.
         """
         if seconds <= 0:
             return 0.0, 0.0, 0.0
         serving = self.serving(config)
         if idle_w is not None:
             serving = replace(serving, idle_w=idle_w)
+        if reaction is not None:
+            serving = replace(serving, reaction=reaction)
         if rate <= 0:
             return serving.idle_w * seconds, 0.0, 0.0
         bucket = round(math.log(rate) / math.log(1.01))
-        key = (config.key(), timeout_ms, bucket, serving.idle_w)
+        delay = None if serving.reaction is None else serving.reaction.delay_s
+        key = (config.key(), timeout_ms, bucket, serving.idle_w, delay)
         if key not in self._windows:
             rng = np.random.default_rng(zlib.crc32(repr((self.seed, key[:3])).encode()))
             arrivals = poisson_arrivals(1.01**bucket, self.sim_cap_s, rng)
@@ -160,11 +201,18 @@ class Replayer:
         return energy, out.queries * scale, out.over(self.bound_s) * scale
 
     def fixed(
-        self, name: str, config: Config, timeout_ms: float, trace: Trace, band: int, idle_w: float | None = None
+        self,
+        name: str,
+        config: Config,
+        timeout_ms: float,
+        trace: Trace,
+        band: int,
+        idle_w: float | None = None,
+        reaction: Reaction | None = None,
     ) -> StrategyResult:
         result = StrategyResult(name=name, labels={f"{config.label()} timeout={timeout_ms:g}ms"})
         for rate, seconds in zip(trace.rates, trace.durations, strict=True):
-            e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds), idle_w)
+            e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds), idle_w, reaction)
             result.energy_j += e
             result.queries += q
             result.over_bound += o
@@ -172,30 +220,140 @@ class Replayer:
             result.power_w.append(e / seconds)
         return result
 
-    def governed(self, trace: Trace, interval_s: float, rules: GovernorRules) -> StrategyResult:
-        """The governor reading the rate every ``interval_s``; each switch counts from the next interval."""
+    def governed(
+        self, trace: Trace, interval_s: float, rules: GovernorRules, costs: SwitchCosts | None = None
+    ) -> StrategyResult:
+        """The governor reading the rate every ``interval_s``; each switch counts from the next interval.
+
+        The governor's choices depend only on the rates it reads, so the
+        schedule (one band per interval) is made first and then served: in the
+        steady state away from switches, as one simulated run around each.
+        """
+        costs = SwitchCosts() if costs is None else costs
         result = StrategyResult(name="governor")
-        governor = Governor(self.policy, apply=lambda band: None, clock=lambda: 0.0, **rules.kwargs())
+        governor = Governor(
+            self.policy,
+            apply=lambda band: None,
+            clock=lambda: 0.0,
+            switch_s=(lambda a, b: self.pause_s(costs, a, b)) if rules.weigh_switches else None,
+            **rules.kwargs(),
+        )
         rng = np.random.default_rng(self.seed)
         governor.observe(float(trace.rates[0]), now=0.0)
-        for start, rate, seconds in zip(trace.times, trace.rates, trace.durations, strict=True):
-            t, end, energy = float(start), float(start) + float(seconds), 0.0
+        steps: list[Step] = []
+        for row, (start, rate, seconds) in enumerate(zip(trace.times, trace.rates, trace.durations, strict=True)):
+            t, end = float(start), float(start) + float(seconds)
             while t < end:
-                current = governor.band
-                assert current is not None
+                assert governor.current is not None
                 step = min(interval_s, end - t)
-                e, q, o = self.piece(current.config(), current.batch_timeout_ms, float(rate), step)
-                energy += e
-                result.queries += q
-                result.over_bound += o
+                steps.append(Step(start=t, seconds=step, rate=float(rate), band=governor.current, row=row))
                 t += step
                 governor.observe(rng.poisson(float(rate) * step) / step, now=t)
-            result.energy_j += energy
             result.bands.append(int(governor.current or 0))
-            result.power_w.append(energy / float(seconds))
+        energy = np.zeros(len(steps))
+        for lo, hi in self.switch_windows(steps, costs):
+            e, q, o, paused = self.serve_run(steps[lo:hi], costs)
+            result.queries += q
+            result.over_bound += o
+            result.switch_s += paused
+            span = np.array([s.seconds for s in steps[lo:hi]])
+            energy[lo:hi] = e * span / span.sum()
+            for k in range(lo, hi):
+                steps[k].done = True
+        for k, s in enumerate(steps):
+            if s.done:
+                continue
+            band = self.policy.bands[s.band]
+            e, q, o = self.piece(band.config(), band.batch_timeout_ms, s.rate, s.seconds)
+            energy[k] = e
+            result.queries += q
+            result.over_bound += o
+        rows = np.array([s.row for s in steps])
+        per_row = np.bincount(rows, weights=energy, minlength=len(trace.rates))
+        result.energy_j = float(energy.sum())
+        result.power_w = [float(e / d) for e, d in zip(per_row, trace.durations, strict=True)]
         result.switches = len(governor.switches) - 1
         result.labels = {self.policy.bands[s.to_band].label() for s in governor.switches}
         return result
+
+    def pause_s(self, costs: SwitchCosts, a: int, b: int) -> float:
+        """Seconds a switch from band ``a`` to band ``b`` keeps the device from serving."""
+        bands = self.policy.bands
+        return switch_seconds(self.device.space(), costs, bands[a].config(), bands[b].config())
+
+    def switch_windows(self, steps: list[Step], costs: SwitchCosts) -> list[tuple[int, int]]:
+        """Step ranges ``[lo, hi)`` served as one run: each switch's surroundings, overlapping ones joined."""
+        spans: list[tuple[float, float]] = []
+        for k in range(1, len(steps)):
+            if steps[k].band != steps[k - 1].band:
+                pause = self.pause_s(costs, steps[k - 1].band, steps[k].band)
+                at = steps[k].start
+                spans.append((at - PRE_SWITCH_S, at + POST_SWITCH_S + 20.0 * pause))
+        starts = np.array([s.start for s in steps])
+        windows: list[tuple[int, int]] = []
+        for a, b in spans:
+            lo = max(int(np.searchsorted(starts, a, side="right")) - 1, 0)
+            hi = int(np.searchsorted(starts, b, side="left"))
+            if windows and lo <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
+            else:
+                windows.append((lo, hi))
+        return windows
+
+    def serve_run(self, steps: list[Step], costs: SwitchCosts) -> tuple[float, float, float, float]:
+        """Energy, queries, queries over the bound and seconds paused of consecutive steps served as one run.
+
+        Each stretch of one band serves from when the previous one stopped
+        starting batches (or its switch ended) with the queue it inherits; a
+        batch already running when a switch starts completes.
+        """
+        begin = steps[0].start
+        rng = np.random.default_rng(zlib.crc32(repr((self.seed, "run", round(begin, 6))).encode()))
+        arrivals = np.concatenate([s.start + poisson_arrivals(s.rate, s.seconds, rng) for s in steps])
+        stretches: list[tuple[int, float, float]] = []
+        for s in steps:
+            if stretches and stretches[-1][0] == s.band:
+                stretches[-1] = (s.band, stretches[-1][1], s.start + s.seconds)
+            else:
+                stretches.append((s.band, s.start, s.start + s.seconds))
+        jetson = self.device.space().mode_knob is not None
+        energy, paused, served, free_at = 0.0, 0.0, 0, begin
+        latencies: list[np.ndarray] = []
+        for k, (index, a, b) in enumerate(stretches):
+            band = self.policy.bands[index]
+            serving = self.serving(band.config())
+            if k > 0:
+                previous = stretches[k - 1][0]
+                pause = self.pause_s(costs, previous, index)
+                paused += pause
+                idle_before = self.serving(self.policy.bands[previous].config()).idle_w
+                power = switch_power_w(costs, idle_before, serving.idle_w, jetson)
+                energy += power * max(a + pause - max(a, free_at), 0.0)
+                free_at = max(free_at, a + pause)
+            free_at = max(free_at, a)
+            last = k == len(stretches) - 1
+            out = simulate(
+                arrivals[served:], serving, band.batch_size, band.batch_timeout_ms / 1000.0, b, rng,
+                free_at=free_at, stop_s=np.inf if last else b,
+            )  # fmt: skip
+            energy += out.energy_j
+            latencies.append(out.latencies_s)
+            served += out.queries
+            free_at = out.free_at
+        lat = np.concatenate(latencies)
+        return energy, float(len(lat)), float(np.count_nonzero(lat > self.bound_s)), paused
+
+
+@dataclass
+class Step:
+    """One interval of the governed replay: the band in force and the trace's rate."""
+
+    start: float
+    seconds: float
+    rate: float
+    band: int
+    row: int
+    done: bool = False
 
 
 @dataclass
@@ -207,6 +365,8 @@ class GovernorRules:
     min_dwell_s: float = DEFAULT_DWELL_S
     smoothing_s: float = DEFAULT_SMOOTHING_S
     burst_sigmas: float = DEFAULT_BURST_SIGMAS
+    min_saving: float = DEFAULT_MIN_SAVING
+    weigh_switches: bool = True
 
     def kwargs(self) -> dict[str, float]:
         return {
@@ -215,6 +375,7 @@ class GovernorRules:
             "min_dwell_s": self.min_dwell_s,
             "smoothing_s": self.smoothing_s,
             "burst_sigmas": self.burst_sigmas,
+            "min_saving": self.min_saving,
         }
 
 
@@ -255,8 +416,8 @@ def default_band(device: TwinDevice, static: Band) -> tuple[Config, float]:
     return config, static.batch_timeout_ms
 
 
-def floor_idle_w(device: TwinDevice, config: Config) -> float:
-    """Idle power of a configuration's mode once its governors have let every clock fall to the lowest value.
+def floor_config(device: TwinDevice, config: Config) -> Config:
+    """A configuration's mode once its governors have let every clock fall to the lowest value.
 
     The GPU, memory and CPU clocks drop to the lowest the space offers; cores
     online, TPCs and the power limit stay the mode's (devfreq and cpufreq
@@ -269,8 +430,26 @@ def floor_idle_w(device: TwinDevice, config: Config) -> float:
         name = roles.get(role)
         if name is not None and name in space.knobs and name in knobs:
             knobs[name] = min(space.knobs[name].values, key=float)
-    floor = Config(knobs=knobs, batch_size=1)
+    return Config(knobs=knobs, batch_size=config.batch_size)
+
+
+def floor_idle_w(device: TwinDevice, config: Config) -> float:
+    """Idle power of a configuration's mode at the floor of its clocks (:func:`floor_config`)."""
+    floor = floor_config(device, config).model_copy(update={"batch_size": 1})
     return float(device.model.idle([floor]).power_w[0])
+
+
+def deployed_reaction(replayer: Replayer, config: Config, delay_s: float) -> Reaction | None:
+    """Governors that follow the load ``delay_s`` late: held at the mode's clocks, slow at the floor's.
+
+    Jetson only (devfreq and cpufreq); None elsewhere and for no delay.
+    """
+    if delay_s <= 0 or replayer.device.space().mode_knob is None:
+        return None
+    floor = replayer.serving(floor_config(replayer.device, config))
+    return Reaction(
+        delay_s=delay_s, held_w=replayer.serving(config).idle_w, service_s=floor.service_s, busy_w=floor.busy_w
+    )
 
 
 def replay(
@@ -280,8 +459,16 @@ def replay(
     seed: int = 0,
     interval_s: float = DEFAULT_INTERVAL_S,
     rules: GovernorRules | None = None,
+    costs: SwitchCosts | None = None,
+    reaction_s: float = DEFAULT_REACTION_S,
 ) -> ReplayReport:
-    """Run the trace through every strategy; the policy must be for this twin's kind."""
+    """Run the trace through every strategy; the policy must be for this twin's kind.
+
+    ``costs``: what a switch costs (default :class:`SwitchCosts`;
+    ``SwitchCosts.free()`` replays switches as free, as before they were
+    modelled). ``reaction_s``: how late the default mode's frequency governors
+    follow the load (0: at once, the most favourable reading for the default).
+    """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
     check_policy(policy, device.kind)
@@ -294,10 +481,18 @@ def replay(
     static = policy.bands[static_index]
     maxn, maxn_timeout = default_band(device, static)
     results = {
-        "default": replayer.fixed("default", maxn, maxn_timeout, trace, -1, floor_idle_w(device, maxn)),
+        "default": replayer.fixed(
+            "default",
+            maxn,
+            maxn_timeout,
+            trace,
+            -1,
+            floor_idle_w(device, maxn),
+            deployed_reaction(replayer, maxn, reaction_s),
+        ),
         "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),
         "static": replayer.fixed("static", static.config(), static.batch_timeout_ms, trace, static_index),
-        "governor": replayer.governed(trace, interval_s, rules or GovernorRules()),
+        "governor": replayer.governed(trace, interval_s, rules or GovernorRules(), costs),
     }
     return ReplayReport(trace=trace, policy=policy, device=device.name, results=results)
 

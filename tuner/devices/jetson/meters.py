@@ -7,7 +7,6 @@ that it is not wall power.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from tuner.devices.jetson.board import Rail
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading
+from tuner.measure.poller import Poller
 
 JTOP_PERIOD_S = 0.5
 
@@ -51,8 +51,7 @@ class RailMeter:
         self.period_s = period_s
         self._temperatures = temperatures
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = Poller(self._sample, period_s, "ina3221-meter")
         self._t: list[float] = []
         self._w: dict[str, list[float]] = {}
         self.max_temps_c: dict[str, float] = {}
@@ -69,21 +68,13 @@ class RailMeter:
             for zone, c in self._temperatures().items():
                 self.max_temps_c[zone] = max(c, self.max_temps_c.get(zone, c))
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self._sample()
-
     def start(self) -> None:
         self._t, self._w, self.max_temps_c = [], {}, {}
-        self._stop.clear()
         self._sample(temps=True)
-        self._thread = threading.Thread(target=self._loop, name="ina3221-meter", daemon=True)
-        self._thread.start()
+        self._poller.start()
 
     def stop(self) -> EnergyReading:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._poller.stop()
         self._sample(temps=True)
         per_rail = {name: _trapezoid(self._t, w) for name, w in self._w.items()}
         energy = sum(per_rail[name] for name in self.rails)
@@ -132,8 +123,7 @@ class JtopMeter:
         self._jtop_cls = jtop
         self.period_s = max(period_s, JTOP_PERIOD_S)
         self.rails = ["jtop:tot"]
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = Poller(self._sample, self.period_s, "jtop-meter")
         self._t: list[float] = []
         self._w: list[float] = []
         self._jtop: Any = None
@@ -142,26 +132,23 @@ class JtopMeter:
         power = self._jtop.power
         return float(power["tot"]["power"]) / 1000
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self._t.append(time.monotonic())
-            self._w.append(self._watts())
+    def _sample(self) -> None:
+        self._t.append(time.monotonic())
+        self._w.append(self._watts())
 
     def start(self) -> None:
         self._jtop = self._jtop_cls()
         self._jtop.start()
-        self._t, self._w = [time.monotonic()], [self._watts()]
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="jtop-meter", daemon=True)
-        self._thread.start()
+        self._t, self._w = [], []
+        self._sample()
+        self._poller.start()
 
     def stop(self) -> EnergyReading:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._t.append(time.monotonic())
-        self._w.append(self._watts())
-        self._jtop.close()
+        try:
+            self._poller.stop()
+            self._sample()
+        finally:
+            self._jtop.close()
         energy = _trapezoid(self._t, self._w)
         duration = self._t[-1] - self._t[0]
         return EnergyReading(
