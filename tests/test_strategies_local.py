@@ -16,7 +16,7 @@ def _space() -> SearchSpace:
             "mem": Knob(values=[1, 2], default=2),
             "mode": Knob(values=["a", "b"], default="a", ordered=False),
         },
-        batch_sizes=[1, 2],
+        batch_sizes=[1, 2, 4],
     )
 
 
@@ -37,22 +37,32 @@ def test_untried_directions_are_those_no_trial_at_the_incumbents_batch_went():
     space = _space()
     table = space_table(space)
     here = _row(table, 300, 1, "a", 1)
-    measured = [here, _row(table, 400, 1, "a", 1), _row(table, 300, 2, "a", 2)]
+    measured = [here, _row(table, 400, 1, "a", 1), _row(table, 300, 2, "a", 4), _row(table, 200, 1, "a", 2)]
     sampler, table = _sampler(measured)
     neighbours = [r for r in sampler._neighbours(table, [here]) if r not in measured]
     cand = np.array(neighbours)
     priority = sampler._untested(table, cand, np.ones(len(cand), dtype=bool), here)
     untried = {table.grid[int(r)].label() for r, p in zip(cand, priority, strict=True) if np.isfinite(p)}
-    # A faster clock was tried (400) and the batch size is not a direction; a slower clock, the other
-    # memory clock (tried only at batch 2) and the other mode were not.
-    assert untried == {
-        "clock=200 mem=1 mode=a bs=1",
-        "clock=300 mem=2 mode=a bs=1",
-        "clock=300 mem=1 mode=b bs=1",
-    }
-    # The knob with fewer distinct values measured (mem, mode: one each) comes before clock (two).
-    by_label = {table.grid[int(r)].label(): p for r, p in zip(cand, priority, strict=True)}
-    assert by_label["clock=300 mem=2 mode=a bs=1"] > by_label["clock=200 mem=1 mode=a bs=1"]
+    # A faster clock was tried at this batch size (400), a slower one at the next (200 at batch 2), and
+    # the batch size is not a direction; the other memory clock (tried only two batch steps away, at
+    # batch 4) and the other mode were not.
+    assert untried == {"clock=300 mem=2 mode=a bs=1", "clock=300 mem=1 mode=b bs=1"}
+    sampler.probe_batches = 2
+    priority = sampler._untested(table, cand, np.ones(len(cand), dtype=bool), here)
+    untried = {table.grid[int(r)].label() for r, p in zip(cand, priority, strict=True) if np.isfinite(p)}
+    assert untried == {"clock=300 mem=1 mode=b bs=1"}
+
+
+def test_the_least_explored_knob_is_probed_first():
+    space = _space()
+    table = space_table(space)
+    here = _row(table, 300, 1, "a", 1)
+    measured = [here, _row(table, 400, 1, "a", 1), _row(table, 500, 1, "a", 1)]
+    sampler, table = _sampler(measured)
+    cand = np.array([_row(table, 200, 1, "a", 1), _row(table, 300, 2, "a", 1)])
+    priority = sampler._untested(table, cand, np.ones(2, dtype=bool), here)
+    # Memory (one value measured) comes before the clock (three values measured).
+    assert priority[1] > priority[0] > -np.inf
 
 
 def test_the_local_step_probes_an_untried_direction_even_when_the_model_prefers_a_tried_one():

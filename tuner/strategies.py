@@ -288,6 +288,7 @@ class LearnedSampler(GuidedSampler):
     pf_margin = 2.0
     probe = True
     probe_min_prob = 0.2
+    probe_batches = 1
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -591,15 +592,19 @@ class LearnedSampler(GuidedSampler):
     def _untested(self, table: Table, cand: np.ndarray, is_local: np.ndarray, incumbent: int) -> np.ndarray:
         """Local candidates that move the incumbent along one knob in a direction no measured trial went.
 
-        Untried means: no measured trial at the incumbent's batch size has
-        that knob on that side of the incumbent's value (ordered knobs), or at
-        that value (unordered ones). There the models only extrapolate, and a
-        prior that is wrong about the direction (the roofline charged a
-        higher memory clock more energy than it saved on the H200 twin) is
-        never corrected unless one trial goes and looks. Returned as a
-        priority (-inf: not such a move): minus the number of distinct
-        values of the moved knob measured at that batch size, so the least
-        explored knob is looked at first.
+        Untried means: no measured trial at the incumbent's batch size or
+        within ``probe_batches`` batch steps of it has that knob on that
+        side of the incumbent's value (ordered knobs), or at that value
+        (unordered ones). There the models only extrapolate, and a prior
+        that is wrong about the direction (the roofline charged a higher
+        memory clock more energy than it saved on the H200 twin) is never
+        corrected unless one trial goes and looks. Counting the neighbouring
+        batch sizes too keeps a move of the incumbent to the next batch size
+        from opening every direction again (at its own batch size alone, a
+        12-trial run on the Orin Nano twin spent its last trials on that).
+        Returned as a priority (-inf: not such a move): minus the number of
+        distinct values of the moved knob measured at those batch sizes, so
+        the least explored knob is looked at first.
         """
         out = np.full(len(cand), -np.inf)
         if not self.probe or not self.scored:
@@ -609,7 +614,8 @@ class LearnedSampler(GuidedSampler):
         measured = x[np.fromiter(self.scored, dtype=int)]
         groups = self._groups()
         if len(self.space.batch_sizes) > 1:
-            measured = measured[np.abs(measured[:, -1] - here[-1]) < 1e-9]
+            reach = self.probe_batches / (len(self.space.batch_sizes) - 1) + 1e-9
+            measured = measured[np.abs(measured[:, -1] - here[-1]) <= reach]
             groups = groups[:-1]
         for i in np.flatnonzero(is_local):
             diff = x[cand[i]] - here
