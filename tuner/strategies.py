@@ -259,7 +259,11 @@ class LearnedSampler(GuidedSampler):
     deviations) and a local step (the same score over the unmeasured
     neighbours of the incumbent and of the next-best feasible configurations:
     one step either way in every ordered knob and in the batch size, any
-    other value of an unordered one). Scoring the whole grid every trial
+    other value of an unordered one). The local step first takes a move of
+    the incumbent in a knob direction no trial near its batch size has
+    tried (``_untested``), if the latency model does not rule it out: the
+    models only extrapolate there, and a prior wrong about a direction is
+    otherwise never corrected. Scoring the whole grid every trial
     would cost most of a quick start on a small machine, so each step scores
     a candidate set: a fresh random sample of the grid, every configuration
     in a box of a few steps around the incumbent, and its neighbours. Before
