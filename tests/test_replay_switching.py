@@ -144,3 +144,25 @@ def test_late_governors_idle_at_held_clocks_and_start_a_batch_slowly_after_the_c
     assert slow.energy_j == pytest.approx(
         (0.02 * 10.0 + 0.005 * 30.0) + 2 * 0.010 * 30.0 + 5.0 * (1.0 - slow.busy_s) + (12.0 - 5.0) * held
     )
+
+
+def test_bands_held_as_caps_idle_at_the_floor_and_start_slowly_after_the_clocks_fell():
+    from tuner.errors import UserError
+    from tuner.serve.replay import replay
+
+    p = policy(band(0, 60, cpu_cores=2, gpu_mhz=612), band(60, 400))
+    trace = Trace(times=np.arange(0.0, 300.0, 60.0), rates=np.array([20.0, 20.0, 200.0, 20.0, 20.0]))
+    lock = replay(p, ORIN, trace, clocks="lock")
+    late = replay(p, ORIN, trace, clocks="cap")
+    at_once = replay(p, ORIN, trace, clocks="cap", reaction_s=0.0)
+    for name in ("static", "governor"):
+        # idling at the floor saves energy; with the clocks back at once every batch runs as when locked
+        assert at_once.results[name].energy_j < lock.results[name].energy_j
+        assert at_once.results[name].over_bound == lock.results[name].over_bound
+        # 25 ms late: batches that start after the clocks fell run slower, so more queries miss the bound
+        assert late.results[name].over_bound > lock.results[name].over_bound
+    # the default mode's baselines do not depend on how the tuned configurations hold their clocks
+    for name in ("default", "default_locked"):
+        assert late.results[name].energy_j == lock.results[name].energy_j
+    with pytest.raises(UserError, match="choose lock or cap"):
+        replay(p, ORIN, trace, clocks="max")

@@ -76,6 +76,8 @@ POST_SWITCH_S = 20.0
 # How late devfreq/cpufreq follow the load under a Jetson's default mode (see the module docstring).
 DEFAULT_REACTION_S = 0.025
 DEFAULT_INTERVAL_S = 1.0
+# How the tuned configurations (static and the governor's bands) hold their clocks; see Replayer.
+CLOCKS = ("lock", "cap")
 STRATEGIES = ("default", "default_locked", "static", "governor")
 
 
@@ -145,21 +147,59 @@ class StrategyResult:
 class Replayer:
     """Serves trace pieces on a twin with caching; see the module docstring."""
 
-    def __init__(self, device: TwinDevice, policy: Policy, seed: int, sim_cap_s: float = SIM_CAP_S) -> None:
+    def __init__(
+        self,
+        device: TwinDevice,
+        policy: Policy,
+        seed: int,
+        sim_cap_s: float = SIM_CAP_S,
+        clocks: str = "lock",
+        reaction_s: float = DEFAULT_REACTION_S,
+    ) -> None:
+        if clocks not in CLOCKS:
+            raise UserError(f"unknown clocks setting {clocks!r}: choose lock or cap")
         self.device = device
         self.policy = policy
+        self.clocks = clocks
+        self.reaction_s = reaction_s
         self.profile = load_profile(policy.model)
         self.seed = seed
         self.sim_cap_s = sim_cap_s
         self.bound_s = policy.max_latency_ms / 1000.0
         self._profiles: dict[tuple, ServingProfile] = {}
         self._windows: dict[tuple, QueueOutcome] = {}
+        self._tuned: dict[tuple, tuple[float | None, Reaction | None]] = {}
+
+    def tuned(self, config: Config) -> tuple[float | None, Reaction | None]:
+        """Idle power and governor reaction of a tuned configuration (static, a band) as its clocks are held.
+
+        ``lock`` (what ``tune apply`` writes: min = max): it idles at its own
+        clocks and runs every batch at them (None, None: the profile as it is).
+        ``cap`` (max = the configuration's clock, min = the table's floor,
+        governors free): between batches the clocks fall to the floor and a
+        batch after they fell runs its first ``reaction_s`` there, the same
+        model as the default mode as deployed (:func:`deployed_reaction`).
+        """
+        if self.clocks == "lock":
+            return None, None
+        key = config.key()
+        if key not in self._tuned:
+            self._tuned[key] = (floor_idle_w(self.device, config), deployed_reaction(self, config, self.reaction_s))
+        return self._tuned[key]
 
     def serving(self, config: Config) -> ServingProfile:
         key = config.key()
         if key not in self._profiles:
             self._profiles[key] = serving_profile(self.device.model, self.profile, config)
         return self._profiles[key]
+
+    def held(self, config: Config) -> ServingProfile:
+        """A tuned configuration's serving profile with its clocks held as :meth:`tuned` says."""
+        serving = self.serving(config)
+        idle_w, reaction = self.tuned(config)
+        if idle_w is not None:
+            serving = replace(serving, idle_w=idle_w, reaction=reaction)
+        return serving
 
     def piece(
         self,
@@ -264,7 +304,7 @@ class Replayer:
             if s.done:
                 continue
             band = self.policy.bands[s.band]
-            e, q, o = self.piece(band.config(), band.batch_timeout_ms, s.rate, s.seconds)
+            e, q, o = self.piece(band.config(), band.batch_timeout_ms, s.rate, s.seconds, *self.tuned(band.config()))
             energy[k] = e
             result.queries += q
             result.over_bound += o
@@ -321,12 +361,12 @@ class Replayer:
         latencies: list[np.ndarray] = []
         for k, (index, a, b) in enumerate(stretches):
             band = self.policy.bands[index]
-            serving = self.serving(band.config())
+            serving = self.held(band.config())
             if k > 0:
                 previous = stretches[k - 1][0]
                 pause = self.pause_s(costs, previous, index)
                 paused += pause
-                idle_before = self.serving(self.policy.bands[previous].config()).idle_w
+                idle_before = self.held(self.policy.bands[previous].config()).idle_w
                 power = switch_power_w(costs, idle_before, serving.idle_w, jetson)
                 energy += power * max(a + pause - max(a, free_at), 0.0)
                 free_at = max(free_at, a + pause)
@@ -461,6 +501,7 @@ def replay(
     rules: GovernorRules | None = None,
     costs: SwitchCosts | None = None,
     reaction_s: float = DEFAULT_REACTION_S,
+    clocks: str = "lock",
 ) -> ReplayReport:
     """Run the trace through every strategy; the policy must be for this twin's kind.
 
@@ -468,13 +509,16 @@ def replay(
     ``SwitchCosts.free()`` replays switches as free, as before they were
     modelled). ``reaction_s``: how late the default mode's frequency governors
     follow the load (0: at once, the most favourable reading for the default).
+    ``clocks``: how static and the governor's bands hold their clocks,
+    ``lock`` (min = max, as ``tune apply`` writes them) or ``cap`` (max only,
+    governors free, reacting ``reaction_s`` late as the default's do).
     """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
     check_policy(policy, device.kind)
     if interval_s <= 0:
         raise UserError("--interval must be a positive number of seconds, e.g. 1")
-    replayer = Replayer(device, policy, seed)
+    replayer = Replayer(device, policy, seed, clocks=clocks, reaction_s=reaction_s)
     peak = float(trace.rates.max())
     static_index = policy.band_for(peak)
     static_index = policy.top if static_index is None else static_index
@@ -491,7 +535,9 @@ def replay(
             deployed_reaction(replayer, maxn, reaction_s),
         ),
         "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),
-        "static": replayer.fixed("static", static.config(), static.batch_timeout_ms, trace, static_index),
+        "static": replayer.fixed(
+            "static", static.config(), static.batch_timeout_ms, trace, static_index, *replayer.tuned(static.config())
+        ),
         "governor": replayer.governed(trace, interval_s, rules or GovernorRules(), costs),
     }
     return ReplayReport(trace=trace, policy=policy, device=device.name, results=results)
