@@ -259,7 +259,11 @@ class LearnedSampler(GuidedSampler):
     deviations) and a local step (the same score over the unmeasured
     neighbours of the incumbent and of the next-best feasible configurations:
     one step either way in every ordered knob and in the batch size, any
-    other value of an unordered one). Scoring the whole grid every trial
+    other value of an unordered one). The local step first takes a move of
+    the incumbent in a knob direction no trial near its batch size has
+    tried (``_untested``), if the latency model does not rule it out: the
+    models only extrapolate there, and a prior wrong about a direction is
+    otherwise never corrected. Scoring the whole grid every trial
     would cost most of a quick start on a small machine, so each step scores
     a candidate set: a fresh random sample of the grid, every configuration
     in a box of a few steps around the incumbent, and its neighbours. Before
@@ -286,6 +290,9 @@ class LearnedSampler(GuidedSampler):
     pf_power = 2.0
     center = True
     pf_margin = 2.0
+    probe = True
+    probe_min_prob = 0.2
+    probe_batches = 1
 
     def __init__(self, seed: int | None = None) -> None:
         super().__init__(seed)
@@ -562,11 +569,19 @@ class LearnedSampler(GuidedSampler):
         self.steps += 1
         is_local = np.isin(cand, np.fromiter(local, dtype=int)) if local else np.zeros(len(cand), dtype=bool)
         if self.steps % self.global_every != 1 and is_local.any():
-            pick = int(np.argmax(np.where(is_local, score, -np.inf)))
+            priority = np.where(
+                feasible_prob >= self.probe_min_prob, self._untested(table, cand, is_local, feasible[0][1]), -np.inf
+            )
+            probe = np.isfinite(priority)
+            if probe.any():
+                pick = int(np.lexsort((score, priority))[-1])
+            else:
+                pick = int(np.argmax(np.where(is_local, score, -np.inf)))
             incumbent = table.grid[feasible[0][1]].label()
+            kind = "untried direction of a knob from" if probe.any() else "neighbour of"
             self.reason = (
                 f"local({self.trust})",
-                f"neighbour of the best feasible ({incumbent}): {what} {score[pick]:.3g}; {why_model}",
+                f"{kind} the best feasible ({incumbent}): {what} {score[pick]:.3g}; {why_model}",
             )
             return table.grid[int(cand[pick])]
         pick = int(np.argmax(score))
@@ -577,6 +592,62 @@ class LearnedSampler(GuidedSampler):
             f"{math.exp(mu_e[pick]):.4g} J/query, P(bound) {feasible_prob[pick]:.2f}; {why_model}",
         )
         return table.grid[int(cand[pick])]
+
+    def _untested(self, table: Table, cand: np.ndarray, is_local: np.ndarray, incumbent: int) -> np.ndarray:
+        """Local candidates that move the incumbent along one knob in a direction no measured trial went.
+
+        Untried means: no measured trial at the incumbent's batch size or
+        within ``probe_batches`` batch steps of it has that knob on that
+        side of the incumbent's value (ordered knobs), or at that value
+        (unordered ones). There the models only extrapolate, and a prior
+        that is wrong about the direction (the roofline charged a higher
+        memory clock more energy than it saved on the H200 twin) is never
+        corrected unless one trial goes and looks. Counting the neighbouring
+        batch sizes too keeps a move of the incumbent to the next batch size
+        from opening every direction again (at its own batch size alone, a
+        12-trial run on the Orin Nano twin spent its last trials on that).
+        Returned as a priority (-inf: not such a move): minus the number of
+        distinct values of the moved knob measured at those batch sizes, so
+        the least explored knob is looked at first.
+        """
+        out = np.full(len(cand), -np.inf)
+        if not self.probe or not self.scored:
+            return out
+        x = table.x
+        here = x[incumbent]
+        measured = x[np.fromiter(self.scored, dtype=int)]
+        groups = self._groups()
+        if len(self.space.batch_sizes) > 1:
+            reach = self.probe_batches / (len(self.space.batch_sizes) - 1) + 1e-9
+            measured = measured[np.abs(measured[:, -1] - here[-1]) <= reach]
+            groups = groups[:-1]
+        for i in np.flatnonzero(is_local):
+            diff = x[cand[i]] - here
+            moved = [g for g in groups if np.any(np.abs(diff[g]) > 1e-9)]
+            if len(moved) != 1:
+                continue
+            cols = moved[0]
+            if len(cols) == 1:
+                j = cols[0]
+                tried = np.any((measured[:, j] - here[j]) * np.sign(diff[j]) > 1e-9)
+            else:
+                tried = np.any(measured[:, cols][:, np.argmax(diff[cols])] > 0.5)
+            if not tried:
+                out[i] = -len(np.unique(measured[:, cols], axis=0))
+        return out
+
+    def _groups(self) -> list[list[int]]:
+        """Encoded columns of each tuned knob (one for an ordered knob, one-hot for others), then the batch size."""
+        groups: list[list[int]] = []
+        col = 0
+        for name in self.space.tuned_knobs:
+            knob = self.space.knobs[name]
+            width = 1 if knob.ordered else len(knob.values)
+            groups.append(list(range(col, col + width)))
+            col += width
+        if len(self.space.batch_sizes) > 1:
+            groups.append([col])
+        return groups
 
     def _neighbours(self, table: Table, rows: list[int]) -> list[int]:
         """Grid rows one step away from the given ones in every ordered knob and the batch size."""
