@@ -594,12 +594,14 @@ class LearnedSampler(GuidedSampler):
         return table.grid[int(cand[pick])]
 
     def _untested(self, table: Table, cand: np.ndarray, is_local: np.ndarray, incumbent: int) -> np.ndarray:
-        """Local candidates that move the incumbent along one knob in a direction no measured trial went.
+        """Local candidates that move the incumbent along one ordered knob in a direction no measured trial went.
 
         Untried means: no measured trial at the incumbent's batch size or
         within ``probe_batches`` batch steps of it has that knob on that
-        side of the incumbent's value (ordered knobs), or at that value
-        (unordered ones). There the models only extrapolate, and a prior
+        side of the incumbent's value. Unordered knobs (precision, a power
+        mode) have no direction and are not probed: probing their other
+        values too cost three trials in median on the measured H200 board
+        (benchmarks/results/search.md). There the models only extrapolate, and a prior
         that is wrong about the direction (the roofline charged a higher
         memory clock more energy than it saved on the H200 twin) is never
         corrected unless one trial goes and looks. Counting the neighbouring
@@ -627,11 +629,10 @@ class LearnedSampler(GuidedSampler):
             if len(moved) != 1:
                 continue
             cols = moved[0]
-            if len(cols) == 1:
-                j = cols[0]
-                tried = np.any((measured[:, j] - here[j]) * np.sign(diff[j]) > 1e-9)
-            else:
-                tried = np.any(measured[:, cols][:, np.argmax(diff[cols])] > 0.5)
+            if len(cols) != 1:
+                continue
+            j = cols[0]
+            tried = np.any((measured[:, j] - here[j]) * np.sign(diff[j]) > 1e-9)
             if not tried:
                 out[i] = -len(np.unique(measured[:, cols], axis=0))
         return out
