@@ -25,7 +25,10 @@ from tuner.study import MEMORY_STORAGE, RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 
 MODEL, DEVICE, BOUND_MS, TRIALS = "resnet50", "sim:orin", 50.0, 40
-TORCHLESS = "no, as after a plain `pip install .` (the learned strategy does not use it; its fallback sampler would be TPE, not GP)"
+TORCHLESS = (
+    "no, as after a plain `pip install .` (the learned strategy does not use it; its fallback sampler "
+    "would be TPE, not GP)"
+)
 
 
 def main() -> None:

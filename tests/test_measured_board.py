@@ -105,5 +105,8 @@ def test_tune_run_on_the_measured_board_cli(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
+    # Its results are neither fresh hardware measurements nor a twin's simulation: it says which.
+    assert "replayed: windows measured earlier on an NVIDIA H200" in " ".join(result.output.split())
+    assert "simulated" not in result.output
     pareto = json.loads(next(tmp_path.rglob("pareto.json")).read_text())
     assert pareto["best"]["p99_ms"] <= 10.0

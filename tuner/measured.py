@@ -148,6 +148,7 @@ class MeasuredBoard:
         self.name = f"measured:{table}"
         self.kind = self.table.kind
         self.slug = f"measured-{table}"
+        self.simulated_note = f" [replayed: windows measured earlier on an {self.table.gpu}, not measured now]"
         space = load_space(self.table.kind)
         for knob, value in self.table.pinned.items():
             space = space.pin(knob, int(value) if float(value).is_integer() else value)

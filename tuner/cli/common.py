@@ -170,7 +170,10 @@ def emit_json(obj: Any) -> None:
 
 
 def twin_note(device: Device) -> str:
-    return " [digital twin: simulated, not measured on hardware]" if device.simulated else ""
+    """The label every simulated result carries; a simulated device may say better what it is (``simulated_note``)."""
+    if not device.simulated:
+        return ""
+    return getattr(device, "simulated_note", " [digital twin: simulated, not measured on hardware]")
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
