@@ -260,8 +260,8 @@ class LearnedSampler(GuidedSampler):
     neighbours of the incumbent and of the next-best feasible configurations:
     one step either way in every ordered knob and in the batch size, any
     other value of an unordered one). The local step first takes a move of
-    the incumbent in a knob direction no trial near its batch size has
-    tried (``_untested``), if the latency model does not rule it out: the
+    the incumbent along an ordered knob in a direction no trial near its
+    batch size has tried (``_untested``), if the latency model does not rule it out: the
     models only extrapolate there, and a prior wrong about a direction is
     otherwise never corrected. Scoring the whole grid every trial
     would cost most of a quick start on a small machine, so each step scores
@@ -598,13 +598,13 @@ class LearnedSampler(GuidedSampler):
 
         Untried means: no measured trial at the incumbent's batch size or
         within ``probe_batches`` batch steps of it has that knob on that
-        side of the incumbent's value. Unordered knobs (precision, a power
-        mode) have no direction and are not probed: probing their other
-        values too cost three trials in median on the measured H200 board
-        (benchmarks/results/search.md). There the models only extrapolate, and a prior
-        that is wrong about the direction (the roofline charged a higher
-        memory clock more energy than it saved on the H200 twin) is never
-        corrected unless one trial goes and looks. Counting the neighbouring
+        side of the incumbent's value. There the models only extrapolate,
+        and a prior that is wrong about the direction (the roofline charged
+        a higher memory clock more energy than it saved on the H200 twin) is
+        never corrected unless one trial goes and looks. Unordered knobs
+        (precision, a power mode) have no direction and are not probed:
+        probing their other values too cost three trials in median on the
+        measured H200 board (benchmarks/results/search.md). Counting the neighbouring
         batch sizes too keeps a move of the incumbent to the next batch size
         from opening every direction again (at its own batch size alone, a
         12-trial run on the Orin Nano twin spent its last trials on that).
@@ -626,15 +626,11 @@ class LearnedSampler(GuidedSampler):
         for i in np.flatnonzero(is_local):
             diff = x[cand[i]] - here
             moved = [g for g in groups if np.any(np.abs(diff[g]) > 1e-9)]
-            if len(moved) != 1:
+            if len(moved) != 1 or len(moved[0]) != 1:
                 continue
-            cols = moved[0]
-            if len(cols) != 1:
-                continue
-            j = cols[0]
-            tried = np.any((measured[:, j] - here[j]) * np.sign(diff[j]) > 1e-9)
-            if not tried:
-                out[i] = -len(np.unique(measured[:, cols], axis=0))
+            j = moved[0][0]
+            if not np.any((measured[:, j] - here[j]) * np.sign(diff[j]) > 1e-9):
+                out[i] = -len(np.unique(measured[:, j]))
         return out
 
     def _groups(self) -> list[list[int]]:
