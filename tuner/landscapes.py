@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from runners.profile import LayerProfile, ModelProfile
-from tuner.devices.base import WindowSettings
+from tuner.devices.base import VirtualBoard, WindowSettings
 from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, Knob, Mode, SearchSpace
@@ -109,10 +109,8 @@ def _volts(vf: tuple[float, float, float, float], f: np.ndarray) -> np.ndarray:
     return v_min + (v_max - v_min) * np.clip((f - knee) / max(top - knee, 1e-9), 0.0, 1.0)
 
 
-class GeneratedBoard:
+class GeneratedBoard(VirtualBoard):
     """A random board drawn from its seed (``gen:SEED``); deterministic, touches no hardware."""
-
-    simulated = True
 
     def __init__(self, name: str) -> None:
         text = name.split(":", 1)[1] if ":" in name else ""
@@ -372,9 +370,6 @@ class GeneratedBoard:
         )
 
     # -- the device protocol ----------------------------------------------------------------------
-    def space(self) -> SearchSpace:
-        return self._space
-
     def models(self) -> list[str]:
         """The workloads this board declares (a plugin's own models)."""
         return list(WORKLOADS)
@@ -382,18 +377,6 @@ class GeneratedBoard:
     def profile(self, model: str) -> ModelProfile | None:
         """Per-layer profile of one of its workloads (what the roofline prior reads)."""
         return self._workload(model).profile
-
-    def read_state(self) -> dict[str, Any]:
-        return {}
-
-    def apply(self, config: Config) -> None:
-        self._space.validate_config(config)
-
-    def restore(self, state: dict[str, Any]) -> None:
-        return None
-
-    def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
-        return self.measure_many(model, [config], settings)[0]
 
     def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
         """Every configuration at once (a sweep of 50,000 points takes a second); seeded noise if asked."""

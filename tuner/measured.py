@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from tuner.devices.base import WindowSettings
+from tuner.devices.base import VirtualBoard, WindowSettings
 from tuner.errors import UserError
 from tuner.measurement import Measurement
-from tuner.space import Config, SearchSpace, load_space
+from tuner.space import Config, load_space
 
 TABLE_VERSION = 1
 DATA = Path(__file__).parent / "calibration_data"
@@ -137,10 +137,8 @@ def load_table(name: str) -> MeasuredTable:
     return MeasuredTable.model_validate_json(path.read_text())
 
 
-class MeasuredBoard:
+class MeasuredBoard(VirtualBoard):
     """A real card's observe-only space, answered from its measured windows; touches no hardware."""
-
-    simulated = True
 
     def __init__(self, name: str = "measured:h200") -> None:
         table = name.split(":", 1)[1] if name.startswith("measured:") else "h200"
@@ -179,24 +177,9 @@ class MeasuredBoard:
         return MeasuredWindow(**mean, queries=round(float(np.mean([w.queries for w in windows]))))
 
     # -- the device protocol ----------------------------------------------------------------------
-    def space(self) -> SearchSpace:
-        return self._space
-
     def models(self) -> list[str]:
         """The models the table holds (a plugin's own models)."""
         return list(self._rows)
-
-    def read_state(self) -> dict[str, Any]:
-        return {}
-
-    def apply(self, config: Config) -> None:
-        self._space.validate_config(config)
-
-    def restore(self, state: dict[str, Any]) -> None:
-        return None
-
-    def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
-        return self.measure_many(model, [config], settings)[0]
 
     def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
         """One measured window per configuration, drawn with the settings' seed; the mean if noise is off."""
