@@ -40,7 +40,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from runners.profile import ModelProfile, load_profile
-from tuner.devices.base import WindowSettings
+from tuner.devices.base import VirtualBoard, WindowSettings
 from tuner.devices.queueing import server_measurement
 from tuner.errors import UserError
 from tuner.measurement import Measurement
@@ -451,10 +451,8 @@ class TwinModel:
         )
 
 
-class TwinDevice:
+class TwinDevice(VirtualBoard):
     """A simulated device: the Device protocol over :class:`TwinModel`; touches no hardware."""
-
-    simulated = True
 
     def __init__(self, name: str, space_file: str | None = None) -> None:
         short = name.split(":", 1)[1] if ":" in name else name
@@ -474,23 +472,12 @@ class TwinDevice:
                 )
             self._space = custom
         self.model = TwinModel(self.params, self._space, runtime)
-        self._applied: Config | None = None
-
-    def space(self) -> SearchSpace:
-        return self._space
-
-    def read_state(self) -> dict[str, Any]:
-        return {}
-
-    def apply(self, config: Config) -> None:
-        self._space.validate_config(config)
-        self._applied = config
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self._applied = None
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
-        """Simulate a window; noise is drawn from a generator seeded by the settings' seed."""
+        """Simulate a window; noise is drawn from a generator seeded by the settings' seed.
+
+        Not one configuration of ``measure_many``: a Server window is a queueing simulation.
+        """
         profile = load_profile(model)
         if settings.scenario == "server":
             return server_measurement(self.model, profile, config, settings)
