@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.roofline import knob_roles
 from tuner.space import Config, SearchSpace
 
 
@@ -64,21 +65,6 @@ class SwitchCosts:
     def free(cls) -> SwitchCosts:
         """Switches that cost nothing (the replay as it was before switch costs were modelled)."""
         return cls(scale=0.0, work_w=0.0)
-
-
-# The knob names each step is known by in the shipped search spaces (search_spaces/*.yaml).
-ROLE_NAMES = {
-    "gpu_mhz": ("gpu_mhz", "sm_mhz"),
-    "mem_mhz": ("emc_mhz", "mem_mhz"),
-    "cpu_mhz": ("cpu_mhz",),
-    "cpu_cores": ("cpu_cores",),
-    "power_limit_w": ("power_limit_w",),
-}
-
-
-def knob_roles(space: SearchSpace) -> dict[str, str]:
-    """Which of the space's knobs is the GPU clock, the memory clock, the CPU clock, the cores, the power limit."""
-    return {role: name for role, names in ROLE_NAMES.items() for name in names if name in space.knobs}
 
 
 def switch_seconds(space: SearchSpace, costs: SwitchCosts, a: Config, b: Config) -> float:
