@@ -291,6 +291,7 @@ class Replayer:
                 governor.observe(rng.poisson(float(rate) * step) / step, now=t)
             result.bands.append(int(governor.current or 0))
         energy = np.zeros(len(steps))
+        around_switch = np.zeros(len(steps), dtype=bool)
         for lo, hi in self.switch_windows(steps, costs):
             e, q, o, paused = self.serve_run(steps[lo:hi], costs)
             result.queries += q
@@ -298,10 +299,9 @@ class Replayer:
             result.switch_s += paused
             span = np.array([s.seconds for s in steps[lo:hi]])
             energy[lo:hi] = e * span / span.sum()
-            for k in range(lo, hi):
-                steps[k].done = True
+            around_switch[lo:hi] = True
         for k, s in enumerate(steps):
-            if s.done:
+            if around_switch[k]:
                 continue
             band = self.policy.bands[s.band]
             e, q, o = self.piece(band.config(), band.batch_timeout_ms, s.rate, s.seconds, *self.tuned(band.config()))
@@ -393,7 +393,6 @@ class Step:
     rate: float
     band: int
     row: int
-    done: bool = False
 
 
 @dataclass
