@@ -195,11 +195,7 @@ class Replayer:
 
     def held(self, config: Config) -> ServingProfile:
         """A tuned configuration's serving profile with its clocks held as :meth:`tuned` says."""
-        serving = self.serving(config)
-        idle_w, reaction = self.tuned(config)
-        if idle_w is not None:
-            serving = replace(serving, idle_w=idle_w, reaction=reaction)
-        return serving
+        return _overridden(self.serving(config), *self.tuned(config))
 
     def piece(
         self,
@@ -218,11 +214,7 @@ class Replayer:
         """
         if seconds <= 0:
             return 0.0, 0.0, 0.0
-        serving = self.serving(config)
-        if idle_w is not None:
-            serving = replace(serving, idle_w=idle_w)
-        if reaction is not None:
-            serving = replace(serving, reaction=reaction)
+        serving = _overridden(self.serving(config), idle_w, reaction)
         if rate <= 0:
             return serving.idle_w * seconds, 0.0, 0.0
         bucket = round(math.log(rate) / math.log(1.01))
@@ -382,6 +374,15 @@ class Replayer:
             free_at = out.free_at
         lat = np.concatenate(latencies)
         return energy, float(len(lat)), float(np.count_nonzero(lat > self.bound_s)), paused
+
+
+def _overridden(serving: ServingProfile, idle_w: float | None, reaction: Reaction | None) -> ServingProfile:
+    """A serving profile with its idle power and governor reaction replaced where given."""
+    if idle_w is not None:
+        serving = replace(serving, idle_w=idle_w)
+    if reaction is not None:
+        serving = replace(serving, reaction=reaction)
+    return serving
 
 
 @dataclass
