@@ -50,9 +50,15 @@ def candidates(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.Froz
     return done
 
 
+def tail_latency_ms(trial: optuna.trial.FrozenTrial) -> float | None:
+    """The tail latency a trial is judged on (the percentile its study bounds, p99 if it does not say)."""
+    latency = trial.user_attrs.get(trial.user_attrs.get("latency_key", "p99_ms"))
+    return None if latency is None else float(latency)
+
+
 def _meets_with_margin(trial: optuna.trial.FrozenTrial, margin: float) -> bool:
     """A single-window trial whose latency, raised by the noise margin, still meets the bound."""
-    latency = trial.user_attrs.get(trial.user_attrs.get("latency_key", "p99_ms"))
+    latency = tail_latency_ms(trial)
     slack = trial.constraints.get("latency")
     if latency is None or slack is None:
         return False

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
-from tuner.records import candidates, is_feasible, representatives
+from tuner.records import candidates, is_feasible, representatives, tail_latency_ms
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
 from tuner.serve.policy import Band, BandPoint, BandProvenance, PlanPoint, Policy, stamp
 from tuner.space import Config, SearchSpace
@@ -313,7 +313,7 @@ def band_trial(study: optuna.Study, bound_ms: float) -> optuna.trial.FrozenTrial
         if "repeat_of" in t.user_attrs
         and t.value is not None
         and math.isfinite(t.value)
-        and float(t.user_attrs[t.user_attrs.get("latency_key", "p99_ms")]) <= bound_ms
+        and (tail_latency_ms(t) or math.inf) <= bound_ms
     ]
     if verified:
         return min(verified, key=lambda t: (t.value, t.number))
@@ -426,8 +426,8 @@ def measurements(options: PlanOptions, results: list[RateResult]) -> dict[str, l
             key = _key(record)
             j = record.get("j_per_query")
             if key in found and j is not None and math.isfinite(j) and j > 0:
-                latency = trial.user_attrs.get(trial.user_attrs.get("latency_key", "p99_ms"))
-                point = BandPoint(rate_qps=r.rate, j_per_query=float(j), latency_ms=float(latency or math.inf))
+                latency = tail_latency_ms(trial)
+                point = BandPoint(rate_qps=r.rate, j_per_query=float(j), latency_ms=latency or math.inf)
                 found[key].append(point)
     return found
 
