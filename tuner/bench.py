@@ -58,6 +58,8 @@ DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "b
 TUNE_BOARDS = tuple(range(0, 20))
 JUDGE_BOARDS = tuple(range(1000, 1060))
 SUITES = ("twins", "measured", "tune boards", "judge boards")
+# Suites of named devices: every seed runs on each landscape, and each device is also reported on its own.
+DEVICE_SUITES = ("twins", "measured")
 TARGETS = (0.02, 0.05)
 REGRET_AT = (10, 20, 40)
 RECHECKS = 10
@@ -268,7 +270,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
     tasks = []
     for seed in range(settings.seeds):
         for i, land in enumerate(landscapes):
-            if land.suite not in ("twins", "measured") and seed > 0:
+            if land.suite not in DEVICE_SUITES and seed > 0:
                 continue
             for strategy in settings.strategies:
                 trials = settings.random_trials if strategy == "random" else settings.trials
@@ -320,7 +322,7 @@ def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: Benc
     for r in runs:
         land = landscapes[r.landscape]
         groups.setdefault((r.strategy, land.suite), []).append(r)
-        if land.suite in ("twins", "measured"):
+        if land.suite in DEVICE_SUITES:
             groups.setdefault((r.strategy, land.device), []).append(r)
     order = {name: i for i, name in enumerate(SUITES)}
     for (strategy, scope), members in sorted(
