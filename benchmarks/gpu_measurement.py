@@ -54,18 +54,6 @@ class PairedMeter:
         return reading
 
 
-def card_state(dev: NvmlDevice) -> dict:
-    nv, h = dev.nvml, dev.handle
-    return {
-        "power_limit_mw": nv.nvmlDeviceGetPowerManagementLimit(h),
-        "app_clock_sm_mhz": dev._try("nvmlDeviceGetApplicationsClock", 0),
-        "app_clock_mem_mhz": dev._try("nvmlDeviceGetApplicationsClock", 2),
-        "max_clock_sm_mhz": dev._try("nvmlDeviceGetMaxClockInfo", 0),
-        "persistence_mode": dev._try("nvmlDeviceGetPersistenceMode"),
-        "compute_mode": dev._try("nvmlDeviceGetComputeMode"),
-    }
-
-
 def bare_qps(runner, batch_size: int, seconds: float) -> float:
     runner.infer()
     start = time.monotonic()
@@ -89,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = NvmlDevice(args.index)
-    before = card_state(dev)
+    before = dev.observe_only_state()
     space = dev.space()
     result: dict = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -109,7 +97,7 @@ def main() -> None:
             result["configs"].append(summary)
             print(json.dumps({k: v for k, v in summary.items() if k != "rows"}), flush=True)
     dev.close_runner()
-    result["card_after"] = card_state(dev)
+    result["card_after"] = dev.observe_only_state()
     result["card_untouched"] = result["card_after"] == before
     (args.out / "gpu_measurement.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print("card untouched:", result["card_untouched"])

@@ -53,16 +53,6 @@ def grid(dev: NvmlDevice, model: str) -> list[Config]:
     return out
 
 
-def card_state(dev: NvmlDevice) -> dict:
-    return {
-        "power_limit_mw": dev._try("nvmlDeviceGetPowerManagementLimit"),
-        "app_clock_sm_mhz": dev._try("nvmlDeviceGetApplicationsClock", 0),
-        "app_clock_mem_mhz": dev._try("nvmlDeviceGetApplicationsClock", 2),
-        "persistence_mode": dev._try("nvmlDeviceGetPersistenceMode"),
-        "compute_mode": dev._try("nvmlDeviceGetComputeMode"),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="resnet50")
@@ -88,7 +78,7 @@ def main() -> None:
         "model": args.model,
         "settings": settings.model_dump(),
         "space": dev.space().model_dump(mode="json"),
-        "card_before": card_state(dev),
+        "card_before": dev.observe_only_state(),
         "rows": [],
         "skipped_for_time": 0,
     }
@@ -132,7 +122,7 @@ def main() -> None:
             flush=True,
         )
     dev.close_runner()
-    report["card_after"] = card_state(dev)
+    report["card_after"] = dev.observe_only_state()
     report["seconds"] = round(time.monotonic() - started, 1)
     args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     print("windows", len(report["rows"]), "skipped", report["skipped_for_time"], "seconds", report["seconds"])

@@ -35,16 +35,6 @@ from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 
-def card_state(dev: NvmlDevice) -> dict:
-    return {
-        "power_limit_mw": dev._try("nvmlDeviceGetPowerManagementLimit"),
-        "app_clock_sm_mhz": dev._try("nvmlDeviceGetApplicationsClock", 0),
-        "app_clock_mem_mhz": dev._try("nvmlDeviceGetApplicationsClock", 2),
-        "persistence_mode": dev._try("nvmlDeviceGetPersistenceMode"),
-        "compute_mode": dev._try("nvmlDeviceGetComputeMode"),
-    }
-
-
 def bare_qps(runner, batch_size: int, seconds: float) -> float:
     runner.infer()
     start = time.monotonic()
@@ -244,11 +234,11 @@ def main() -> None:
         result = breakdown(args)
     else:
         dev = NvmlDevice(0)
-        before = card_state(dev)
+        before = dev.observe_only_state()
         result = {"device": dev.describe(), "card_before": before}
         result.update({"overhead": overhead, "graph": graph, "check": check}[args.what](dev, args))
         dev.close_runner()
-        result["card_after"] = card_state(dev)
+        result["card_after"] = dev.observe_only_state()
         result["card_untouched"] = result["card_after"] == before
     result["date"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")

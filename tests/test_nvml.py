@@ -87,6 +87,12 @@ class FakeNVML:
     def nvmlDeviceGetApplicationsClock(self, h, clock) -> int:
         return {0: 1980, 2: 3201}[clock]
 
+    def nvmlDeviceGetPersistenceMode(self, h) -> int:
+        return 1
+
+    def nvmlDeviceGetComputeMode(self, h) -> int:
+        return 0
+
     def nvmlDeviceGetMaxClockInfo(self, h, clock) -> int:
         return {0: 1980, 2: 3201}[clock]
 
@@ -168,9 +174,12 @@ def test_observe_only_pins_device_knobs_and_never_writes():
     assert len(space.batch_sizes) > 1
 
     state = device.read_state()
+    before = device.observe_only_state()
     device.apply(_config(precision="bf16", batch=32))
     device.restore(state)
     assert nvml.write_attempts == []
+    assert device.observe_only_state() == before
+    assert before["power_limit_mw"] == 700_000 and before["app_clock_sm_mhz"] == 1980
     with pytest.raises(UserError):
         device.apply(_config(sm=1500))
     assert nvml.write_attempts == []

@@ -273,6 +273,23 @@ class NvmlDevice:
             "user_defined_clocks": bool(reasons is not None and reasons & 0x2),
         }
 
+    def observe_only_state(self) -> dict[str, Any]:
+        """The settings observe-only mode promises to leave alone, as read now (None where NVML cannot say).
+
+        Power limit, applications and maximum clocks, persistence and compute
+        mode: unlike :meth:`read_state`'s clocks they do not move with the
+        load, so the same reading before and after a run shows the card was
+        not changed (the measurement scripts under benchmarks/ record both).
+        """
+        return {
+            "power_limit_mw": self._try("nvmlDeviceGetPowerManagementLimit"),
+            "app_clock_sm_mhz": self._try("nvmlDeviceGetApplicationsClock", CLOCK_GRAPHICS),
+            "app_clock_mem_mhz": self._try("nvmlDeviceGetApplicationsClock", CLOCK_MEM),
+            "max_clock_sm_mhz": self._try("nvmlDeviceGetMaxClockInfo", CLOCK_GRAPHICS),
+            "persistence_mode": self._try("nvmlDeviceGetPersistenceMode"),
+            "compute_mode": self._try("nvmlDeviceGetComputeMode"),
+        }
+
     def apply(self, config: Config) -> None:
         """Check the configuration; lock clocks and set the power limit only if allowed.
 
