@@ -7,6 +7,7 @@ from tuner.devices.base import WindowSettings
 from tuner.devices.journal import pending_journals
 from tuner.devices.twin import TwinDevice
 from tuner.measurement import Measurement
+from tuner.objective import ORIGIN_KEYS
 from tuner.space import Config, load_space
 from tuner.study import METRIC_KEYS, RunOptions, best_feasible, redact, run_study
 
@@ -57,6 +58,17 @@ def test_effective_duplicates_are_measured_once(tmp_path):
     assert Counting.calls == summary.measured <= distinct
     keys = [t.user_attrs["effective_key"] for t in study.trials if "reused_from" not in t.user_attrs]
     assert len(keys) == len(set(keys))
+    reused = [t for t in study.trials if "reused_from" in t.user_attrs]
+    assert reused
+    for t in reused:
+        source = study.trials[t.user_attrs["reused_from"]]
+        written = measurement_attrs_of(source)
+        assert written and {k: t.user_attrs.get(k) for k in written} == written
+
+
+def measurement_attrs_of(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """What the measurement wrote on a trial (the keys measurement_attrs writes)."""
+    return {k: v for k, v in trial.user_attrs.items() if k in (*METRIC_KEYS, *ORIGIN_KEYS)}
 
 
 class Flaky(TwinDevice):

@@ -26,6 +26,8 @@ from tuner.space import Config, SearchSpace
 from tuner.storage import set_user_attrs
 
 METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
+# What a measurement leaves on its trial besides the metrics; a reuse copies exactly these and the metrics.
+ORIGIN_KEYS = ("meter", "rails", "twin", "throttled", "temps_c", "extra")
 NOISE_Z = 1.645
 NOISE_FLOOR = 0.01
 
@@ -42,14 +44,9 @@ def trial_seed(seed: int | None, number: int) -> int | None:
 
 
 def measurement_attrs(m: Measurement) -> dict[str, Any]:
-    """The user attributes a trial carries for one measurement."""
-    attrs: dict[str, Any] = {key: getattr(m, key) for key in METRIC_KEYS}
-    attrs.update(meter=m.meter, rails=m.rails, twin=m.twin, throttled=m.throttled)
-    if m.temps_c:
-        attrs["temps_c"] = m.temps_c
-    if m.extra:
-        attrs["extra"] = m.extra
-    return attrs
+    """The user attributes a trial carries for one measurement (empty temperatures and extras left off)."""
+    attrs: dict[str, Any] = {key: getattr(m, key) for key in (*METRIC_KEYS, *ORIGIN_KEYS)}
+    return {key: value for key, value in attrs.items() if value or key not in ("temps_c", "extra")}
 
 
 def record_measurement(trial: optuna.Trial, m: Measurement, **more: Any) -> None:
@@ -174,8 +171,7 @@ class Objective:
     def _reuse(self, trial: optuna.Trial, source: int) -> float:
         """Copy an earlier trial's measurement of the same effective configuration."""
         earlier = self.study.get_trials(deepcopy=False)[source]
-        kept = {*METRIC_KEYS, "meter", "rails", "twin", "throttled", "temps_c", "extra"}
-        copied = {key: value for key, value in earlier.user_attrs.items() if key in kept}
+        copied = {key: value for key, value in earlier.user_attrs.items() if key in (*METRIC_KEYS, *ORIGIN_KEYS)}
         set_user_attrs(trial, {**copied, "reused_from": source})
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
