@@ -110,3 +110,6 @@ def test_tune_run_on_the_measured_board_cli(tmp_path):
     assert "simulated" not in result.output
     pareto = json.loads(next(tmp_path.rglob("pareto.json")).read_text())
     assert pareto["best"]["p99_ms"] <= 10.0
+    hardware = pareto["provenance"]["hardware"]
+    assert hardware.startswith("NVIDIA H200 (driver 580.") and "replayed" in hardware and "twin" not in hardware
+    assert pareto["provenance"]["twin"] is True

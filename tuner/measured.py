@@ -214,6 +214,9 @@ class MeasuredBoard(VirtualBoard):
             "name": self.name,
             "kind": self.kind,
             "twin": True,
+            "replayed": (
+                f"{self.table.gpu} (driver {self.table.driver}): windows measured earlier, replayed (not measured now)"
+            ),
             "title": (
                 f"measured board: {self.table.gpu} (driver {self.table.driver}) windows replayed, "
                 f"observe-only space, models {', '.join(self._rows)}"

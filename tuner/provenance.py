@@ -49,7 +49,8 @@ def _first_line(path: Path) -> str | None:
 def device_provenance(device: Device) -> dict[str, Any]:
     """Hardware name and driver or L4T release of ``device``, as far as it can tell.
 
-    A twin says it is one and names what it models; a Jetson board is named by
+    A twin says it is one and names what it models (a board that replays
+    earlier windows of real hardware says that instead, ``replayed``); a Jetson board is named by
     its device tree and its L4T release by /etc/nv_tegra_release (both under
     the sysfs root, so tests and containers see their own); an NVIDIA GPU by
     NVML's name and driver version.
@@ -71,7 +72,9 @@ def device_provenance(device: Device) -> dict[str, Any]:
         record["hardware"] = _first_line(root / "proc/device-tree/model") or f"Jetson ({device.kind})"
         record["l4t"] = _first_line(root / "etc/nv_tegra_release")
     if device.simulated:
-        record["hardware"] = f"digital twin of {record['hardware'] or device.kind} (not hardware)"
+        record["hardware"] = (
+            info.get("replayed") or f"digital twin of {record['hardware'] or device.kind} (not hardware)"
+        )
     return record
 
 
