@@ -39,23 +39,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import pgserver  # noqa: E402
+from fleetproc import start_worker  # noqa: E402
 
 from tuner.storage import open_storage  # noqa: E402
 
 STUDY = "resnet50|sim-orin|offline|50ms"
-WORKER = ROOT / "tests" / "fleet_worker.py"
-
-
-def start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    full = {**os.environ, **env, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
-        cwd=cwd,
-        env=full,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def git_head() -> str:
@@ -107,13 +95,13 @@ def one_fleet(url: str, read_url: str, env: dict[str, str], folder: Path, opts: 
     began = time.monotonic()
     # The victim parks inside its second measurement (after one completed trial), so once it holds a trial it
     # keeps holding it until killed; it is killed only when the study's storage shows that RUNNING trial.
-    victim = start(
+    victim = start_worker(
         [*common, "--seed", "0", "--worker-id", "victim"],
         {**env, **delay, "FLEET_HANG_AFTER": "1", "FLEET_MARKER": str(marker)},
         folder,
     )
     others = [
-        start([*common, "--seed", str(i), "--worker-id", f"w{i}"], {**env, **delay}, folder)
+        start_worker([*common, "--seed", str(i), "--worker-id", f"w{i}"], {**env, **delay}, folder)
         for i in range(1, opts.workers)
     ]
     watch = open_storage(read_url, None)

@@ -17,26 +17,18 @@ import sys
 import time
 from pathlib import Path
 
+import fleetproc
 import optuna
 import pgserver
 import pytest
 from optuna.trial import TrialState
 
-import tuner
 from tuner.storage import driver_url, open_storage, redact, scrub, set_user_attrs
 from tuner.strategies import LearnedSampler
 from tuner.study import RunOptions, run_study
 
-WORKER = Path(__file__).with_name("fleet_worker.py")
 RUN = ["run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--sampler", "random"]
 STUDY = "resnet50|sim-orin|offline|50ms"
-# Workers run in other folders: make them import the tuner under test, not whatever PYTHONPATH=. meant here.
-SOURCE = str(Path(tuner.__file__).resolve().parents[1])
-
-
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (SOURCE, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, **extra, "PYTHONPATH": path, "COLUMNS": "200"}
 
 
 @pytest.fixture(scope="session")
@@ -72,14 +64,7 @@ def no_stray_workers():
 
 
 def start_worker(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
-        cwd=cwd,
-        env=child_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = fleetproc.start_worker(list(args), env, cwd)
     STARTED.append(proc)
     return proc
 
@@ -264,7 +249,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
     query = ["status", "--storage", "postgresql://", "-m", "resnet50", "-d", "orin-agx", "--json"]
     status = subprocess.run(
         [sys.executable, "-m", "tuner", *query],
-        env=child_env(env),
+        env=fleetproc.child_env(env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -286,7 +271,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
 def test_postgres_credentials_never_leak(pg, tmp_path):
     """Exports, results and errors name the storage without its password, wherever the password came from."""
     pg.create_database("secrets")
-    env = child_env(pg.env("secrets"))
+    env = fleetproc.child_env(pg.env("secrets"))
     del env["PGPASSWORD"]
 
     def tune(*args: str) -> subprocess.CompletedProcess:
@@ -351,7 +336,9 @@ def test_killed_workers_board_is_restored_from_its_journal_by_the_next_run(tmp_p
         "                   runner_factory=lambda model, config: config, measure_fn=hang)\n"
         f"run_study(dev, RunOptions(**{options!r}, out=Path({str(out)!r})))\n"
     )
-    worker = subprocess.Popen([sys.executable, str(script)], env=child_env({}), stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, str(script)], env=fleetproc.child_env({}), stdout=subprocess.PIPE, text=True
+    )
     STARTED.append(worker)
     assert worker.stdout is not None and worker.stdout.readline().strip() == "measuring"
     worker.kill()
