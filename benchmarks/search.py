@@ -1,6 +1,6 @@
 """Run the search benchmark (the same code as ``tune bench``) and write search.json and search-tables.md.
 
-Usage: PYTHONPATH=. python benchmarks/search.py [--seeds 1] [--jobs 2] [--quick]
+Usage: PYTHONPATH=. python benchmarks/search.py [--seeds 1] [--board-runs 1] [--jobs 2] [--quick]
        [--devices sim:orin,...] [--models resnet50,...] [--strategies ours,random]
        [--tune-boards 0-19] [--judge-boards 1000-1059] [--out DIR]
 
@@ -28,6 +28,7 @@ from tuner.landscapes import board_seeds
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--board-runs", type=int, default=1, help="runs per generated board, each at its own seed")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--random-trials", type=int, default=200)
@@ -43,7 +44,13 @@ def main() -> None:
     settings = quick_settings() if args.quick else BenchSettings()
     update: dict = {}
     if not args.quick:
-        update.update(seeds=args.seeds, jobs=args.jobs, trials=args.trials, random_trials=args.random_trials)
+        update.update(
+            seeds=args.seeds,
+            board_runs=args.board_runs,
+            jobs=args.jobs,
+            trials=args.trials,
+            random_trials=args.random_trials,
+        )
     for key in ("devices", "models", "bounds", "strategies"):
         if getattr(args, key) is not None:
             update[key] = [x for x in getattr(args, key).split(",") if x and x != "none"]

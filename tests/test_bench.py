@@ -131,3 +131,25 @@ def test_generated_boards_are_seeded_plausible_devices():
     assert board_seeds("0-2,7") == [0, 1, 2, 7]
     with pytest.raises(UserError, match="gen:SEED"):
         GeneratedBoard("gen:x")
+
+
+def test_a_generated_board_runs_once_per_board_run_each_at_its_own_seed():
+    settings = BenchSettings(
+        devices=["sim:orin-nano"],
+        models=["mobilenet_v2"],
+        bounds=["loose"],
+        strategies=["random"],
+        seeds=1,
+        board_runs=3,
+        trials=3,
+        random_trials=3,
+        jobs=1,
+        tune_boards=[0],
+        judge_boards=[],
+    )
+    report = run_bench(settings)
+    by_suite = {}
+    for run in report.runs:
+        by_suite.setdefault(report.landscapes[run.landscape].suite, []).append(run.seed)
+    assert sorted(by_suite["tune boards"]) == [0, 1, 2] and by_suite["twins"] == [0]
+    assert next(r for r in report.summary if r["scope"] == "tune boards")["runs"] == 3

@@ -52,7 +52,10 @@ def register(app: typer.Typer) -> None:
             help="generated boards it is judged on (never used to tune it), e.g. 1000-1059, or none "
             "[default: 1000-1059, or none when --devices or --models is given]",
         ),
-        seeds: int = typer.Option(3, "--seeds", help="repetitions per landscape"),
+        seeds: int = typer.Option(3, "--seeds", help="repetitions per twin or measured-board landscape"),
+        board_runs: int = typer.Option(
+            1, "--board-runs", help="runs per generated board, each at its own run seed (one run is a noisy figure)"
+        ),
         trials: int = typer.Option(40, "--trials", help="measured trials per run"),
         random_trials: int = typer.Option(200, "--random-trials", help="budget of random search (its reach is slow)"),
         jobs: int = typer.Option(2, "--jobs", help="parallel worker processes"),
@@ -67,6 +70,7 @@ def register(app: typer.Typer) -> None:
         from tuner.landscapes import board_seeds
 
         check_count(seeds, "--seeds", 3, maximum=1000)
+        check_count(board_runs, "--board-runs", 1, maximum=1000)
         check_count(trials, "--trials", 40, maximum=10_000)
         check_count(random_trials, "--random-trials", 200, maximum=100_000)
         check_count(jobs, "--jobs", 2, maximum=256)
@@ -83,7 +87,7 @@ def register(app: typer.Typer) -> None:
             elif named:
                 update[key] = []
         if not quick:
-            update.update(seeds=seeds, trials=trials, random_trials=random_trials, jobs=jobs)
+            update.update(seeds=seeds, board_runs=board_runs, trials=trials, random_trials=random_trials, jobs=jobs)
         settings = base.model_copy(update=update)
         for model in settings.models:
             check_model(model)
