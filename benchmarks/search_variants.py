@@ -4,9 +4,10 @@ Usage: PYTHONPATH=. python benchmarks/search_variants.py [--set pf_margin=1.0,gl
        [--seed 0] [--tune-boards 0-19] [--judge-boards 2000-2039] [--out runs.json]
 
 Sets class attributes of LearnedSampler (``ours``: ``pf_margin``, ``global_every``,
-``probe``...) and runs it once per board through the benchmark's own run_one
-(tuner/bench.py), one process, so the attributes hold. ``tune bench`` runs a generated board at seed 0 only; one
-seed per board moves a set's mean by about 3 trials (seeds 0-2 of main on
+``probe``...) and runs it once per board at one chosen run seed through the
+benchmark's own run_one (tuner/bench.py), one process, so the attributes hold
+(``tune bench --board-runs N`` runs seeds 0..N-1 of the strategy as it is).
+One seed per board moves a set's mean by about 3 trials (seeds 0-2 of main on
 these boards: 22.5, 25.4, 21.7 trials on the tuning boards), so variants are
 compared here on the same boards at several run seeds. Prints, per set: median
 and p90 of measured trials to within 2% of the optimum, the share that got
