@@ -32,6 +32,21 @@ from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 CONV_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0")
+# The fields of each window's Measurement written to the raw file (tuner/measured.py reads them back).
+RECORDED = {
+    "j_per_query",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "qps",
+    "avg_w",
+    "energy_j",
+    "queries",
+    "duration_s",
+    "valid",
+    "reason",
+    "temps_c",
+}
 KEEP_EXTRA = ("stop_rule", "warmup_s", "loadgen_s", "runner_load_s", "runner_prepare_s", "clocks_event_reasons")
 
 
@@ -89,21 +104,7 @@ def main() -> None:
         row = {"window": window, "batch_size": config.batch_size, "config": config.knobs}
         try:
             m = dev.measure(args.model, config, settings)
-            row.update(
-                j_per_query=m.j_per_query,
-                p50_ms=m.p50_ms,
-                p90_ms=m.p90_ms,
-                p99_ms=m.p99_ms,
-                qps=m.qps,
-                avg_w=m.avg_w,
-                energy_j=m.energy_j,
-                queries=m.queries,
-                duration_s=m.duration_s,
-                valid=m.valid,
-                reason=m.reason,
-                temps_c=m.temps_c,
-                **{k: m.extra.get(k) for k in KEEP_EXTRA},
-            )
+            row.update(m.model_dump(include=RECORDED), **{k: m.extra.get(k) for k in KEEP_EXTRA})
         except Exception as exc:  # recorded, so one failing configuration does not lose the rest
             row["error"] = f"{type(exc).__name__}: {exc}"
         row["t_s"] = round(time.monotonic() - started, 2)

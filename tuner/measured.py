@@ -193,15 +193,8 @@ class MeasuredBoard(VirtualBoard):
                 w = windows[int(rng.integers(len(windows)))]
             out.append(
                 Measurement(
-                    j_per_query=w.j_per_query,
-                    p50_ms=w.p50_ms,
-                    p90_ms=w.p90_ms,
-                    p99_ms=w.p99_ms,
-                    qps=w.qps,
-                    avg_w=w.avg_w,
+                    **w.model_dump(),
                     energy_j=w.avg_w * w.duration_s,
-                    queries=w.queries,
-                    duration_s=w.duration_s,
                     meter="measured-table",
                     rails=[f"replayed:{self.table.gpu} board power"],
                     twin=True,
