@@ -23,8 +23,8 @@ import pgserver
 import pytest
 from optuna.trial import TrialState
 
+from tuner.remeasure import REMEASURE
 from tuner.storage import driver_url, open_storage, redact, scrub, set_user_attrs
-from tuner.strategies import LearnedSampler
 from tuner.study import RunOptions, run_study
 
 RUN = ["run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--sampler", "random"]
@@ -243,7 +243,7 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     (killed,) = [t for t in study.trials if t.user_attrs.get("worker") == "victim" and t.state != TrialState.COMPLETE]
     check_retried(study, killed)
-    top, repeats = LearnedSampler.remeasure
+    top, repeats = REMEASURE
     assert 1 <= sum("repeat_of" in t.user_attrs for t in done) <= top * repeats
 
     query = ["status", "--storage", "postgresql://", "-m", "resnet50", "-d", "orin-agx", "--json"]

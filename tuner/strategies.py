@@ -99,8 +99,6 @@ def _draw(dist: BaseDistribution, rng: np.random.Generator) -> Any:
 class GuidedSampler(optuna.samplers.BaseSampler):
     """A sampler that proposes whole configurations when it can, and otherwise asks a model-based sampler."""
 
-    remeasure: tuple[int, int] = (0, 0)
-
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
         self.inner = model_sampler(seed, startup=10)
@@ -267,8 +265,8 @@ class LearnedSampler(GuidedSampler):
     would cost most of a quick start on a small machine, so each step scores
     a candidate set: a fresh random sample of the grid, every configuration
     in a box of a few steps around the incumbent, and its neighbours. Before
-    the best is declared, the ``remeasure`` top candidates are measured again
-    (run_study), so the export is judged on a mean; those the latency model
+    the best is declared, the run re-measures the top candidates (tuner.remeasure,
+    for every strategy), so the export is judged on a mean; here those the latency model
     expects to pass the margin go first (``remeasure_order``).
 
     Why the margin and the square: a configuration whose true latency is
@@ -279,7 +277,6 @@ class LearnedSampler(GuidedSampler):
     (gen:5, gen:9) under plain expected improvement x P(bound).
     """
 
-    remeasure = (3, 2)
     local_around = 3
     global_every = 2
     misfit_factor = 3.0

@@ -28,7 +28,7 @@ from tuner.errors import UserError
 from tuner.objective import METRIC_KEYS, MeasurementRejected, Objective
 from tuner.provenance import provenance
 from tuner.records import best_feasible, best_of, is_feasible, representatives, trial_record
-from tuner.remeasure import next_repeat, remeasure_top
+from tuner.remeasure import REMEASURE, next_repeat, remeasure_top
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
@@ -196,7 +196,7 @@ def _run_study(
         study = open_study(name, storage, sampler, options.heartbeat_s)
         check_same_space(study, space)
         _stamp(study, device, options, space)
-    top, repeats = getattr(sampler, "remeasure", (0, 0))
+    top, repeats = REMEASURE
     reserve = 0
     if options.study_trials is not None:
         # The fleet re-measures inside its quota (the last slots), not after it: see tuner.remeasure.
