@@ -112,25 +112,38 @@ def test_the_learned_strategy_never_materialises_the_grid(monkeypatch):
     assert summary.best is not None
 
 
-def test_candidates_the_latency_model_expects_to_fail_are_re_measured_last():
-    """One lucky window near the bound must not spend the re-measure budget before a safe candidate."""
+def test_the_cheapest_candidate_is_re_measured_first_whatever_the_model_expects():
+    """A model that expects the cheapest configuration to miss the margin must not skip its re-measurement.
+
+    Letting the latency model put the candidates it expected to pass first kept the cheapest from
+    being re-measured at all on tight bounds, and the export fell back to a dearer one.
+    """
     import json
 
+    from tuner.remeasure import next_repeat
     from tuner.space import Grid
 
     space = SearchSpace(kind="k", knobs={"clock": Knob(values=[100, 200, 300], default=300)}, batch_sizes=[1])
     sampler = LearnedSampler(seed=0)
     sampler.bind(space, "no-such-model", 10.0, "p99")
-    grid = Grid(space)
-    trials = [
-        optuna.trial.create_trial(
-            value=value,
-            user_attrs={"effective_key": json.dumps(grid[i].key())},
-        )
-        for i, value in ((0, 1.0), (2, 1.1))
-    ]
-    assert sampler.remeasure_order(trials) == trials
-    # The model: configuration 0 (measured once, luckily, under the bound) is just over it, 2 well under it.
+    # The model: configuration 0 (measured once, under the bound) is just over it, 2 well under it.
     latency = {0: np.log(10.2), 2: np.log(8.0)}
     sampler.latest = lambda rows: (None, None, np.array([latency[int(r)] for r in rows]), np.full(len(rows), 0.01))
-    assert sampler.remeasure_order(trials) == [trials[1], trials[0]]
+    study = optuna.create_study(sampler=sampler)
+    grid = Grid(space)
+    for row, value, p99 in ((2, 1.1, 8.0), (0, 1.0, 9.9)):
+        config = grid[row]
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=value,
+                user_attrs={
+                    "effective_key": json.dumps(config.key()),
+                    "config": config.knobs,
+                    "batch_size": config.batch_size,
+                    "p99_ms": p99,
+                },
+                constraints={"latency": p99 - 10.0},
+            )
+        )
+    _, attrs = next_repeat(study, space, top=1, repeats=2)
+    assert attrs["repeat_of"] == 1

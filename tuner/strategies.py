@@ -266,8 +266,7 @@ class LearnedSampler(GuidedSampler):
     a candidate set: a fresh random sample of the grid, every configuration
     in a box of a few steps around the incumbent, and its neighbours. Before
     the best is declared, the run re-measures the top candidates (tuner.remeasure,
-    for every strategy), so the export is judged on a mean; here those the latency model
-    expects to pass the margin go first (``remeasure_order``).
+    for every strategy, best first), so the export is judged on a mean.
 
     Why the margin and the square: a configuration whose true latency is
     within the noise of the bound is a poor proposal either way. Measured
@@ -368,27 +367,6 @@ class LearnedSampler(GuidedSampler):
                 knobs[name] = knob.values[(len(knob.values) - 1) // 2]
         batches = self.space.batch_sizes
         return Config(knobs=knobs, batch_size=batches[(len(batches) - 1) // 2])
-
-    def remeasure_order(self, ranked: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-        """Candidates for re-measurement: those the latency model expects to pass with a margin first.
-
-        One window near the bound says little; the model's latency at a
-        measured configuration pools its neighbours too. A candidate it
-        expects within the noise margin of the bound would spend re-measure
-        windows and fail, so it goes after those expected to pass (each
-        group in the given order, best first).
-        """
-        if self.latest is None or self.space is None:
-            return ranked
-        grid = space_table(self.space).grid
-        rows = [grid.position(t.user_attrs.get("effective_key", "null")) for t in ranked]
-        known = [i for i, r in enumerate(rows) if r is not None]
-        if not known:
-            return ranked
-        _, _, mu_l, sd_l = self.latest(np.array([rows[i] for i in known]))
-        passing = _normal_cdf((math.log(self.bound_ms) - self._latency_margin() - mu_l) / sd_l) >= 0.5
-        likely = {known[j] for j in np.flatnonzero(passing)}
-        return [ranked[i] for i in sorted(likely)] + [t for i, t in enumerate(ranked) if i not in likely]
 
     def _latency_margin(self) -> float:
         """``pf_margin`` standard deviations of the latency model's measurement noise (log units)."""
