@@ -303,7 +303,6 @@ class LearnedSampler(GuidedSampler):
         self.steps = 0
         self.fits: dict[str, GaussianProcess] = {}
         self.rng = np.random.default_rng(seed)
-        self.latest: Callable[[np.ndarray], tuple] | None = None
 
     def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
         super().bind(space, model, max_latency_ms, percentile, device)
@@ -354,8 +353,7 @@ class LearnedSampler(GuidedSampler):
         models = self._fit_models(table, rows, y_e, y_l, roof)
         self.scored |= {int(r) for r in rows}
         why_model = self._choose_trust(roof is not None)
-        self.latest = models[self.trust]
-        mu_e, sd_e, mu_l, sd_l = self.latest(cand)
+        mu_e, sd_e, mu_l, sd_l = models[self.trust](cand)
         return self._acquire(table, cand, local_rows, feasible, mu_e, sd_e, mu_l, sd_l, why_model)
 
     def _center(self) -> Config:
