@@ -17,7 +17,9 @@ cheapest measured configuration is the one the user would otherwise get.
 Letting the default strategy's latency model put those it expected to pass
 the margin first kept the cheapest from being re-measured at all on tight
 bounds, and the export fell back to a dearer one (sixth round: the exported
-best's p90 over the optimum 21.8% with the reordering, 11.9% without).
+best's p90 over the optimum on the development boards 21.8% with the
+reordering, 11.9% without; level on the judged boards). Its cost: when the
+cheapest candidates all fail their margin, no window is left for a safer one.
 """
 
 from __future__ import annotations
