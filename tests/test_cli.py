@@ -1,3 +1,4 @@
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -199,6 +200,7 @@ def test_corrupt_space_file(tmp_path):
 
 
 def test_narrower_space_file_is_used(tmp_path):
+    """Every trial draws from the file's batch sizes (seeded: four unseeded random trials may find nothing feasible)."""
     narrow = tmp_path / "orin.yaml"
     text = shutil.os.path.dirname(__import__("search_spaces").__file__) + "/orin-agx.yaml"
     data = yaml.safe_load(Path(text).read_text())
@@ -221,9 +223,14 @@ def test_narrower_space_file_is_used(tmp_path):
         "--json",
         "--sampler",
         "random",
+        "--seed",
+        "0",
     )
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["best"]["batch_size"] in (2, 4)
+    out = json.loads(r.stdout)
+    assert out["best"]["batch_size"] in (2, 4)
+    with open(Path(out["results"]) / "trials.csv") as f:
+        assert {int(row["batch_size"]) for row in csv.DictReader(f)} <= {2, 4}
 
 
 def test_help_for_every_command():
