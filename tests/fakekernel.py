@@ -25,6 +25,12 @@ are checked; reads pass through. The rules, and where each comes from:
   attribute as it was (kstrtouint in the store methods; ``online`` takes 0/1;
   a governor must be one of ``scaling_available_governors``/``available_governors``).
   O_TRUNC therefore only takes effect once a write is accepted.
+- A store is atomic to readers: the attribute shows the old value or the new
+  one, never an empty or half-written one, even when the writer is killed
+  mid-write. A plain file truncated and then written would show an empty
+  value for a moment (a SIGKILL there once left one, and the next ``tune
+  restore`` could not read it), so an accepted value is written aside, next
+  to the tree, and renamed over the attribute.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ WRITABLE = {
 }
 KERNEL_TREES = ("sys/", "proc/")
 _ROOTS: set[str] = set()
-_FDS: dict[int, str] = {}
+_FDS: dict[int, tuple[str, str]] = {}
 _real_open = os.open
 _real_write = os.write
 _real_close = os.close
@@ -104,14 +110,14 @@ def _open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-d
         if not any(online):
             raise _refuse(errno.EPERM, os.fspath(path))
     fd = _real_open(path, flags & ~os.O_TRUNC, mode)
-    _FDS[fd] = os.path.join(root, rel)
+    _FDS[fd] = (root, os.path.join(root, rel))
     return fd
 
 
 def _write(fd, data):  # type: ignore[no-untyped-def]
-    path = _FDS.get(fd)
-    if path is None:
+    if fd not in _FDS:
         return _real_write(fd, data)
+    root, path = _FDS[fd]
     value = bytes(data).decode(errors="replace").strip()
     name = os.path.basename(path)
     if name == "online" and value not in ("0", "1"):
@@ -124,9 +130,14 @@ def _write(fd, data):  # type: ignore[no-untyped-def]
             raise _refuse(errno.EINVAL, path)
     elif name not in ("control",) and not value.lstrip("-").isdigit():
         raise _refuse(errno.EINVAL, path)
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return _real_write(fd, data)
+    tmp = os.path.join(os.path.dirname(root), f".fakekernel-{os.getpid()}-{fd}.tmp")
+    tmp_fd = _real_open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, os.stat(path).st_mode & 0o7777)
+    try:
+        written = _real_write(tmp_fd, data)
+    finally:
+        _real_close(tmp_fd)
+    os.replace(tmp, path)
+    return written
 
 
 def _close(fd):  # type: ignore[no-untyped-def]

@@ -587,6 +587,30 @@ def test_the_fake_kernel_refuses_what_a_real_one_refuses(tmp_path: Path) -> None
     sysfs.write(root, fake.policy(0) / "scaling_max_freq", "1728000")  # an online cluster takes it
 
 
+def test_a_writer_killed_mid_store_leaves_the_old_value_not_an_empty_one(tmp_path: Path, monkeypatch) -> None:
+    """A sysfs store is atomic to readers; a fake that truncated then wrote once showed an empty attribute.
+
+    The writer is cut off at the last step before the new value lands (as a SIGKILL could): the
+    attribute must still read its old value, and nothing is left inside the board's tree.
+    """
+    fake = _policy8_offline_board(tmp_path)
+    target = fake.policy(0) / "scaling_max_freq"
+    before = target.read_bytes()
+    snapshot = fake.snapshot()
+
+    def killed(src, dst):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        sysfs.write(fake.root, target, "1728000")
+    assert target.read_bytes() == before and before.strip()
+    assert fake.snapshot() == snapshot
+    monkeypatch.undo()
+    sysfs.write(fake.root, target, "1728000")
+    assert fake.read("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq") == "1728000"
+
+
 def _rule_of(root: Path, path: Path) -> str:
     with pytest.raises(sysfs.BoardWriteError) as err:
         sysfs.write(root, path, "729600")
