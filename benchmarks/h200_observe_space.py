@@ -29,24 +29,13 @@ from pathlib import Path
 
 from tuner.devices.nvml import NvmlDevice
 from tuner.measure.settings import WindowSettings
+from tuner.objective import METRIC_KEYS
 from tuner.space import Config
 
 CONV_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0")
-# The fields of each window's Measurement written to the raw file (tuner/measured.py reads them back).
-RECORDED = {
-    "j_per_query",
-    "p50_ms",
-    "p90_ms",
-    "p99_ms",
-    "qps",
-    "avg_w",
-    "energy_j",
-    "queries",
-    "duration_s",
-    "valid",
-    "reason",
-    "temps_c",
-}
+# The fields of each window's Measurement written to the raw file (tuner/measured.py reads them back):
+# the metrics every trial records, and whether the window is trustworthy and how hot the card ran.
+RECORDED = {*METRIC_KEYS, "valid", "reason", "temps_c"}
 KEEP_EXTRA = ("stop_rule", "warmup_s", "loadgen_s", "runner_load_s", "runner_prepare_s", "clocks_event_reasons")
 
 
