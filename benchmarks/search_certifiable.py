@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.bench import truth
+from tuner.bench import certifiable_optimum, truth
 from tuner.landscapes import GeneratedBoard
 from tuner.objective import NOISE_Z
 
@@ -35,8 +35,7 @@ def certifiable_regret(landscape: dict, percentile: str) -> float:
     board = GeneratedBoard(landscape["device"])
     margin = NOISE_Z * board.physics.noise_time * math.sqrt(1 + 1 / 3)
     table = truth(landscape["device"], landscape["model"], percentile)
-    energies = [j for j, latency in table.values() if latency * (1 + margin) <= landscape["max_latency_ms"]]
-    return min(energies) / landscape["optimum_j"] - 1 if energies else math.inf
+    return certifiable_optimum(table, landscape["max_latency_ms"], margin) / landscape["optimum_j"] - 1
 
 
 def main() -> None:

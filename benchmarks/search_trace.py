@@ -23,7 +23,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import optuna
 
-from tuner.bench import BenchSettings, build_landscapes, device, truth
+from tuner.bench import BenchSettings, build_landscapes, device, true_ratio, truth
 from tuner.devices.base import WindowSettings
 from tuner.records import best_of
 from tuner.study import MEMORY_STORAGE, RunOptions, run_study
@@ -70,9 +70,9 @@ def main() -> None:
         if "effective_key" not in attrs:
             continue
         true_j, true_lat = table.get(attrs["effective_key"], (math.nan, math.nan))
-        best = best_of([x for x in done[: i + 1] if x.state == optuna.trial.TrialState.COMPLETE])
-        best_j, best_lat = table.get(best.user_attrs["effective_key"]) if best else (math.inf, math.inf)
-        shown = best_j / optimum if best_lat <= bound else math.inf
+        shown = true_ratio(
+            best_of([x for x in done[: i + 1] if x.state == optuna.trial.TrialState.COMPLETE]), table, bound, optimum
+        )
         flag = "R" if "reused_from" in attrs else ("M" if "repeat_of" in attrs else " ")
         print(
             f"{t.number:2d}{flag} true E {true_j / optimum:6.3f} L {true_lat / bound:5.3f} | "
