@@ -1,0 +1,161 @@
+"""Where the default strategy's trials go: its own model against better-informed ones (issue 12, eighth round).
+
+Usage: PYTHONPATH=. python benchmarks/search_ceiling.py --mode perfect-prior [--seed 0]
+       [--tune-boards 0-19] [--judge-boards 2000-2039] [--out runs.json]
+
+Runs the default strategy (``ours``) on the development boards through the benchmark's own
+run_one, with its model replaced in one of three ways, so that a run seed's trials to within
+2% can be set against main's own runs on the same boards and seeds
+(search-remeasure-order-dev.json, "best first"):
+
+- ``gp-only``: the roofline off (the GP without a physics prior proposes every trial), the
+  GP's hyperparameters set by marginal likelihood as in main. The reference for the next one.
+- ``oracle-hyper``: the roofline off, and the GP's hyperparameters (length scale per input,
+  signal and noise) fitted once per landscape on 400 random configurations of the noise-free
+  truth with 2% noise added, then held: the best hyperparameters a learned model could find.
+- ``perfect-prior``: the roofline's prediction replaced by the noise-free truth, and the
+  search held on the GP whose prior mean uses it: what the acquisition, the design trials and
+  the end of the run achieve when the model is right. A ceiling, not a strategy.
+
+None of these is a strategy a user could run (each reads the truth); they say whether the
+trials are lost to the acquisition or to the model. The strategy's code is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from tuner.bench import BenchSettings, Landscape, build_landscapes, device, run_one, truth
+from tuner.landscapes import board_seeds
+from tuner.strategies import LearnedSampler, Table, space_table
+from tuner.study import narrowed_space
+from tuner.surrogate import GaussianProcess
+
+MODES = ("gp-only", "oracle-hyper", "perfect-prior")
+ORACLE_POINTS = 400
+ORACLE_NOISE = 0.02
+
+
+def true_logs(land: Landscape) -> tuple[Table, np.ndarray, np.ndarray]:
+    """The landscape's grid table and the noise-free log energy and log latency of every row (50 where invalid)."""
+    table = space_table(narrowed_space(device(land.device), None, None))
+    log_e = np.full(len(table.grid), 50.0)
+    log_l = np.full(len(table.grid), 50.0)
+    for key, (energy, latency) in truth(land.device, land.model, "p99").items():
+        row = table.grid.position(key)
+        if row is not None:
+            log_e[row], log_l[row] = np.log(energy), np.log(latency)
+    return table, log_e, log_l
+
+
+def oracle_fits(land: Landscape) -> dict[str, GaussianProcess]:
+    """GPs of log energy and log latency fitted on noisy random points of the truth (for their hyperparameters)."""
+    table, log_e, log_l = true_logs(land)
+    valid = np.flatnonzero(log_e < 50.0)
+    rng = np.random.default_rng(0)
+    rows = rng.choice(valid, size=min(ORACLE_POINTS, len(valid)), replace=False)
+    x = table.x[rows]
+    basis = np.hstack([np.ones((len(rows), 1)), x[:, -1:]])
+    return {
+        f"gp:{name}": GaussianProcess.fit(x, y[rows] + rng.normal(0.0, ORACLE_NOISE, len(rows)), basis)
+        for name, y in (("e", log_e), ("l", log_l))
+    }
+
+
+def install(mode: str, state: dict[str, Any]) -> None:
+    """Replace the parts of LearnedSampler (and the GP's fit) that the mode changes; ``state`` holds the landscape's."""
+    bind = LearnedSampler.bind
+    fit = GaussianProcess.fit.__func__
+
+    def bind_without_roofline(self: LearnedSampler, *args: Any, **kwargs: Any) -> None:
+        bind(self, *args, **kwargs)
+        self.profile = None
+        self.trust = "gp"
+        if mode == "oracle-hyper":
+            self.fits = dict(state["fits"])
+
+    def fit_held(
+        cls: type[GaussianProcess],
+        x: np.ndarray,
+        y: np.ndarray,
+        basis: np.ndarray,
+        warm: GaussianProcess | None = None,
+        optimize: bool = True,
+    ) -> GaussianProcess:
+        return fit(cls, x, y, basis, warm, optimize and warm is None)
+
+    def truth_as_roofline(self: LearnedSampler, table: Table, trials: list) -> Callable:
+        return lambda at: (state["log_e"][at], state["log_l"][at])
+
+    def trust_truth(self: LearnedSampler, have_roofline: bool) -> str:
+        self.trust = "gp+roofline"
+        return "gp+roofline: the truth as its prior mean (search_ceiling.py)"
+
+    if mode in ("gp-only", "oracle-hyper"):
+        LearnedSampler.bind = bind_without_roofline
+    if mode == "oracle-hyper":
+        GaussianProcess.fit = classmethod(fit_held)
+    if mode == "perfect-prior":
+        LearnedSampler._roofline = truth_as_roofline
+        LearnedSampler._choose_trust = trust_truth
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune-boards", default="0-19")
+    parser.add_argument("--judge-boards", default="2000-2039")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    settings = BenchSettings(
+        devices=[],
+        models=[],
+        tune_boards=board_seeds(args.tune_boards),
+        judge_boards=board_seeds(args.judge_boards),
+        strategies=["ours"],
+    )
+    state: dict[str, Any] = {}
+    install(args.mode, state)
+    runs = []
+    for i, land in enumerate(build_landscapes(settings)):
+        if args.mode == "oracle-hyper":
+            state["fits"] = oracle_fits(land)
+        if args.mode == "perfect-prior":
+            _, state["log_e"], state["log_l"] = true_logs(land)
+        result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
+        runs.append(
+            {
+                "device": land.device,
+                "suite": land.suite,
+                "reach": result.reach["2%"],
+                "final_regret": result.final_regret,
+                "violation": result.violation,
+            }
+        )
+    if args.out:
+        args.out.write_text(json.dumps({"mode": args.mode, "seed": args.seed, "runs": runs}, indent=1))
+    reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)
+    print(
+        f"{args.mode}, run seed {args.seed}: {len(reach)} runs, median to 2% "
+        f"{np.percentile(reach, 50, method='higher')}, p90 {np.percentile(reach, 90, method='higher')}, "
+        f"within 12 trials {(reach <= 12).mean():.0%}, reached {np.isfinite(reach).mean():.0%}, "
+        f"mean (misses as 41) {np.minimum(reach, 41).mean():.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
