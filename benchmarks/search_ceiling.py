@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, Landscape, build_landscapes, device, run_one, truth
+from tuner.bench import BenchSettings, Landscape, build_landscapes, device, run_one, run_record, truth
 from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler, Table, space_table
 from tuner.study import narrowed_space
@@ -137,15 +137,7 @@ def main() -> None:
         if args.mode == "perfect-prior":
             _, state["log_e"], state["log_l"] = true_logs(land)
         result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
-        runs.append(
-            {
-                "device": land.device,
-                "suite": land.suite,
-                "reach": result.reach["2%"],
-                "final_regret": result.final_regret,
-                "violation": result.violation,
-            }
-        )
+        runs.append(run_record(land, result))
     if args.out:
         args.out.write_text(json.dumps({"mode": args.mode, "seed": args.seed, "runs": runs}, indent=1))
     reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)

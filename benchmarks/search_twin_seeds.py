@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, build_landscapes, run_one
+from tuner.bench import BenchSettings, build_landscapes, run_one, run_record
 
 
 def main() -> None:
@@ -48,17 +48,7 @@ def main() -> None:
     for i, land in enumerate(build_landscapes(settings)):
         for seed in seeds:
             result = run_one(land, i, "ours", seed, settings.trials, settings.percentile)
-            runs.append(
-                {
-                    "device": land.device,
-                    "model": land.model,
-                    "bound": land.bound,
-                    "seed": seed,
-                    "reach": result.reach["2%"],
-                    "final_regret": result.final_regret,
-                    "violation": result.violation,
-                }
-            )
+            runs.append({**run_record(land, result), "seed": seed})
             print(land.model, land.bound, seed, result.reach["2%"], flush=True)
     if args.out:
         args.out.write_text(json.dumps({"device": args.device, "seeds": seeds, "runs": runs}, indent=1))

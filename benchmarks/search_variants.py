@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, build_landscapes, run_one
+from tuner.bench import BenchSettings, build_landscapes, run_one, run_record
 from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler
 
@@ -67,15 +67,7 @@ def main() -> None:
     runs = []
     for i, land in enumerate(build_landscapes(settings)):
         result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
-        runs.append(
-            {
-                "device": land.device,
-                "suite": land.suite,
-                "reach": result.reach["2%"],
-                "final_regret": result.final_regret,
-                "violation": result.violation,
-            }
-        )
+        runs.append(run_record(land, result))
     if args.out:
         args.out.write_text(json.dumps({"set": args.set, "seed": args.seed, "runs": runs}, indent=1))
     for suite in ("tune boards", "judge boards"):

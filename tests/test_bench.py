@@ -9,7 +9,7 @@ import optuna
 import pytest
 from clirun import run_cli
 
-from tuner.bench import BenchSettings, build_landscapes, markdown, quick_settings, run_bench, run_one
+from tuner.bench import BenchSettings, build_landscapes, markdown, quick_settings, run_bench, run_one, run_record
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
@@ -50,6 +50,18 @@ def test_run_is_scored_by_true_energy_and_reaches_the_optimum():
     assert result.reach["2%"] is None or result.reach["2%"] >= result.reach["5%"]
     assert result.final_regret is not None and result.final_regret < 0.05
     assert 0 <= result.violation <= 1
+    record = run_record(landscape, result)
+    # What the variant scripts pair run by run on: the landscape's identity and the run's three scores.
+    assert record == {
+        "device": "sim:orin-nano",
+        "suite": "twins",
+        "model": "mobilenet_v2",
+        "bound": "tight",
+        "reach": result.reach["2%"],
+        "final_regret": result.final_regret,
+        "violation": result.violation,
+    }
+    assert json.loads(json.dumps(record)) == record
 
 
 def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():

@@ -231,6 +231,24 @@ def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: 
     )
 
 
+def run_record(landscape: Landscape, result: RunResult) -> dict[str, object]:
+    """One run as the variant scripts under benchmarks/ store it, so their files pair run by run.
+
+    The landscape by device, suite, model and bound; trials to within 2%
+    (None: not within 40), how far the exported best is over the optimum and
+    how often it violates the bound in fresh windows.
+    """
+    return {
+        "device": landscape.device,
+        "suite": landscape.suite,
+        "model": landscape.model,
+        "bound": landscape.bound,
+        "reach": result.reach["2%"],
+        "final_regret": result.final_regret,
+        "violation": result.violation,
+    }
+
+
 def certifiable_optimum(table: dict, bound: float, margin: float) -> float:
     """Lowest true energy per query whose noise-free latency, raised by a relative margin, meets the bound.
 
