@@ -15,7 +15,9 @@ run_one, with its model replaced in one of three ways, so that a run seed's tria
   truth with 2% noise added, then held: the best hyperparameters a learned model could find.
 - ``perfect-prior``: the roofline's prediction replaced by the noise-free truth, and the
   search held on the GP whose prior mean uses it: what the acquisition, the design trials and
-  the end of the run achieve when the model is right. A ceiling, not a strategy.
+  the end of the run achieve when the model is right. A ceiling, not a strategy. With
+  ``--prior-error S`` each configuration's prior is off by an independent lognormal error of
+  spread S (drawn once per landscape): how right a model has to be.
 
 None of these is a strategy a user could run (each reads the truth); they say whether the
 trials are lost to the acquisition or to the model. The strategy's code is unchanged.
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tune-boards", default="0-19")
     parser.add_argument("--judge-boards", default="2000-2039")
+    parser.add_argument("--prior-error", type=float, default=0.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -135,11 +138,15 @@ def main() -> None:
         if args.mode == "oracle-hyper":
             state["fits"] = oracle_fits(land)
         if args.mode == "perfect-prior":
-            _, state["log_e"], state["log_l"] = true_logs(land)
+            _, log_e, log_l = true_logs(land)
+            rng = np.random.default_rng(i)
+            state["log_e"] = log_e + rng.normal(0.0, args.prior_error, len(log_e))
+            state["log_l"] = log_l + rng.normal(0.0, args.prior_error, len(log_l))
         result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
         runs.append(run_record(land, result))
     if args.out:
-        args.out.write_text(json.dumps({"mode": args.mode, "seed": args.seed, "runs": runs}, indent=1))
+        record = {"mode": args.mode, "prior_error": args.prior_error, "seed": args.seed, "runs": runs}
+        args.out.write_text(json.dumps(record, indent=1))
     reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)
     print(
         f"{args.mode}, run seed {args.seed}: {len(reach)} runs, median to 2% "
