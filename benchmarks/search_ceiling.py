@@ -17,7 +17,8 @@ run_one, with its model replaced in one of three ways, so that a run seed's tria
   search held on the GP whose prior mean uses it: what the acquisition, the design trials and
   the end of the run achieve when the model is right. A ceiling, not a strategy. With
   ``--prior-error S`` each configuration's prior is off by an independent lognormal error of
-  spread S (drawn once per landscape): how right a model has to be.
+  spread S (drawn once per landscape, seeded by its position among the boards run, so a run
+  over fewer boards draws other errors): how right a model has to be.
 
 None of these is a strategy a user could run (each reads the truth); they say whether the
 trials are lost to the acquisition or to the model. The strategy's code is unchanged.
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, Landscape, build_landscapes, device, run_one, run_record, truth
+from tuner.bench import Landscape, board_runs, device, truth
 from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler, Table, space_table
 from tuner.study import narrowed_space
@@ -124,17 +125,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    settings = BenchSettings(
-        devices=[],
-        models=[],
-        tune_boards=board_seeds(args.tune_boards),
-        judge_boards=board_seeds(args.judge_boards),
-        strategies=["ours"],
-    )
     state: dict[str, Any] = {}
     install(args.mode, state)
-    runs = []
-    for i, land in enumerate(build_landscapes(settings)):
+
+    def prepare(i: int, land: Landscape) -> None:
         if args.mode == "oracle-hyper":
             state["fits"] = oracle_fits(land)
         if args.mode == "perfect-prior":
@@ -142,8 +136,8 @@ def main() -> None:
             rng = np.random.default_rng(i)
             state["log_e"] = log_e + rng.normal(0.0, args.prior_error, len(log_e))
             state["log_l"] = log_l + rng.normal(0.0, args.prior_error, len(log_l))
-        result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
-        runs.append(run_record(land, result))
+
+    runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed, prepare)
     if args.out:
         record = {"mode": args.mode, "prior_error": args.prior_error, "seed": args.seed, "runs": runs}
         args.out.write_text(json.dumps(record, indent=1))

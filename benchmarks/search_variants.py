@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, build_landscapes, run_one, run_record
+from tuner.bench import board_runs
 from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler
 
@@ -57,17 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     _apply(args.set)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    settings = BenchSettings(
-        devices=[],
-        models=[],
-        tune_boards=board_seeds(args.tune_boards),
-        judge_boards=board_seeds(args.judge_boards),
-        strategies=["ours"],
-    )
-    runs = []
-    for i, land in enumerate(build_landscapes(settings)):
-        result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
-        runs.append(run_record(land, result))
+    runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed)
     if args.out:
         args.out.write_text(json.dumps({"set": args.set, "seed": args.seed, "runs": runs}, indent=1))
     for suite in ("tune boards", "judge boards"):

@@ -9,7 +9,16 @@ import optuna
 import pytest
 from clirun import run_cli
 
-from tuner.bench import BenchSettings, build_landscapes, markdown, quick_settings, run_bench, run_one, run_record
+from tuner.bench import (
+    BenchSettings,
+    board_runs,
+    build_landscapes,
+    markdown,
+    quick_settings,
+    run_bench,
+    run_one,
+    run_record,
+)
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
@@ -62,6 +71,14 @@ def test_run_is_scored_by_true_energy_and_reaches_the_optimum():
         "violation": result.violation,
     }
     assert json.loads(json.dumps(record)) == record
+
+
+def test_board_runs_prepare_each_landscape_before_its_run_and_record_it():
+    seen = []
+    runs = board_runs([0], [2000], 0, lambda i, land: seen.append((i, land.device)))
+    assert seen == [(0, "gen:0"), (1, "gen:2000")]
+    assert [(r["device"], r["suite"]) for r in runs] == [("gen:0", "tune boards"), ("gen:2000", "judge boards")]
+    assert all(r["reach"] is None or 1 <= r["reach"] <= 40 for r in runs)
 
 
 def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():

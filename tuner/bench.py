@@ -249,6 +249,30 @@ def run_record(landscape: Landscape, result: RunResult) -> dict[str, object]:
     }
 
 
+def board_runs(
+    tune_boards: list[int],
+    judge_boards: list[int],
+    seed: int,
+    prepare: Callable[[int, Landscape], None] | None = None,
+) -> list[dict[str, object]]:
+    """The default strategy once on each generated board at one run seed, as run records.
+
+    The loop the variant scripts under benchmarks/ share, in this process so
+    that attributes they set on LearnedSampler hold. ``prepare`` is called
+    with each landscape (and its index) before its run, for a script whose
+    replaced model reads that landscape's truth (search_ceiling.py).
+    """
+    settings = BenchSettings(
+        devices=[], models=[], tune_boards=tune_boards, judge_boards=judge_boards, strategies=["ours"]
+    )
+    runs = []
+    for i, land in enumerate(build_landscapes(settings)):
+        if prepare is not None:
+            prepare(i, land)
+        runs.append(run_record(land, run_one(land, i, "ours", seed, settings.trials, settings.percentile)))
+    return runs
+
+
 def certifiable_optimum(table: dict, bound: float, margin: float) -> float:
     """Lowest true energy per query whose noise-free latency, raised by a relative margin, meets the bound.
 
