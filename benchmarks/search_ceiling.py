@@ -18,7 +18,9 @@ run_one, with its model replaced in one of three ways, so that a run seed's tria
   the end of the run achieve when the model is right. A ceiling, not a strategy. With
   ``--prior-error S`` each configuration's prior is off by an independent lognormal error of
   spread S (drawn once per landscape, seeded by its position among the boards run, so a run
-  over fewer boards draws other errors): how right a model has to be.
+  over fewer boards draws other errors): how right a model has to be. With
+  ``--prior-error-length L`` the error is smooth instead (a random function of the encoded knobs
+  varying over L of each knob's range, spread S): a wrong trend, as a model's errors are.
 
 None of these is a strategy a user could run (each reads the truth); they say whether the
 trials are lost to the acquisition or to the model. The strategy's code is unchanged.
@@ -40,27 +42,15 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.bench import Landscape, board_runs, device, truth
+from tuner.bench import Landscape, board_runs, true_logs
 from tuner.landscapes import board_seeds
-from tuner.strategies import LearnedSampler, Table, space_table
-from tuner.study import narrowed_space
+from tuner.strategies import LearnedSampler, Table
 from tuner.surrogate import GaussianProcess
 
 MODES = ("gp-only", "oracle-hyper", "perfect-prior")
 ORACLE_POINTS = 400
 ORACLE_NOISE = 0.02
-
-
-def true_logs(land: Landscape) -> tuple[Table, np.ndarray, np.ndarray]:
-    """The landscape's grid table and the noise-free log energy and log latency of every row (50 where invalid)."""
-    table = space_table(narrowed_space(device(land.device), None, None))
-    log_e = np.full(len(table.grid), 50.0)
-    log_l = np.full(len(table.grid), 50.0)
-    for key, (energy, latency) in truth(land.device, land.model, "p99").items():
-        row = table.grid.position(key)
-        if row is not None:
-            log_e[row], log_l[row] = np.log(energy), np.log(latency)
-    return table, log_e, log_l
+SMOOTH_FEATURES = 200
 
 
 def oracle_fits(land: Landscape) -> dict[str, GaussianProcess]:
@@ -115,6 +105,18 @@ def install(mode: str, state: dict[str, Any]) -> None:
         LearnedSampler._choose_trust = trust_truth
 
 
+def smooth_error(x: np.ndarray, spread: float, length: float, rng: np.random.Generator) -> np.ndarray:
+    """A random smooth error over the encoded grid: a GP draw of this spread and length scale (random features).
+
+    A model's errors are not independent per configuration: a wrong trend is
+    wrong over a whole region. This error varies over ``length`` of the
+    encoded inputs (each knob's range is 1), so a few trials can learn it.
+    """
+    weights = rng.normal(0.0, 1.0 / length, (x.shape[1], SMOOTH_FEATURES))
+    phases = rng.uniform(0.0, 2 * np.pi, SMOOTH_FEATURES)
+    return spread * np.sqrt(2.0 / SMOOTH_FEATURES) * np.cos(x @ weights + phases).sum(axis=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=MODES, required=True)
@@ -122,6 +124,7 @@ def main() -> None:
     parser.add_argument("--tune-boards", default="0-19")
     parser.add_argument("--judge-boards", default="2000-2039")
     parser.add_argument("--prior-error", type=float, default=0.0)
+    parser.add_argument("--prior-error-length", type=float, default=0.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -132,14 +135,24 @@ def main() -> None:
         if args.mode == "oracle-hyper":
             state["fits"] = oracle_fits(land)
         if args.mode == "perfect-prior":
-            _, log_e, log_l = true_logs(land)
+            table, log_e, log_l = true_logs(land)
             rng = np.random.default_rng(i)
-            state["log_e"] = log_e + rng.normal(0.0, args.prior_error, len(log_e))
-            state["log_l"] = log_l + rng.normal(0.0, args.prior_error, len(log_l))
+            if args.prior_error_length > 0:
+                state["log_e"] = log_e + smooth_error(table.x, args.prior_error, args.prior_error_length, rng)
+                state["log_l"] = log_l + smooth_error(table.x, args.prior_error, args.prior_error_length, rng)
+            else:
+                state["log_e"] = log_e + rng.normal(0.0, args.prior_error, len(log_e))
+                state["log_l"] = log_l + rng.normal(0.0, args.prior_error, len(log_l))
 
     runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed, prepare)
     if args.out:
-        record = {"mode": args.mode, "prior_error": args.prior_error, "seed": args.seed, "runs": runs}
+        record = {
+            "mode": args.mode,
+            "prior_error": args.prior_error,
+            "prior_error_length": args.prior_error_length,
+            "seed": args.seed,
+            "runs": runs,
+        }
         args.out.write_text(json.dumps(record, indent=1))
     reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)
     print(

@@ -18,11 +18,13 @@ from tuner.bench import (
     run_bench,
     run_one,
     run_record,
+    true_logs,
 )
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.sampling import make_sampler
+from tuner.space import Config
 from tuner.study import MEMORY_STORAGE, RunOptions, best_feasible, run_study
 
 SMALL = BenchSettings(
@@ -79,6 +81,18 @@ def test_board_runs_prepare_each_landscape_before_its_run_and_record_it():
     assert seen == [(0, "gen:0"), (1, "gen:2000")]
     assert [(r["device"], r["suite"]) for r in runs] == [("gen:0", "tune boards"), ("gen:2000", "judge boards")]
     assert all(r["reach"] is None or 1 <= r["reach"] <= 40 for r in runs)
+
+
+def test_true_logs_put_each_landscape_optimum_at_its_grid_row():
+    land = build_landscapes(BenchSettings(devices=[], models=[], tune_boards=[0], judge_boards=[]))[0]
+    table, log_e, log_l = true_logs(land)
+    assert len(log_e) == len(log_l) == len(table.grid)
+    best = Config(knobs=land.optimum["config"], batch_size=land.optimum["batch_size"])
+    row = table.grid.position(json.dumps(best.key()))
+    assert row is not None
+    assert log_e[row] == pytest.approx(math.log(land.optimum_j))
+    feasible = np.exp(log_l) <= land.max_latency_ms
+    assert log_e[feasible].min() == pytest.approx(log_e[row])
 
 
 def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():

@@ -44,6 +44,7 @@ from tuner.errors import UserError
 from tuner.landscapes import WORKLOADS
 from tuner.sampling import available_samplers, make_sampler
 from tuner.space import Config
+from tuner.strategies import Table, space_table
 from tuner.study import MEMORY_STORAGE, RunOptions, best_of, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 
@@ -134,6 +135,22 @@ def truth(name: str, model: str, percentile: str) -> dict[str, tuple[float, floa
             if r.measurement is not None and r.measurement.valid
         }
     return _TRUTH[(name, model)]
+
+
+def true_logs(land: Landscape) -> tuple[Table, np.ndarray, np.ndarray]:
+    """The landscape's grid table and the noise-free log energy and log latency of every row (50 where invalid).
+
+    What the benchmark scripts that set the strategy's model against the
+    truth read (search_ceiling.py, search_model_error.py), row for row.
+    """
+    table = space_table(narrowed_space(device(land.device), None, None))
+    log_e = np.full(len(table.grid), 50.0)
+    log_l = np.full(len(table.grid), 50.0)
+    for key, (energy, latency) in truth(land.device, land.model, "p99").items():
+        row = table.grid.position(key)
+        if row is not None:
+            log_e[row], log_l[row] = np.log(energy), np.log(latency)
+    return table, log_e, log_l
 
 
 def build_landscapes(settings: BenchSettings, progress: Callable[[int, int], None] | None = None) -> list[Landscape]:

@@ -1,0 +1,142 @@
+"""How wrong the default strategy's model is, trial by trial, where it matters (issue 12, ninth round).
+
+Usage: PYTHONPATH=. python benchmarks/search_model_error.py [--seed 0]
+       [--tune-boards 0-19] [--judge-boards 2000-2039] [--out errors.json]
+
+Runs the default strategy (``ours``, unchanged) on the development boards through the
+benchmark's own run_one and, after each proposal, sets the model that proposed it (the trusted
+one: ``gp+roofline`` or ``gp``) against the noise-free truth, as mean absolute error of log
+energy per query and log tail latency over three sets of configurations:
+
+- ``proposed``: the configuration it just proposed;
+- ``near``: the near-optimal set, every configuration that meets the bound with a true energy
+  within 10% of the optimum's (where the search has to end up);
+- ``random``: 300 configurations drawn once per landscape (the whole grid).
+
+With each, how often the truth lies within two of the model's standard deviations (its spread
+as the acquisition reads it, measurement noise included): whether it knows what it does not know.
+
+The eighth round's ceiling (search_ceiling.py) says the strategy reaches 2% in a median of 12
+trials when its model is off by about 5% per configuration; this says when the real model gets
+that close, and where. The evaluation reads predictions only, so the runs are main's own
+(checked against search-remeasure-order-dev.json). Prints medians per band of trials.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from tuner.bench import Landscape, board_runs, true_logs
+from tuner.landscapes import board_seeds
+from tuner.space import Config
+from tuner.strategies import LearnedSampler
+
+NEAR = 0.10
+RANDOM_ROWS = 300
+BANDS = ((4, 8), (9, 14), (15, 22), (23, 40))
+SETS = ("proposed", "near", "random")
+
+
+def landscape_sets(land: Landscape) -> dict[str, Any]:
+    """One landscape's grid table, its truth by row, its near-optimal rows and a fixed random sample of valid rows."""
+    table, log_e, log_l = true_logs(land)
+    valid = np.flatnonzero(log_e < 50.0)
+    feasible = valid[np.exp(log_l[valid]) <= land.max_latency_ms]
+    best = log_e[feasible].min()
+    near = feasible[log_e[feasible] <= best + np.log(1.0 + NEAR)]
+    sample = np.random.default_rng(0).choice(valid, size=min(RANDOM_ROWS, len(valid)), replace=False)
+    return {"table": table, "log_e": log_e, "log_l": log_l, "near": near, "random": sample}
+
+
+def install(state: dict[str, Any], log: list[dict[str, Any]]) -> None:
+    """Wrap LearnedSampler.propose to score the trusted model after each proposal (predictions only)."""
+    propose = LearnedSampler.propose
+    fit_models = LearnedSampler._fit_models
+
+    def kept_fit_models(self: LearnedSampler, *args: Any) -> dict[str, Any]:
+        state["models"] = fit_models(self, *args)
+        return state["models"]
+
+    LearnedSampler._fit_models = kept_fit_models
+
+    def scored_propose(self: LearnedSampler, study: optuna.Study) -> Config | None:
+        config = propose(self, study)
+        predictor = state.get("models", {}).get(self.trust)
+        if config is None or predictor is None:
+            return config
+        table_row = state["table"].grid.position(json.dumps(self.space.effective(config).key()))
+        record: dict[str, Any] = {"device": state["device"], "trial": len(study.trials), "model": self.trust}
+        rows = {"proposed": np.array([table_row]), "near": state["near"], "random": state["random"]}
+        for name, at in rows.items():
+            mean_e, sd_e, mean_l, sd_l = predictor(at)
+            miss_e = np.abs(mean_e - state["log_e"][at])
+            miss_l = np.abs(mean_l - state["log_l"][at])
+            record[name] = [float(np.mean(miss_e)), float(np.mean(miss_l))]
+            record[f"{name}_covered"] = [float(np.mean(miss_e <= 2 * sd_e)), float(np.mean(miss_l <= 2 * sd_l))]
+        log.append(record)
+        return config
+
+    LearnedSampler.propose = scored_propose
+
+
+def bands(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median error per band of trial numbers and set: the table the round quotes."""
+    out = []
+    for low, high in BANDS:
+        inside = [r for r in log if low <= r["trial"] <= high]
+        row: dict[str, Any] = {"trials": f"{low}-{high}", "proposals": len(inside)}
+        for name in SETS:
+            values = np.array([r[name] for r in inside])
+            row[name] = np.round(np.median(values, axis=0), 3).tolist() if len(values) else None
+            covered = np.array([r[f"{name}_covered"] for r in inside])
+            row[f"{name}_covered"] = np.round(np.mean(covered, axis=0), 3).tolist() if len(covered) else None
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune-boards", default="0-19")
+    parser.add_argument("--judge-boards", default="2000-2039")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    state: dict[str, Any] = {}
+    log: list[dict[str, Any]] = []
+    install(state, log)
+
+    def prepare(_: int, land: Landscape) -> None:
+        state.clear()
+        state.update(landscape_sets(land), device=land.device)
+
+    runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed, prepare)
+    table = bands(log)
+    if args.out:
+        columns = list(log[0]) if log else []
+        rows = [[np.round(r[c], 3).tolist() if isinstance(r[c], list) else r[c] for c in columns] for r in log]
+        record = {"seed": args.seed, "bands": table, "runs": runs, "log": {"columns": columns, "rows": rows}}
+        args.out.write_text(json.dumps(record, separators=(",", ":")))
+    reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)
+    print(f"run seed {args.seed}: {len(runs)} runs, median to 2% {np.percentile(reach, 50, method='higher')}")
+    print("mean |error| of log energy, log latency (median over proposals):")
+    for row in table:
+        print(
+            f"  trials {row['trials']} ({row['proposals']} proposals): "
+            + "; ".join(f"{name} {row[name]} (covered {row[f'{name}_covered']})" for name in SETS)
+        )
+
+
+if __name__ == "__main__":
+    main()
