@@ -2,6 +2,8 @@
 
 Usage: PYTHONPATH=. python benchmarks/search_model_error.py [--seed 0]
        [--tune-boards 0-19] [--judge-boards 2000-2039] [--out errors.json]
+       PYTHONPATH=. python benchmarks/search_model_error.py --device sim:orin
+       [--models resnet50,mobilenet_v2,bert-base] [--seed 0]   (a twin's landscapes instead)
 
 Runs the default strategy (``ours``, unchanged) on the development boards through the
 benchmark's own run_one and, after each proposal, sets the model that proposed it (the trusted
@@ -37,7 +39,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.bench import Landscape, board_runs, true_logs
+from tuner.bench import BenchSettings, Landscape, board_runs, build_landscapes, run_one, run_record, true_logs
 from tuner.landscapes import board_seeds
 from tuner.space import Config
 from tuner.strategies import LearnedSampler
@@ -110,6 +112,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tune-boards", default="0-19")
     parser.add_argument("--judge-boards", default="2000-2039")
+    parser.add_argument("--device", help="a twin (sim:orin ...): its landscapes, one per model and bound")
+    parser.add_argument("--models", default="resnet50,mobilenet_v2,bert-base")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -121,7 +125,17 @@ def main() -> None:
         state.clear()
         state.update(landscape_sets(land), device=land.device)
 
-    runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed, prepare)
+    if args.device:
+        settings = BenchSettings(
+            devices=[args.device], models=args.models.split(","), tune_boards=[], judge_boards=[], strategies=["ours"]
+        )
+        runs = []
+        for i, land in enumerate(build_landscapes(settings)):
+            prepare(i, land)
+            result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
+            runs.append(run_record(land, result))
+    else:
+        runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed, prepare)
     table = bands(log)
     if args.out:
         columns = list(log[0]) if log else []

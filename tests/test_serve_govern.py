@@ -55,6 +55,18 @@ def board_policy(path, kind="orin-agx", model="resnet50"):
     return policy
 
 
+def set_rate(path, text):
+    """Replace the rate file atomically, as the README asks of a server: no read can find it empty.
+
+    An in-place rewrite is read again when found empty (tuner/serve/rates.py), but
+    a writer descheduled for longer than the retries on a loaded machine would
+    still send the governor to its safe band: the switch this test checks.
+    """
+    scratch = path.with_suffix(".new")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
 def start(tmp_path, policy, rate, *extra):
     cmd = [sys.executable, "-m", "tuner", "govern", str(policy), "--device", "orin", "--rate-source", str(rate)]
     cmd += ["--interval", "0.05", "--min-dwell", "0", "--log", str(tmp_path / "switches.jsonl"), *extra]
@@ -73,7 +85,7 @@ def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(boar
     wait_while_running(lambda: state.exists() and json.loads(state.read_text())["band"] == 0, proc, timeout=90)
     wait_while_running(lambda: board.snapshot() != original, proc, timeout=90)
     low = board.snapshot()
-    rate.write_text("250\n")
+    set_rate(rate, "250\n")
     wait_while_running(lambda: json.loads(state.read_text())["band"] == 1, proc, timeout=90)
     wait_while_running(lambda: board.snapshot() != low, proc, timeout=90)
     os.kill(proc.pid, sig)

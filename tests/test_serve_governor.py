@@ -114,6 +114,24 @@ def test_file_source_and_its_failures(tmp_path):
         source.read()
 
 
+def test_file_source_reads_again_a_file_caught_between_truncation_and_write(tmp_path):
+    path = tmp_path / "rate"
+    path.write_text("")
+    waits = []
+
+    def writer_finishes(seconds):
+        waits.append(seconds)
+        path.write_text("250\n")
+
+    assert FileRate(path, sleep=writer_finishes).read() == 250.0
+    assert waits == [0.01]
+    path.write_text("")
+    waits.clear()
+    with pytest.raises(RateUnavailable, match="is empty"):
+        FileRate(path, retries=2, sleep=waits.append).read()
+    assert waits == [0.01, 0.01]
+
+
 def test_unix_socket_source_keeps_the_newest_datagram(tmp_path):
     path = tmp_path / "rate.sock"
     source = open_rate_source(f"unix:{path}")

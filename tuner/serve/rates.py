@@ -4,7 +4,8 @@ The serving process knows its own request rate; it hands it over one of three
 ways, chosen with ``--rate-source``:
 
 - ``file:PATH`` (or a bare path): a file whose last non-empty line is the rate
-  in queries/s, rewritten by the server;
+  in queries/s, rewritten by the server (best replaced atomically; an empty
+  read, a rewrite caught between truncation and write, is read again);
 - ``unix:PATH``: a local unix datagram socket the governor creates, to which
   the server sends the rate as text (the newest datagram wins);
 - ``http://127.0.0.1:PORT/metrics#METRIC``: a Prometheus text endpoint on
@@ -26,6 +27,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -59,20 +61,37 @@ def _parse_rate(text: str, where: str) -> float:
 
 
 class FileRate:
-    """The last non-empty line of a file the serving process rewrites."""
+    """The last non-empty line of a file the serving process rewrites.
 
-    def __init__(self, path: Path) -> None:
+    A server that rewrites the file in place (``echo 250 > rate``) truncates
+    it before it writes, and a read in between finds it empty; on a loaded
+    machine the writer can be descheduled there for milliseconds. An empty
+    read is therefore read again ``retries`` times, ``retry_s`` apart, before
+    it counts as unreadable (which sends the governor to its safe band).
+    Replacing the file atomically (write a temporary file, rename it) avoids
+    the window altogether.
+    """
+
+    def __init__(
+        self, path: Path, retries: int = 3, retry_s: float = 0.01, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.path = path
         self.description = f"file {path}"
+        self.retries = retries
+        self.retry_s = retry_s
+        self.sleep = sleep
 
     def read(self) -> float:
-        try:
-            lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-        except OSError as exc:
-            raise RateUnavailable(f"cannot read {self.path}: {exc.strerror}") from None
-        if not lines:
-            raise RateUnavailable(f"{self.path} is empty")
-        return _parse_rate(lines[-1].split(",")[-1], str(self.path))
+        for attempt in range(self.retries + 1):
+            try:
+                lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+            except OSError as exc:
+                raise RateUnavailable(f"cannot read {self.path}: {exc.strerror}") from None
+            if lines:
+                return _parse_rate(lines[-1].split(",")[-1], str(self.path))
+            if attempt < self.retries:
+                self.sleep(self.retry_s)
+        raise RateUnavailable(f"{self.path} is empty")
 
     def close(self) -> None:
         """Nothing held open between reads."""
