@@ -21,7 +21,8 @@ as the acquisition reads it, measurement noise included): whether it knows what 
 The eighth round's ceiling (search_ceiling.py) says the strategy reaches 2% in a median of 12
 trials when its model is off by about 5% per configuration; this says when the real model gets
 that close, and where. The evaluation reads predictions only, so the runs are main's own
-(checked against search-remeasure-order-dev.json). Prints medians per band of trials.
+(checked run for run against search-remeasure-order-dev.json, and with ``--device`` against the
+twin figures' search-twins-jetson-ordered.json). Prints medians per band of trials.
 """
 
 from __future__ import annotations
