@@ -12,7 +12,9 @@ from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.roofline import (
+    ENERGY_SHARES,
     LayerTable,
+    _energy_columns,
     _time,
     features,
     fit,
@@ -51,6 +53,22 @@ def test_fit_recovers_its_own_parameters():
     assert params.residual_time < 0.02
     assert params.residual_energy < 0.02
     assert params.alpha == pytest.approx(2e-9, rel=0.1)
+
+
+def test_one_measurement_splits_its_energy_by_the_prior():
+    """Three trials cannot determine eight energy terms: the first point's energy is split by ENERGY_SHARES.
+
+    With more points the data overrule it: test_fit_recovers_its_own_parameters fits 20 to 2%.
+    """
+    space = TwinDevice("sim:orin").space()
+    configs = space.grid()[:1]
+    layers = LayerTable.of(load_profile("resnet50"))
+    f = features(space, configs)
+    time_s = np.array([0.02])
+    params = fit(layers, f, time_s, np.array([1.5]), time_s * 1000)
+    parts = _energy_columns(layers, f, time_s)[0] * np.array(params.energy)
+    assert parts.sum() == pytest.approx(1.5, rel=0.02)
+    assert parts / parts.sum() == pytest.approx(np.array(ENERGY_SHARES), abs=0.02)
 
 
 def test_fit_on_twin_measurements_predicts_unmeasured_configurations():
