@@ -351,13 +351,13 @@ def _energy_prior(first: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarra
     Eight non-negative coefficients from the three trials a search has when
     it first proposes are not determined: a ridge toward zero let the fit put
     the energy on whichever terms fit three points, and on the Orin Nano twin
-    the model was 24% off near the optimum until trial 8. This prior divides
-    the first measurement's energy among the terms by ENERGY_SHARES, a guess
-    of the usual split (compute, its clock-squared part, memory traffic, and
-    idle power fixed and by GPU, memory and CPU), with a relative weight of
-    0.3/sqrt(points) like the time fit's, so data overrule it within a few
-    trials. A term absent at the first point (a zero column) keeps a weak
-    ridge toward zero. Judged in benchmarks/results/search.md, ninth round.
+    the search's model was 24% off near the optimum at trials 4-8. This prior
+    divides the first measurement's energy among the terms by ENERGY_SHARES,
+    a guess of the usual split (compute, its clock-squared part, memory
+    traffic, and idle power fixed and by GPU, memory and CPU), with a relative
+    weight of 0.3/sqrt(points) like the time fit's, falling as trials arrive.
+    A term absent at the first point (a zero column) keeps a weak ridge
+    toward zero. Judged in benchmarks/results/search.md, ninth round.
     """
     shares = np.array(ENERGY_SHARES)
     prior = np.where(first > 0, shares / np.maximum(first, 1e-30), 0.0)
