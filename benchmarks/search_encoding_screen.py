@@ -58,9 +58,8 @@ def log_encoding(space: SearchSpace, table: Table) -> np.ndarray:
     return x
 
 
-def posynomial_features(space: SearchSpace, table: Table) -> np.ndarray:
-    """The log encoding with unordered knobs one-hot minus their first value and the batch size at its log."""
-    x = log_encoding(space, table)
+def posynomial_features(space: SearchSpace, table: Table, x: np.ndarray) -> np.ndarray:
+    """The log encoding ``x`` with unordered knobs one-hot minus their first value and the batch size at its log."""
     keep = []
     col = 0
     for name in space.tuned_knobs:
@@ -120,7 +119,7 @@ def main() -> None:
         targets = (np.log(values[:, 0]), np.log(values[:, 1]))
         rng = np.random.default_rng(seed)
         encodings = {"index": table.x, "log": log_encoding(space, table)}
-        z = posynomial_features(space, table)[rows] if args.posynomial else None
+        z = posynomial_features(space, table, encodings["log"])[rows] if args.posynomial else None
         posy_rng = np.random.default_rng([seed, 1])
         for _ in range(3):
             pick = rng.choice(len(rows), size=15, replace=False)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, Landscape, board_runs, build_landscapes, run_one, run_record, true_logs
+from tuner.bench import Landscape, board_runs, true_logs, twin_runs
 from tuner.landscapes import board_seeds
 from tuner.space import Config
 from tuner.strategies import LearnedSampler
@@ -127,14 +127,7 @@ def main() -> None:
         state.update(landscape_sets(land), device=land.device)
 
     if args.device:
-        settings = BenchSettings(
-            devices=[args.device], models=args.models.split(","), tune_boards=[], judge_boards=[], strategies=["ours"]
-        )
-        runs = []
-        for i, land in enumerate(build_landscapes(settings)):
-            prepare(i, land)
-            result = run_one(land, i, "ours", args.seed, settings.trials, settings.percentile)
-            runs.append(run_record(land, result))
+        runs = twin_runs(args.device, args.models.split(","), [args.seed], prepare)
     else:
         runs = board_runs(board_seeds(args.tune_boards), board_seeds(args.judge_boards), args.seed, prepare)
     table = bands(log)

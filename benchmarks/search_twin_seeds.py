@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tuner.bench import BenchSettings, build_landscapes, run_one, run_record
+from tuner.bench import twin_runs
 
 
 def main() -> None:
@@ -37,19 +37,12 @@ def main() -> None:
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seeds = [int(s) for s in args.seeds.split(",")]
-    settings = BenchSettings(
-        devices=[args.device],
-        models=args.models.split(","),
-        tune_boards=[],
-        judge_boards=[],
-        strategies=["ours"],
+    runs = twin_runs(
+        args.device,
+        args.models.split(","),
+        seeds,
+        progress=lambda r: print(r["model"], r["bound"], r["seed"], r["reach"], flush=True),
     )
-    runs = []
-    for i, land in enumerate(build_landscapes(settings)):
-        for seed in seeds:
-            result = run_one(land, i, "ours", seed, settings.trials, settings.percentile)
-            runs.append({**run_record(land, result), "seed": seed})
-            print(land.model, land.bound, seed, result.reach["2%"], flush=True)
     if args.out:
         args.out.write_text(json.dumps({"device": args.device, "seeds": seeds, "runs": runs}, indent=1))
     reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)

@@ -19,6 +19,7 @@ from tuner.bench import (
     run_one,
     run_record,
     true_logs,
+    twin_runs,
 )
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
@@ -81,6 +82,17 @@ def test_board_runs_prepare_each_landscape_before_its_run_and_record_it():
     assert seen == [(0, "gen:0"), (1, "gen:2000")]
     assert [(r["device"], r["suite"]) for r in runs] == [("gen:0", "tune boards"), ("gen:2000", "judge boards")]
     assert all(r["reach"] is None or 1 <= r["reach"] <= 40 for r in runs)
+
+
+def test_twin_runs_prepare_each_landscape_once_and_record_every_seed():
+    seen, shown = [], []
+    runs = twin_runs(
+        "sim:orin-nano", ["mobilenet_v2"], [0, 1], lambda i, land: seen.append((i, land.bound)), shown.append
+    )
+    assert seen == [(0, "tight"), (1, "medium"), (2, "loose")]
+    assert [(r["bound"], r["seed"]) for r in runs] == [(b, s) for b in ("tight", "medium", "loose") for s in (0, 1)]
+    assert shown == runs
+    assert all(r["device"] == "sim:orin-nano" and (r["reach"] is None or 1 <= r["reach"] <= 40) for r in runs)
 
 
 def test_true_logs_put_each_landscape_optimum_at_its_grid_row():

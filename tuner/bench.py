@@ -290,6 +290,32 @@ def board_runs(
     return runs
 
 
+def twin_runs(
+    device_name: str,
+    models: list[str],
+    seeds: list[int],
+    prepare: Callable[[int, Landscape], None] | None = None,
+    progress: Callable[[dict[str, object]], None] | None = None,
+) -> list[dict[str, object]]:
+    """The default strategy on a twin's landscapes (model x bound) at each run seed, as run records with their seed.
+
+    board_runs' counterpart for twins, in this process for the same reason;
+    ``prepare`` sees each landscape once before its runs, ``progress`` each
+    record as it is made (search_twin_seeds.py, search_model_error.py).
+    """
+    settings = BenchSettings(devices=[device_name], models=models, tune_boards=[], judge_boards=[], strategies=["ours"])
+    runs: list[dict[str, object]] = []
+    for i, land in enumerate(build_landscapes(settings)):
+        if prepare is not None:
+            prepare(i, land)
+        for seed in seeds:
+            result = run_one(land, i, "ours", seed, settings.trials, settings.percentile)
+            runs.append({**run_record(land, result), "seed": seed})
+            if progress is not None:
+                progress(runs[-1])
+    return runs
+
+
 def certifiable_optimum(table: dict, bound: float, margin: float) -> float:
     """Lowest true energy per query whose noise-free latency, raised by a relative margin, meets the bound.
 
