@@ -36,13 +36,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 
-from tuner.bench import Landscape, board_runs, true_logs
+from tuner.bench import Landscape, add_board_run_arguments, board_runs, true_logs
 from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler, Table
 from tuner.surrogate import GaussianProcess
@@ -120,12 +119,9 @@ def smooth_error(x: np.ndarray, spread: float, length: float, rng: np.random.Gen
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tune-boards", default="0-19")
-    parser.add_argument("--judge-boards", default="2000-2039")
     parser.add_argument("--prior-error", type=float, default=0.0)
     parser.add_argument("--prior-error-length", type=float, default=0.0)
-    parser.add_argument("--out", type=Path)
+    add_board_run_arguments(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     state: dict[str, Any] = {}

@@ -27,7 +27,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,10 +98,7 @@ def prepare(state: dict[str, Any], land: bench.Landscape) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tune-boards", default="0-19")
-    parser.add_argument("--judge-boards", default="2000-2039")
-    parser.add_argument("--out", type=Path)
+    bench.add_board_run_arguments(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     state: dict[str, Any] = {}

@@ -34,13 +34,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 
-from tuner.bench import Landscape, board_runs, true_logs, twin_runs
+from tuner.bench import Landscape, add_board_run_arguments, board_runs, true_logs, twin_runs
 from tuner.landscapes import board_seeds
 from tuner.space import Config
 from tuner.strategies import LearnedSampler
@@ -110,12 +109,9 @@ def bands(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tune-boards", default="0-19")
-    parser.add_argument("--judge-boards", default="2000-2039")
     parser.add_argument("--device", help="a twin (sim:orin ...): its landscapes, one per model and bound")
     parser.add_argument("--models", default="resnet50,mobilenet_v2,bert-base")
-    parser.add_argument("--out", type=Path)
+    add_board_run_arguments(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     state: dict[str, Any] = {}

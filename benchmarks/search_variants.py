@@ -25,12 +25,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import ast
 import json
-from pathlib import Path
 
 import numpy as np
 import optuna
 
-from tuner.bench import board_runs
+from tuner.bench import add_board_run_arguments, board_runs
 from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler
 
@@ -50,10 +49,7 @@ def _apply(settings: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--set", default="")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tune-boards", default="0-19")
-    parser.add_argument("--judge-boards", default="2000-2039")
-    parser.add_argument("--out", type=Path)
+    add_board_run_arguments(parser)
     args = parser.parse_args()
     _apply(args.set)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

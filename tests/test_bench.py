@@ -11,6 +11,7 @@ from clirun import run_cli
 
 from tuner.bench import (
     BenchSettings,
+    add_board_run_arguments,
     board_runs,
     build_landscapes,
     markdown,
@@ -82,6 +83,21 @@ def test_board_runs_prepare_each_landscape_before_its_run_and_record_it():
     assert seen == [(0, "gen:0"), (1, "gen:2000")]
     assert [(r["device"], r["suite"]) for r in runs] == [("gen:0", "tune boards"), ("gen:2000", "judge boards")]
     assert all(r["reach"] is None or 1 <= r["reach"] <= 40 for r in runs)
+
+
+def test_variant_scripts_compare_on_the_development_boards_never_the_judged_ones():
+    import argparse
+    from pathlib import Path
+
+    from tuner.landscapes import board_seeds
+
+    parser = argparse.ArgumentParser()
+    add_board_run_arguments(parser)
+    args = parser.parse_args([])
+    boards = board_seeds(args.tune_boards) + board_seeds(args.judge_boards)
+    assert len(boards) == 60 and not set(boards) & set(range(1000, 1050))
+    assert args.seed == 0 and args.out is None
+    assert parser.parse_args(["--seed", "2", "--out", "r.json"]).out == Path("r.json")
 
 
 def test_twin_runs_prepare_each_landscape_once_and_record_every_seed():

@@ -28,11 +28,13 @@ bound, so the judged landscapes spread over every workload and bound.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import multiprocessing
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -264,6 +266,19 @@ def run_record(landscape: Landscape, result: RunResult) -> dict[str, object]:
         "final_regret": result.final_regret,
         "violation": result.violation,
     }
+
+
+def add_board_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every variant script under benchmarks/ takes for board_runs, with the development boards.
+
+    ``--seed`` (the run seed), ``--tune-boards`` and ``--judge-boards``
+    (gen:0-19 and gen:2000-2039 unless told: the boards variants are
+    compared on, never the judged gen:1000-1049) and ``--out`` (a JSON file).
+    """
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune-boards", default="0-19")
+    parser.add_argument("--judge-boards", default="2000-2039")
+    parser.add_argument("--out", type=Path)
 
 
 def board_runs(
