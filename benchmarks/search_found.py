@@ -2,6 +2,7 @@
 
 Usage: PYTHONPATH=. python benchmarks/search_found.py [--seed 0]
        [--tune-boards 0-19] [--judge-boards 2000-2039] [--out found.json]
+       PYTHONPATH=. python benchmarks/search_found.py --read found-0.json found-1.json
 
 The benchmark counts a run as within 2% once the configuration it would report (best_of, the
 lowest measured energy that meets the bound) is truly within 2% of the optimum. Under 1-3%
@@ -10,11 +11,13 @@ that measured lower. This runs the default strategy unchanged on the development
 (board_runs, the runs of search_variants.py) and, per run, also records ``found``: the first
 measured trial whose own configuration truly meets the bound within 2% of the optimum. The gap
 between ``found`` and ``reach`` is what a better choice of the reported best could gain at
-most; ``found`` itself is the search's part. ``smoothed``: the trial from which a reporter that
-picks, among the measured trials that met the bound, the one the strategy's model (the trusted
-GP, fitted before each proposal) predicts cheapest would report one within 2% (before the first
-model, the benchmark's own report): whether the model's averaging over neighbours recovers the
-gap. Prints medians and the misses that had found one.
+most; ``found`` itself is the search's part. ``trials``: each measured trial's true energy over
+the optimum's and true tail latency over the bound (where the trials went). ``smoothed``: the
+trial from which a reporter that picks, among the measured trials that met the bound, the one
+the strategy's model (the trusted GP, fitted before each proposal) predicts cheapest would
+report one within 2% (before the first model, the benchmark's own report): whether the model's
+averaging over neighbours recovers the gap. Prints medians, the misses that had found one and,
+per band of trials, where they went (``--read`` prints that for runs already written).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +41,7 @@ from tuner.landscapes import board_seeds
 from tuner.strategies import LearnedSampler, measured_trials, space_table
 
 WITHIN = 0.02
+BANDS = ((1, 3), (4, 8), (9, 14), (15, 22), (23, 40))
 
 
 def install(state: dict[str, Any]) -> None:
@@ -79,6 +84,12 @@ def install(state: dict[str, Any]) -> None:
             if "reused_from" not in t.user_attrs and "effective_key" in t.user_attrs
         ]
         record["found"] = next((n + 1 for n, ratio in enumerate(own) if ratio <= 1 + WITHIN), None)
+        truth = [
+            state["truth"].get(t.user_attrs["effective_key"], (math.inf, math.inf))
+            for t in trials
+            if "reused_from" not in t.user_attrs and "effective_key" in t.user_attrs
+        ]
+        record["trials"] = [[round(j / land.optimum_j, 4), round(ms / land.max_latency_ms, 4)] for j, ms in truth]
         first_model = min(state["curve"], default=math.inf)
         if result.reach["2%"] is not None and result.reach["2%"] < first_model:
             record["smoothed"] = result.reach["2%"]
@@ -96,10 +107,30 @@ def prepare(state: dict[str, Any], land: bench.Landscape) -> None:
     state.pop("models", None)
 
 
+def where_trials_went(runs: list[dict[str, Any]]) -> None:
+    """Per band of trial numbers: the share of trials truly over the bound (and how far), and within 10%."""
+    for low, high in BANDS:
+        inside = [tuple(t) for r in runs for n, t in enumerate(r["trials"], 1) if low <= n <= high]
+        over = [latency for _, latency in inside if latency > 1.0]
+        near = [energy for energy, latency in inside if latency <= 1.0 and energy <= 1.1]
+        print(
+            f"  trials {low}-{high} ({len(inside)}): over the bound {len(over) / len(inside):.0%} "
+            f"(median {np.median(over) if over else math.nan:.2f} x the bound, within 5% of it "
+            f"{sum(1 for x in over if x <= 1.05) / len(inside):.0%} of all), "
+            f"meeting it within 10% of the optimum {len(near) / len(inside):.0%}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     bench.add_board_run_arguments(parser)
+    parser.add_argument("--read", type=Path, nargs="+", help="summarise runs this script wrote instead of running")
     args = parser.parse_args()
+    if args.read:
+        runs = [r for path in args.read for r in json.loads(path.read_text())["runs"]]
+        print(f"{len(runs)} runs from {len(args.read)} files; where the trials went:")
+        where_trials_went(runs)
+        return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     state: dict[str, Any] = {}
     install(state)
@@ -125,6 +156,8 @@ def main() -> None:
                 f"  a miss that had measured one: {r['device']} {r['model']} {r['bound']} at trial {r['found']}, "
                 f"exported best {r['final_regret']:.1%} over the optimum"
             )
+    print("where the trials went:")
+    where_trials_went(runs)
 
 
 if __name__ == "__main__":
