@@ -22,7 +22,10 @@ The eighth round's ceiling (search_ceiling.py) says the strategy reaches 2% in a
 trials when its model is off by about 5% per configuration; this says when the real model gets
 that close, and where. The evaluation reads predictions only, so the runs are main's own
 (checked run for run against search-remeasure-order-dev.json, and with ``--device`` against the
-twin figures' search-twins-jetson-ordered.json). Prints medians per band of trials.
+twin figures' search-twins-jetson-ordered.json). Prints medians per band of trials and, for the
+proposals from trial 4 on that were truly over the latency bound, by kind of step (global, local,
+probe of an untried direction), whether the latency model's mean had put them under it (tenth
+round: a quarter of the trials go over the bound; was it the model or the acquisition's risk?).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -86,10 +90,37 @@ def install(state: dict[str, Any], log: list[dict[str, Any]]) -> None:
             miss_l = np.abs(mean_l - state["log_l"][at])
             record[name] = [float(np.mean(miss_e)), float(np.mean(miss_l))]
             record[f"{name}_covered"] = [float(np.mean(miss_e <= 2 * sd_e)), float(np.mean(miss_l <= 2 * sd_l))]
+        _, _, mean_l, sd_l = predictor(rows["proposed"])
+        bound = math.log(self.bound_ms)
+        record["bound"] = [float(mean_l[0] - bound), float(state["log_l"][table_row] - bound), float(sd_l[0])]
+        local = self.reason[0].startswith("local")
+        record["step"] = ("probe" if "untried direction" in self.reason[1] else "local") if local else "global"
         log.append(record)
         return config
 
     LearnedSampler.propose = scored_propose
+
+
+def over_bound(log: list[dict[str, Any]]) -> list[str]:
+    """Proposals from trial 4 on that were truly over the bound: did the latency model see it coming?
+
+    Per kind of step (global, local, probe): how many proposals went over, how many of those the
+    model predicted under the bound (its mean), and the medians of predicted and true latency
+    over the bound and of the model's spread (log units).
+    """
+    lines = []
+    for step in sorted({r["step"] for r in log}):
+        mine = [r for r in log if r["step"] == step and r["trial"] >= 4]
+        over = [r["bound"] for r in mine if r["bound"][1] > 0]
+        if not over:
+            continue
+        predicted, true, spread = np.median(np.array(over), axis=0)
+        unseen = sum(1 for b in over if b[0] <= 0)
+        lines.append(
+            f"  {step}: {len(over)} of {len(mine)} proposals over the bound, {unseen} of them predicted under it; "
+            f"median predicted {predicted:+.3f}, true {true:+.3f}, spread {spread:.3f}"
+        )
+    return lines
 
 
 def bands(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,6 +166,8 @@ def main() -> None:
     reach = np.array([r["reach"] or np.inf for r in runs], dtype=float)
     print(f"run seed {args.seed}: {len(runs)} runs, median to 2% {np.percentile(reach, 50, method='higher')}")
     print("mean |error| of log energy, log latency (median over proposals):")
+    print("proposals truly over the bound, by kind of step (log latency over the bound):")
+    print("\n".join(over_bound(log)))
     for row in table:
         print(
             f"  trials {row['trials']} ({row['proposals']} proposals): "
