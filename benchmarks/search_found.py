@@ -67,28 +67,21 @@ def install(state: dict[str, Any]) -> None:
             table = space_table(self.space)
             mean_e = predictor(np.array([table.grid.position(t.user_attrs["effective_key"]) for t in met]))[0]
             pick = met[int(np.argmin(mean_e))]
-            measured = sum(  # counted as the benchmark counts its trials (bench.run_one)
-                1
-                for t in study.get_trials(deepcopy=False)
-                if t.state.is_finished() and "reused_from" not in t.user_attrs and "effective_key" in t.user_attrs
-            )
+            finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+            measured = sum(1 for t in finished if bench.counts_as_trial(t))
             state["curve"][measured] = bench.true_ratio(pick, state["truth"], land.max_latency_ms, land.optimum_j)
         return config
 
     def found_record(land: bench.Landscape, result: bench.RunResult) -> dict[str, Any]:
         record = run_record(land, result)
         trials = sorted((t for t in state["study"].trials if t.state.is_finished()), key=lambda t: t.number)
-        own = [
-            bench.true_ratio(t, state["truth"], land.max_latency_ms, land.optimum_j)
-            for t in trials
-            if "reused_from" not in t.user_attrs and "effective_key" in t.user_attrs
-        ]
-        record["found"] = next((n + 1 for n, ratio in enumerate(own) if ratio <= 1 + WITHIN), None)
         truth = [
             state["truth"].get(t.user_attrs["effective_key"], (math.inf, math.inf))
             for t in trials
-            if "reused_from" not in t.user_attrs and "effective_key" in t.user_attrs
+            if bench.counts_as_trial(t)
         ]
+        within = [ms <= land.max_latency_ms and j / land.optimum_j <= 1 + WITHIN for j, ms in truth]
+        record["found"] = next((n + 1 for n, ok in enumerate(within) if ok), None)
         record["trials"] = [[round(j / land.optimum_j, 4), round(ms / land.max_latency_ms, 4)] for j, ms in truth]
         first_model = min(state["curve"], default=math.inf)
         if result.reach["2%"] is not None and result.reach["2%"] < first_model:

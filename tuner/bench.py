@@ -205,6 +205,11 @@ def _landscapes(suite: str, name: str, model: str, bounds: list[str], percentile
     return out
 
 
+def counts_as_trial(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a finished trial costs a trial in the benchmark: it measured (a reuse is free) a configuration."""
+    return "reused_from" not in trial.user_attrs and "effective_key" in trial.user_attrs
+
+
 def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: int, percentile: str) -> RunResult:
     """Run one strategy through run_study and score its trajectory against the noise-free truth."""
     started = time.monotonic()
@@ -226,7 +231,7 @@ def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: 
     curve: list[float] = []
     measured = 0
     for i, t in enumerate(done):
-        if "reused_from" in t.user_attrs or "effective_key" not in t.user_attrs:
+        if not counts_as_trial(t):
             continue
         measured += 1
         complete = [x for x in done[: i + 1] if x.state == optuna.trial.TrialState.COMPLETE]
