@@ -25,7 +25,9 @@ that close, and where. The evaluation reads predictions only, so the runs are ma
 twin figures' search-twins-jetson-ordered.json). Prints medians per band of trials and, for the
 proposals from trial 4 on that were truly over the latency bound, by kind of step (global, local,
 probe of an untried direction), whether the latency model's mean had put them under it (tenth
-round: a quarter of the trials go over the bound; was it the model or the acquisition's risk?).
+round: a quarter of the trials go over the bound; was it the model or the acquisition's risk?);
+and, per band and kind of step, how often a proposal truly beat the incumbent and by how much
+(eleventh round: what a global step buys, early and late).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import optuna
 from tuner.bench import Landscape, add_board_run_arguments, board_runs, true_logs, twin_runs
 from tuner.landscapes import board_seeds
 from tuner.space import Config
-from tuner.strategies import LearnedSampler
+from tuner.strategies import LearnedSampler, measured_trials
 
 NEAR = 0.10
 RANDOM_ROWS = 300
@@ -77,6 +79,7 @@ def install(state: dict[str, Any], log: list[dict[str, Any]]) -> None:
     LearnedSampler._fit_models = kept_fit_models
 
     def scored_propose(self: LearnedSampler, study: optuna.Study) -> Config | None:
+        incumbent = _incumbent(self, study, state["table"])
         config = propose(self, study)
         predictor = state.get("models", {}).get(self.trust)
         if config is None or predictor is None:
@@ -95,10 +98,47 @@ def install(state: dict[str, Any], log: list[dict[str, Any]]) -> None:
                 record["bound"] = [float(mean_l[0] - bound), float(state["log_l"][table_row] - bound), float(sd_l[0])]
         local = self.reason[0].startswith("local")
         record["step"] = ("probe" if "untried direction" in self.reason[1] else "local") if local else "global"
+        meets = state["log_l"][table_row] <= math.log(self.bound_ms)
+        gain = float(state["log_e"][incumbent] - state["log_e"][table_row]) if incumbent is not None else 0.0
+        record["gain"] = gain if meets else 0.0
         log.append(record)
         return config
 
     LearnedSampler.propose = scored_propose
+
+
+def _incumbent(sampler: LearnedSampler, study: optuna.Study, table: Any) -> int | None:
+    """Grid row of the strategy's incumbent before a proposal: the lowest measured energy that met the bound."""
+    key = f"{sampler.percentile}_ms"
+    feasible = [t for t in measured_trials(study) if key in t.user_attrs and t.user_attrs[key] <= sampler.bound_ms]
+    if not feasible:
+        return None
+    best = min(feasible, key=lambda t: t.user_attrs["j_per_query"])
+    return table.grid.position(best.user_attrs.get("effective_key", ""))
+
+
+def gains(log: list[dict[str, Any]]) -> list[str]:
+    """What each kind of step bought, per band of trials: how often a proposal truly beat the incumbent.
+
+    A proposal counts as an improvement when it truly meets the bound and its true energy is
+    more than 0.5% below the incumbent's true energy (the incumbent as the strategy saw it:
+    the lowest measured energy that met the bound). The gain is in log energy (true).
+    """
+    lines = []
+    for low, high in BANDS:
+        parts = []
+        for step in ("global", "local", "probe"):
+            mine = [r["gain"] for r in log if r["step"] == step and low <= r["trial"] <= high]
+            if not mine:
+                continue
+            won = [g for g in mine if g > 0.005]
+            median = float(np.median(won)) if won else 0.0
+            parts.append(
+                f"{step} {len(mine)}: improved {len(won) / len(mine):.0%} (median gain {median:.3f}, "
+                f"mean over all {float(np.mean(np.maximum(mine, 0.0))):.3f})"
+            )
+        lines.append(f"  trials {low}-{high}: " + "; ".join(parts))
+    return lines
 
 
 def over_bound(log: list[dict[str, Any]]) -> list[str]:
@@ -173,6 +213,8 @@ def main() -> None:
         )
     print("proposals truly over the bound, by kind of step (log latency over the bound):")
     print("\n".join(over_bound(log)))
+    print("what each kind of step bought (true log energy below the incumbent's, proposals that truly met the bound):")
+    print("\n".join(gains(log)))
 
 
 if __name__ == "__main__":
