@@ -98,9 +98,8 @@ def install(state: dict[str, Any], log: list[dict[str, Any]]) -> None:
                 record["bound"] = [float(mean_l[0] - bound), float(state["log_l"][table_row] - bound), float(sd_l[0])]
         local = self.reason[0].startswith("local")
         record["step"] = ("probe" if "untried direction" in self.reason[1] else "local") if local else "global"
-        meets = state["log_l"][table_row] <= math.log(self.bound_ms)
         gain = float(state["log_e"][incumbent] - state["log_e"][table_row]) if incumbent is not None else 0.0
-        record["gain"] = gain if meets else 0.0
+        record["gain"] = gain if record["bound"][1] <= 0 else 0.0
         log.append(record)
         return config
 
