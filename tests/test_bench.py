@@ -241,3 +241,46 @@ def test_a_generated_board_runs_once_per_board_run_each_at_its_own_seed():
         by_suite.setdefault(report.landscapes[run.landscape].suite, []).append(run.seed)
     assert sorted(by_suite["tune boards"]) == [0, 1, 2] and by_suite["twins"] == [0]
     assert next(r for r in report.summary if r["scope"] == "tune boards")["runs"] == 3
+
+
+def _search_pair():
+    """benchmarks/search_pair.py as a module (the benchmarks are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "search_pair.py"
+    spec = importlib.util.spec_from_file_location("search_pair", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_search_pair_pairs_runs_by_landscape_and_seed_across_file_formats(tmp_path):
+    pair = _search_pair()
+    base = {
+        "landscapes": [
+            {"device": "gen:1", "model": "wl-mlp", "bound": "tight"},
+            {"device": "gen:2", "model": "wl-conv", "bound": "loose"},
+        ],
+        "runs": [
+            {"landscape": 0, "seed": 0, "reach": {"2%": 10, "5%": 4}, "violation": 0.0},
+            {"landscape": 1, "seed": 0, "reach": {"2%": None, "5%": 9}, "violation": 0.1},
+            {"landscape": 0, "seed": 1, "reach": {"2%": 30, "5%": 9}, "violation": 0.0},
+        ],
+    }
+    variant = {
+        "seed": 0,
+        "runs": [
+            {"device": "gen:2", "model": "wl-conv", "bound": "loose", "reach": 21, "violation": 0.0},
+            {"device": "gen:1", "model": "wl-mlp", "bound": "tight", "reach": 12, "violation": 0.0},
+            {"device": "gen:9", "model": "wl-mlp", "bound": "tight", "reach": 1, "violation": 0.0},
+        ],
+    }
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    (tmp_path / "nested.json").write_text(json.dumps({"dev": variant}))
+    line = pair.compare(pair.load(str(tmp_path / "base.json")), pair.load(f"{tmp_path / 'nested.json'}:dev"))
+    # Only gen:1 and gen:2 at seed 0 are in both: (12 - 10) and (21 - 41, a miss counted as 41).
+    assert line.startswith("2 runs: median >40 -> 21, p90 >40 -> 21, mean (miss = 41) 25.50 -> 16.50")
+    assert "difference -9.00 +- 11.00" in line
+    assert "better / worse 1 / 1" in line
+    assert "export violates 5.0% -> 0.0%" in line
