@@ -33,6 +33,7 @@ import optuna
 
 import tuner.bench as bench
 from tuner.landscapes import board_seeds
+from tuner.records import tail_latency_ms
 
 COUNTS = (
     "proposals",
@@ -87,7 +88,7 @@ def dominance_counts(land: bench.Landscape, study: optuna.Study, margin: float) 
                 ("ruled_in_meet", in_rule and not over),
             ):
                 out[key] += bool(hit)
-        earlier.append((*here, float(t.user_attrs["p99_ms"])))
+        earlier.append((*here, float(tail_latency_ms(t))))
     return out
 
 
