@@ -12,8 +12,10 @@ from tuner.devices.base import WindowSettings
 from tuner.devices.registry import open_device
 from tuner.errors import UserError
 from tuner.measured import MeasuredBoard
+from tuner.records import recommended
+from tuner.run_options import RunOptions
 from tuner.space import Config
-from tuner.study import MEMORY_STORAGE, RunOptions, best_of, run_study
+from tuner.study import MEMORY_STORAGE, run_study
 from tuner.sweep import optimum, run_sweep
 
 
@@ -65,7 +67,7 @@ def test_default_strategy_on_the_measured_board_gets_near_the_measured_optimum()
         model="resnet50", max_latency_ms=5.0, trials=15, seed=3, storage=MEMORY_STORAGE, window=WindowSettings(seed=3)
     )
     study, _ = run_study(board, options)
-    best = best_of([t for t in study.trials if t.state.name == "COMPLETE"])
+    best = recommended(study)
     assert best is not None
     chosen = Config(knobs=best.user_attrs["effective"], batch_size=best.user_attrs["batch_size"])
     truth = board.measure("resnet50", chosen, WindowSettings(noise=False))

@@ -29,7 +29,7 @@ def test_results_files(tmp_path):
     for name in ("pareto.json", "pareto.csv", "pareto.png", "trials.csv"):
         assert (folder / name).stat().st_size > 0
     loaded = ParetoFile.model_validate(json.loads((folder / "pareto.json").read_text()))
-    assert loaded.twin and loaded.version == 1 and loaded.device == "sim:h200"
+    assert loaded.twin and loaded.version == 2 and loaded.device == "sim:h200"
     assert set(loaded.fronts) >= {"global"} | {f"bs={p.batch_size}" for p in loaded.fronts["global"]}
     glob = loaded.fronts["global"]
     assert all(a.latency_ms <= b.latency_ms and a.j_per_query > b.j_per_query for a, b in itertools.pairwise(glob))

@@ -9,12 +9,12 @@ many configurations share the latency floor, and a bound inside the noise
 band of that floor would be decided by noise, not by search. Each strategy runs through run_study, the
 code path of ``tune run``, with in-memory storage and the device's seeded
 measurement noise. After every measured trial the configuration the strategy
-would report (best_of the trials so far) is scored by its TRUE noise-free
+would report (its recommended trial so far) is scored by its TRUE noise-free
 energy; it counts as reached within x% only if it truly meets the bound and
-its true energy is within x% of the optimum. Trials are counted as
-measurements (every window costs time, feasible or not; reused
-configurations are free). The exported best is re-measured with fresh noise
-to see how often it violates the bound.
+its true energy is within x% of the optimum. Trials are counted as a user
+counts them (a trial that confirms its window with more windows counts once,
+feasible or not; reused configurations are free). The exported best is
+re-measured with fresh noise to see how often it violates the bound.
 
 Suites, reported separately: the twins (sim:orin, sim:h200,
 sim:orin-nano with the zoo models), measured boards (``measured:h200``,
@@ -44,10 +44,12 @@ from tuner.devices.base import Device, WindowSettings
 from tuner.devices.registry import open_device
 from tuner.errors import UserError
 from tuner.landscapes import WORKLOADS
+from tuner.records import recommended_of
+from tuner.run_options import RunOptions
 from tuner.sampling import available_samplers, make_sampler
 from tuner.space import Config
 from tuner.strategies import Table, space_table
-from tuner.study import MEMORY_STORAGE, RunOptions, best_of, narrowed_space, run_study
+from tuner.study import MEMORY_STORAGE, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 
 BENCH_VERSION = 1
@@ -235,12 +237,12 @@ def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: 
             continue
         measured += 1
         complete = [x for x in done[: i + 1] if x.state == optuna.trial.TrialState.COMPLETE]
-        curve.append(true_ratio(best_of(complete), table, landscape.max_latency_ms, opt))
+        curve.append(true_ratio(recommended_of(complete), table, landscape.max_latency_ms, opt))
     reach = {f"{round(x * 100)}%": next((n + 1 for n, r in enumerate(curve) if r <= 1 + x), None) for x in TARGETS}
     regret = {
         str(k): (curve[k - 1] - 1 if len(curve) >= k and math.isfinite(curve[k - 1]) else None) for k in REGRET_AT
     }
-    final = best_of([t for t in done if t.state == optuna.trial.TrialState.COMPLETE])
+    final = recommended_of([t for t in done if t.state == optuna.trial.TrialState.COMPLETE])
     final_ratio = true_ratio(final, table, landscape.max_latency_ms, opt) if final else math.inf
     return RunResult(
         landscape=index,

@@ -14,8 +14,9 @@ from tuner import __version__, atomicfile
 from tuner.devices.base import Device
 from tuner.devices.journal import deployment
 from tuner.errors import UserError
+from tuner.records import recommended, trial_record
 from tuner.space import Config
-from tuner.study import is_feasible, redact, representatives, trial_record
+from tuner.storage import redact
 from tuner.units import format_ms
 from tuner.yamlfile import load_yaml_model
 
@@ -60,34 +61,23 @@ class ExportedConfig(BaseModel):
     provenance: Provenance
 
 
-def best_for_bound(study: optuna.Study, max_latency_ms: float, percentile: str) -> optuna.trial.FrozenTrial:
-    """The lowest-energy completed trial whose latency meets ``max_latency_ms``.
-
-    The bound may be tighter or looser than the study's own: the measured
-    latencies are re-checked against it.
-    """
-    key = f"{percentile}_ms"
-    candidates = [
-        t
-        for t in representatives(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-        if t.user_attrs.get(key) is not None and t.user_attrs[key] <= max_latency_ms and t.value is not None
-    ]
-    if not candidates:
-        raise UserError(
-            f"no measured configuration meets {format_ms(max_latency_ms)} at {percentile}: "
-            "relax --max-latency or run more trials"
-        )
-    return min(candidates, key=lambda t: (t.value, t.number))
-
-
-def export_config(study: optuna.Study, storage: str, max_latency_ms: float) -> ExportedConfig:
+def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
+    """The study's recommended configuration (tuner.records.recommended) as an export."""
     attrs = study.user_attrs
     percentile = attrs.get("percentile", "p99")
-    trial = best_for_bound(study, max_latency_ms, percentile)
+    max_latency_ms = float(attrs["max_latency_ms"])
+    trial = recommended(study)
+    if trial is None:
+        done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+        raise UserError(
+            f"no configuration of study {study.study_name} meets {format_ms(max_latency_ms)} at {percentile} "
+            f"({done} completed trials): run more trials (tune run resumes it) or tune a looser bound"
+        )
     record = trial_record(trial)
     metrics = {k: record[k] for k in ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")}
     metrics["meter"] = record["meter"]
-    metrics["feasible_in_study"] = is_feasible(trial)
+    metrics["windows"] = record["windows"]
+    metrics["verdict"] = record["verdict"]
     measured = dict(attrs.get("provenance") or {})
     software = measured.pop("software", None)
     return ExportedConfig(

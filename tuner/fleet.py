@@ -15,9 +15,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.records import candidates
+from tuner.records import is_feasible, recommended, trial_record
 from tuner.storage import open_storage, redact, storage_errors
-from tuner.study import best_feasible, is_feasible, trial_record
 
 STATUS_VERSION = 1
 
@@ -70,10 +69,8 @@ def _feasible_value(trial: FrozenTrial) -> float | None:
 
 
 def study_status(study: optuna.Study, url: str) -> StudyStatus:
-    """Counts by state for the study and for each worker, and the best feasible trial of each."""
+    """Counts by state for the study and each worker; the study's recommended trial, each worker's cheapest."""
     trials = study.get_trials(deepcopy=False)
-    # A worker's best is drawn from the trials the study's best is drawn from, so it is never better.
-    eligible = {t.number for t in candidates([t for t in trials if t.state == TrialState.COMPLETE])}
     workers: dict[str, WorkerStatus] = {}
     for t in trials:
         if t.state == TrialState.WAITING:
@@ -85,14 +82,14 @@ def study_status(study: optuna.Study, url: str) -> StudyStatus:
             t.state, "pruned"
         )
         setattr(w, field, getattr(w, field) + 1)
-        value = _feasible_value(t) if t.number in eligible else None
+        value = _feasible_value(t)
         if value is not None and (w.best_j_per_query is None or value < w.best_j_per_query):
             w.best_trial, w.best_j_per_query = t.number, value
         if t.datetime_complete is not None:
             stamp = t.datetime_complete.astimezone().isoformat(timespec="seconds")
             w.last_finished = max(w.last_finished or "", stamp)
     by_state = {s: sum(t.state == s for t in trials) for s in TrialState}
-    best = best_feasible(study)
+    best = recommended(study)
     attrs = study.user_attrs
     return StudyStatus(
         study=study.study_name,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
+"""The metrics every trial and export carries, in this order."""
+
 
 class Measurement(BaseModel):
     """Energy and latency of one measured window.

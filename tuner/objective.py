@@ -1,9 +1,18 @@
 """One trial: suggest a configuration, reduce it to what the hardware runs, reuse or measure it.
 
 Energy per query is the objective; the latency bound is an Optuna constraint
-(<= 0 is feasible). A re-measurement trial carries the mean of every window of
-its configuration and a noise margin on its constraint.
+(<= 0 is feasible). A trial's verdict is final when it completes, so Optuna's
+own best trial is the study's answer (tuner.records):
+
+- a window that misses the bound, or costs more than the best so far, stays
+  one window: its value and latency are that window's;
+- a window that meets the bound and costs no more than the best so far is
+  confirmed in the same trial by ``CONFIRM_WINDOWS`` more windows; the trial
+  then carries their mean, and its constraint adds a noise margin, so it is
+  feasible only if a fresh window would also meet the bound with about 95%
+  probability. A single lucky window therefore never holds the best value.
 """
+
 
 from __future__ import annotations
 
@@ -18,14 +27,16 @@ import optuna
 
 from tuner import interrupts
 from tuner.devices.base import Device
-from tuner.measurement import Measurement
+from tuner.measurement import METRIC_KEYS, Measurement
 from tuner.models import model_slug
+from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.scenario import label, split
 from tuner.space import Config, SearchSpace
 from tuner.storage import set_user_attrs
 
-METRIC_KEYS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s")
+CONFIRM_WINDOWS = 2
+"""More windows that confirm a first window which would become the best, in the same trial."""
 # What a measurement leaves on its trial besides the metrics; a reuse copies exactly these and the metrics.
 ORIGIN_KEYS = ("meter", "rails", "twin", "throttled", "temps_c", "extra")
 NOISE_Z = 1.645
@@ -89,32 +100,46 @@ class Objective:
         repeat_of = trial.user_attrs.get("repeat_of")
         if key in self.cache and repeat_of is None:
             return self._reuse(trial, self.cache[key])
-        measurement = self.measure(trial, effective)
-        if repeat_of is not None:
-            self.measured += 1
-            return self._repeat(trial, key, measurement)
-        record_measurement(trial, measurement)
+        self._apply(trial, effective)
+        windows = [self._window(trial, effective, 0)]
+        if repeat_of is None and self._contends(windows[0]):
+            windows += [self._window(trial, effective, k) for k in range(1, CONFIRM_WINDOWS + 1)]
         self.measured += 1
-        self.cache[key] = trial.number
-        bound = self.options.max_latency_ms
-        trial.set_constraint("latency", measurement.latency_ms(self.options.window.percentile) - bound)
-        return measurement.j_per_query
+        self.cache.setdefault(key, trial.number)
+        return self._verdict(trial, key, windows, earlier=self._windows_of(key) if repeat_of is not None else [])
 
-    def measure(self, trial: optuna.Trial, effective: Config) -> Measurement:
-        update: dict = {"seed": trial_seed(self.options.seed, trial.number)}
+    def _contends(self, first: Measurement) -> bool:
+        """Whether a first window could become the best: it meets the bound and costs no more than the best."""
+        if first.latency_ms(self.options.window.percentile) > self.options.max_latency_ms:
+            return False
+        best = recommended(self.study)
+        return best is None or first.j_per_query <= float(best.value)
+
+    def _apply(self, trial: optuna.Trial, effective: Config) -> None:
+        hardware, _ = split(effective)
+        try:
+            interrupts.check()
+            self.device.apply(hardware)
+        except MeasurementRejected as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            raise
+
+    def _window(self, trial: optuna.Trial, effective: Config, k: int) -> Measurement:
+        """Window ``k`` of this trial (the configuration is applied): its own noise seed and log folder."""
+        seed = trial_seed(self.options.seed, trial.number)
+        update: dict = {"seed": None if seed is None else seed + k}
         if not self.device.simulated:
             folder = self.options.out / self.device.slug / model_slug(self.options.model) / "loadgen"
             if self.options.window.scenario != "offline":
                 folder = folder / label(self.options.window).replace("@", "-")
-            folder = folder / f"trial-{trial.number:04d}"
+            folder = folder / (f"trial-{trial.number:04d}" + (f"-window{k + 1}" if k else ""))
             update["log_dir"] = str(folder)
-            trial.set_user_attr("loadgen_logs", str(folder))
+            if k == 0:
+                trial.set_user_attr("loadgen_logs", str(folder))
         hardware, serving = split(effective)
         settings = self.options.window
         settings = settings.model_copy(update={**update, "options": {**settings.options, **serving}})
         try:
-            interrupts.check()
-            self.device.apply(hardware)
             interrupts.check()
             measurement = self.device.measure(self.options.model, hardware, settings)
             interrupts.check()
@@ -126,29 +151,49 @@ class Objective:
             raise MeasurementRejected(measurement.reason)
         return measurement
 
-    def _repeat(self, trial: optuna.Trial, key: str, measurement: Measurement) -> float:
-        """A re-measurement: the trial carries the mean of every window of this configuration.
-
-        Its constraint adds a noise margin (z x the relative spread of the
-        latency, for one future window and the error of the mean), so a
-        configuration only counts as feasible if a fresh measurement would
-        also meet the bound with about 95% probability.
-        """
-        windows = [
-            t.user_attrs.get("raw", t.user_attrs)
+    def _windows_of(self, key: str) -> list[dict[str, float]]:
+        """Every window measured so far of one configuration (its trials' own windows, not reuses)."""
+        return [
+            w
             for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
             if t.user_attrs.get("effective_key") == key and "reused_from" not in t.user_attrs
+            for w in t.user_attrs.get("windows", [])
         ]
-        raw = {k: getattr(measurement, k) for k in METRIC_KEYS}
-        windows.append(raw)
-        mean = {k: sum(float(w[k]) for w in windows) / len(windows) for k in METRIC_KEYS}
-        lat_key = f"{self.options.window.percentile}_ms"
-        lats = [float(w[lat_key]) for w in windows]
+
+    def _verdict(self, trial: optuna.Trial, key: str, new: list[Measurement], earlier: list[dict]) -> float:
+        """Record the trial's windows and settle its value and constraint for good.
+
+        One window: its own energy and latency. Several (a confirmation, or a
+        requested re-measurement with the configuration's earlier windows):
+        their mean, and a constraint raised by z x the latency's relative
+        spread (for one future window and the error of the mean).
+        """
+        own = [{k: float(getattr(m, k)) for k in METRIC_KEYS} for m in new]
+        windows = earlier + own
+        percentile = self.options.window.percentile
+        bound = self.options.max_latency_ms
+        lat_key = f"{percentile}_ms"
+        if len(windows) == 1:
+            record_measurement(trial, new[0], windows=own, measurements=1)
+            latency = new[0].latency_ms(percentile)
+            trial.set_constraint("latency", latency - bound)
+            trial.set_user_attr("verdict", _verdict_line(latency, bound, 1, 0.0, self._contended(new[0])))
+            return new[0].j_per_query
+        mean = {k: sum(w[k] for w in windows) / len(windows) for k in METRIC_KEYS}
+        lats = [w[lat_key] for w in windows]
         spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
         margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
-        record_measurement(trial, measurement, **mean, raw=raw, measurements=len(windows), latency_margin=margin)
-        trial.set_constraint("latency", mean[lat_key] * (1 + margin) - self.options.max_latency_ms)
+        record_measurement(trial, new[-1], **mean, windows=own, measurements=len(windows), latency_margin=margin)
+        trial.set_constraint("latency", mean[lat_key] * (1 + margin) - bound)
+        trial.set_user_attr("verdict", _verdict_line(mean[lat_key], bound, len(windows), margin, ""))
         return mean["j_per_query"]
+
+    def _contended(self, first: Measurement) -> str:
+        """Why a feasible single window was not confirmed (empty for one over the bound)."""
+        if first.latency_ms(self.options.window.percentile) > self.options.max_latency_ms:
+            return ""
+        best = recommended(self.study)
+        return "" if best is None else f"costs more than trial {best.number}, the best so far: not confirmed"
 
     def _pooled_spread(self, lat_key: str, key: str, lats: list[float]) -> float:
         """Relative spread of the latency, pooled over every configuration measured more than once.
@@ -159,8 +204,8 @@ class Objective:
         groups: dict[str, list[float]] = {key: lats}
         for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             other = t.user_attrs.get("effective_key")
-            if other != key and "reused_from" not in t.user_attrs and lat_key in t.user_attrs:
-                groups.setdefault(other, []).append(float(t.user_attrs.get("raw", t.user_attrs)[lat_key]))
+            if other != key and "reused_from" not in t.user_attrs:
+                groups.setdefault(other, []).extend(float(w[lat_key]) for w in t.user_attrs.get("windows", []))
         squares, dof = 0.0, 0
         for values in groups.values():
             if len(values) >= 2:
@@ -171,7 +216,7 @@ class Objective:
     def _reuse(self, trial: optuna.Trial, source: int) -> float:
         """Copy an earlier trial's measurement of the same effective configuration."""
         earlier = self.study.get_trials(deepcopy=False)[source]
-        copied = {key: value for key, value in earlier.user_attrs.items() if key in (*METRIC_KEYS, *ORIGIN_KEYS)}
+        copied = {k: v for k, v in earlier.user_attrs.items() if k in (*METRIC_KEYS, *ORIGIN_KEYS, "verdict")}
         set_user_attrs(trial, {**copied, "reused_from": source})
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
@@ -184,3 +229,15 @@ def rel_std(values: list[float]) -> float:
         return 0.0
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
+
+
+def _verdict_line(latency: float, bound: float, windows: int, margin: float, note: str) -> str:
+    """The trial's feasibility and why, in a line (a user attribute, shown in optuna-dashboard)."""
+    seen = "one window" if windows == 1 else f"mean of {windows} windows"
+    if margin:
+        judged = latency * (1 + margin)
+        verb = "meets" if judged <= bound else "misses"
+        return f"{verb} the bound: {latency:.4g} ms ({seen}) + {margin:.1%} noise margin vs {bound:g} ms"
+    verb = "meets" if latency <= bound else "misses"
+    line = f"{verb} the bound: {latency:.4g} ms ({seen}) vs {bound:g} ms"
+    return f"{line}; {note}" if note else line

@@ -1,7 +1,10 @@
 """Pareto fronts (energy per query vs tail latency) and the files a study leaves on disk.
 
 Per <out>/<device>/<model>/: pareto.json and pareto.csv (per batch size the
-non-dominated trials, and the global front), pareto.png, trials.csv.
+non-dominated configurations, and the global front), pareto.png, trials.csv.
+Each configuration appears once, as the trial that holds most of its windows
+(the recommended trial for its own configuration), and the recommended
+configuration (tuner.records) is marked wherever it appears.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import __version__, atomicfile
-from tuner.study import best_feasible, trial_record
+from tuner.measurement import METRIC_KEYS
+from tuner.records import is_feasible, recommended, trial_record, windows
 
-PARETO_VERSION = 1
+PARETO_VERSION = 2
 
 
 class FrontPoint(BaseModel):
@@ -29,10 +33,17 @@ class FrontPoint(BaseModel):
     j_per_query: float
     latency_ms: float
     feasible: bool
+    windows: int = 1
+    recommended: bool = False
 
 
 class ParetoFile(BaseModel):
-    """pareto.json: what a user (or `tune export`) reads back."""
+    """pareto.json: what a user reads back.
+
+    ``trials_completed`` counts every completed trial (a trial that reused an
+    earlier measurement too); ``configurations`` the distinct configurations
+    measured, one row each in the fronts.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -47,6 +58,7 @@ class ParetoFile(BaseModel):
     max_latency_ms: float
     percentile: str
     trials_completed: int
+    configurations: int
     best: dict[str, Any] | None
     fronts: dict[str, list[FrontPoint]] = Field(default_factory=dict)
     meters: list[str] = Field(default_factory=list)
@@ -54,17 +66,21 @@ class ParetoFile(BaseModel):
 
 
 def completed_records(study: optuna.Study) -> list[dict[str, Any]]:
-    """One record per completed trial with metrics, first occurrence of each effective configuration."""
-    seen: set[str] = set()
-    records = []
+    """One record per measured configuration: the recommended trial, else the one with most windows."""
+    best = recommended(study)
+    chosen: dict[str, optuna.trial.FrozenTrial] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         if "j_per_query" not in t.user_attrs:
             continue
         key = t.user_attrs.get("effective_key", str(t.number))
-        if key in seen:
-            continue
-        seen.add(key)
-        records.append(trial_record(t))
+        held = chosen.get(key)
+        if held is None or (held is not best and (t is best or windows(t) > windows(held))):
+            chosen[key] = t
+    records = []
+    for t in sorted(chosen.values(), key=lambda t: t.number):
+        record = trial_record(t)
+        record["recommended"] = best is not None and t.number == best.number
+        records.append(record)
     return records
 
 
@@ -96,6 +112,8 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
                 j_per_query=r["j_per_query"],
                 latency_ms=r[latency_key],
                 feasible=r["feasible"],
+                windows=r["windows"],
+                recommended=r["recommended"],
                 qps=r["qps"],
                 avg_w=r["avg_w"],
             )
@@ -105,7 +123,8 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
     fronts["global"] = points(records)
     for batch in sorted({r["batch_size"] for r in records}):
         fronts[f"bs={batch}"] = points([r for r in records if r["batch_size"] == batch])
-    best = best_feasible(study)
+    best = recommended(study)
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     return ParetoFile(
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         study=study.study_name,
@@ -115,12 +134,37 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
         model=attrs.get("model", ""),
         max_latency_ms=float(attrs.get("max_latency_ms", 0.0)),
         percentile=percentile,
-        trials_completed=len(records),
+        trials_completed=len(done),
+        configurations=len(records),
         best=trial_record(best) if best else None,
         fronts=fronts,
         meters=sorted({str(r["meter"]) for r in records if r.get("meter")}),
         provenance=attrs.get("provenance"),
     )
+
+
+def summary_points(pareto: ParetoFile, per_batch: int = 4) -> list[FrontPoint]:
+    """What ``tune pareto`` shows by default: per batch size its front within the bound, a few rows each.
+
+    Each batch size keeps its fastest and its cheapest configuration that
+    meet the bound (and the recommended one); a batch size with none that
+    meets it shows its fastest, so the table says how far it is.
+    """
+    rows: list[FrontPoint] = []
+    for name, points in pareto.fronts.items():
+        if name == "global":
+            continue
+        feasible = [p for p in points if p.feasible]
+        if not feasible:
+            rows.append(points[0])
+            continue
+        keep = {0, len(feasible) - 1, *(i for i, p in enumerate(feasible) if p.recommended)}
+        step = max(1, (len(feasible) - 1) // max(per_batch - 1, 1))
+        keep |= set(range(0, len(feasible), step))
+        while len(keep) > per_batch:
+            keep.remove(max(i for i in keep if i not in (0, len(feasible) - 1) and not feasible[i].recommended))
+        rows.extend(feasible[i] for i in sorted(keep))
+    return rows
 
 
 def results_dir(out: Path, device_slug: str, model: str) -> Path:
@@ -148,6 +192,8 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
                 "qps",
                 "avg_w",
                 "feasible",
+                "windows",
+                "recommended",
                 "twin",
             ]
         )
@@ -164,8 +210,10 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
                         f"{p.latency_ms:.4g}",
                         f"{extra.get('qps', 0):.6g}",
                         f"{extra.get('avg_w', 0):.4g}",
-                        p.feasible,
-                        pareto.twin,
+                        "yes" if p.feasible else "no",
+                        p.windows,
+                        "yes" if p.recommended else "no",
+                        "yes" if pareto.twin else "no",
                     ]
                 )
     write_trials_csv(study, folder / "trials.csv")
@@ -176,7 +224,8 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
 def write_trials_csv(study: optuna.Study, path: Path) -> None:
     trials = study.get_trials(deepcopy=False)
     knob_names = sorted({k for t in trials for k in t.user_attrs.get("effective", {})})
-    metrics = ["j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "queries", "duration_s"]
+    metrics = list(METRIC_KEYS)
+    best = recommended(study)
     with atomicfile.replacing(path) as tmp, open(tmp, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(
@@ -187,6 +236,8 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 *knob_names,
                 *metrics,
                 "feasible",
+                "windows",
+                "recommended",
                 "reused_from",
                 "meter",
                 "twin",
@@ -203,7 +254,6 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
         for t in trials:
             a = t.user_attrs
             eff = a.get("effective", {})
-            feasible = bool(t.constraints) and all(v <= 0 for v in t.constraints.values())
             writer.writerow(
                 [
                     t.number,
@@ -211,10 +261,12 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("batch_size", ""),
                     *[eff.get(k, "") for k in knob_names],
                     *[a.get(m, "") for m in metrics],
-                    feasible,
+                    "yes" if is_feasible(t) else "no",
+                    windows(t) if "j_per_query" in a else "",
+                    "yes" if best is not None and t.number == best.number else "no",
                     a.get("reused_from", ""),
                     a.get("meter", ""),
-                    a.get("twin", ""),
+                    "yes" if a.get("twin") else "no",
                     a.get("device", ""),
                     a.get("host", ""),
                     a.get("fail_reason", ""),
@@ -246,28 +298,22 @@ def trial_source(trial: optuna.trial.FrozenTrial) -> str:
     if "reused_from" in a:
         return f"copied from trial {a['reused_from']} (same effective configuration)"
     if "repeat_of" in a:
-        return f"re-measurement of trial {a['repeat_of']}: mean of {a.get('measurements', '?')} windows"
+        return f"re-measurement of trial {a['repeat_of']}: mean of {windows(trial)} windows"
     if "j_per_query" in a:
-        return "measured"
+        return "measured" if windows(trial) == 1 else f"measured and confirmed: mean of {windows(trial)} windows"
     return ""
 
 
 def feasibility(trial: optuna.trial.FrozenTrial, bound_ms: float | None) -> str:
-    """Why a trial is (in)feasible, with the noise margin a re-measurement adds to its latency."""
+    """Why a trial is (in)feasible: its verdict, written when it completed (tuner.objective)."""
+    if "verdict" in trial.user_attrs:
+        return str(trial.user_attrs["verdict"])
     slack = trial.constraints.get("latency") if trial.constraints else None
     key = trial.user_attrs.get("latency_key", "p99_ms")
     latency = trial.user_attrs.get(key)
     if slack is None or latency is None or bound_ms is None:
         return ""
-    name = key.removesuffix("_ms")
-    verdict = "meets" if slack <= 0 else "misses"
-    margin = trial.user_attrs.get("latency_margin")
-    if margin is None:
-        return f"{verdict} the bound: {name} {latency:.4g} ms vs {bound_ms:g} ms"
-    return (
-        f"{verdict} the bound: mean {name} {latency:.4g} ms plus a {margin:.1%} noise margin "
-        f"= {latency * (1 + margin):.4g} ms vs {bound_ms:g} ms"
-    )
+    return f"{'meets' if slack <= 0 else 'misses'} the bound: {latency:.4g} ms vs {bound_ms:g} ms"
 
 
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:
@@ -295,7 +341,7 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
             c="gold",
             edgecolors="k",
             zorder=5,
-            label="best feasible",
+            label=f"recommended (trial {pareto.best['trial']})",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import optuna
 
 from tuner.errors import UserError
+from tuner.indexed import IndexedSampler
 from tuner.strategies import LearnedSampler, TwoPhaseSampler, has_torch
 
 SAMPLERS = ("auto", "ours", "gp", "tpe", "random", "two-phase")
@@ -23,14 +24,17 @@ def available_samplers() -> list[str]:
 
 
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    """Build a sampler that honours the latency constraint set with trial.set_constraint."""
+    """Build a sampler that honours the latency constraint set with trial.set_constraint.
+
+    Stock samplers are wrapped in IndexedSampler so they see the order of ordered knobs.
+    """
     name = name.lower()
     if name == "auto":
         name = "ours"
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True)
+        return IndexedSampler(optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True))
     if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+        return IndexedSampler(optuna.samplers.RandomSampler(seed=seed))
     if name == "ours":
         return LearnedSampler(seed=seed)
     if name == "two-phase":
@@ -38,5 +42,7 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "gp":
         if not has_torch():
             raise UserError("the gp sampler needs PyTorch: pip install 'powertune[torch]', or use --sampler tpe")
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False)
+        return IndexedSampler(
+            optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False)
+        )
     raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")

@@ -37,7 +37,7 @@ class Knob(BaseModel):
     ``group`` says who owns it: ``device`` knobs change hardware state (clocks,
     modes, limits); ``runner`` knobs only change how the model is run
     (precision, CUDA graphs), so they are safe in observe-only mode.
-    ``ordered`` knobs are suggested by index so samplers see their order.
+    ``ordered`` knobs have an order that samplers see (tuner.indexed).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -209,36 +209,51 @@ class SearchSpace(BaseModel):
     def suggest(self, trial: Any) -> Config:
         """Draw a configuration from an Optuna trial.
 
-        Ordered knobs are suggested as integer indexes named ``<knob>_index`` so
-        TPE and GP samplers use their order; the real values travel in the
-        trial's user attributes.
+        Every knob is a parameter named after it and stored by its real value
+        (``gpu_mhz`` = 1300.5, ``batch_size`` = 32), so the study reads in its
+        units wherever it is opened (optuna-dashboard included). Samplers that
+        need the order of an ordered knob see it through tuner.indexed.
         """
         knobs: dict[str, KnobValue] = {}
         for name, knob in self.knobs.items():
-            if name not in self.tuned_knobs:
-                knobs[name] = knob.default
-            elif knob.ordered:
-                knobs[name] = knob.values[trial.suggest_int(f"{name}_index", 0, len(knob.values) - 1)]
-            else:
+            if name in self.tuned_knobs:
                 knobs[name] = trial.suggest_categorical(name, knob.values)
+            else:
+                knobs[name] = knob.default
+        batch = trial.suggest_categorical("batch_size", self.batch_sizes) if len(self.batch_sizes) > 1 else None
+        return Config(knobs=knobs, batch_size=self.batch_sizes[0] if batch is None else batch)
+
+    def distributions(self) -> dict[str, Any]:
+        """The Optuna distributions :meth:`suggest` draws from (same names and choices)."""
+        from optuna.distributions import CategoricalDistribution
+
+        out = {name: CategoricalDistribution(self.knobs[name].values) for name in self.tuned_knobs}
         if len(self.batch_sizes) > 1:
-            batch = self.batch_sizes[trial.suggest_int("batch_size_index", 0, len(self.batch_sizes) - 1)]
-        else:
-            batch = self.batch_sizes[0]
-        return Config(knobs=knobs, batch_size=batch)
+            out["batch_size"] = CategoricalDistribution(self.batch_sizes)
+        return out
+
+    def ordered_params(self) -> dict[str, list[KnobValue]]:
+        """The parameters whose values have an order (ordered knobs and the batch size), with their values."""
+        out = {name: list(self.knobs[name].values) for name in self.tuned_knobs if self.knobs[name].ordered}
+        if len(self.batch_sizes) > 1:
+            out["batch_size"] = list(self.batch_sizes)
+        return out
 
     def params_for(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters that make :meth:`suggest` return ``config`` (for enqueue_trial)."""
         params: dict[str, Any] = {}
         for name in self.tuned_knobs:
             knob = self.knobs[name]
-            if knob.ordered:
-                params[f"{name}_index"] = _index_of(knob.values, config.knobs[name])
-            else:
-                params[name] = config.knobs[name]
+            params[name] = knob.values[_index_of(knob.values, config.knobs[name])]
         if len(self.batch_sizes) > 1:
-            params["batch_size_index"] = self.batch_sizes.index(config.batch_size)
+            params["batch_size"] = config.batch_size
         return params
+
+    def config_of(self, params: dict[str, Any]) -> Config:
+        """The configuration a trial's parameters stand for (the inverse of :meth:`params_for`)."""
+        knobs = {n: params[n] if n in self.tuned_knobs else k.default for n, k in self.knobs.items()}
+        batch = params["batch_size"] if len(self.batch_sizes) > 1 else self.batch_sizes[0]
+        return Config(knobs=knobs, batch_size=batch)
 
     def grid(self) -> list[Config]:
         """Every distinct effective configuration of the (narrowed) space, in a stable order (see :class:`Grid`)."""

@@ -386,11 +386,6 @@ class QuotaStudy(optuna.Study):
         failed trial goes to its retry first; and every proposal sees the
         parameters of every trial already running. A worker that finds every
         slot taken by running trials waits and polls.
-
-        The last ``reserve`` slots go to re-measurements: while one is free,
-        ``plan_repeat`` (read under the lock) names the next configuration to
-        measure again as ``(params, user_attrs)``, or None when there is none,
-        and the slot then goes to an ordinary trial.
     """
 
     def __init__(
@@ -401,8 +396,6 @@ class QuotaStudy(optuna.Study):
         deadline: float | None = None,
         poll_s: float = 1.0,
         propose: Callable[[optuna.Trial], Any] | None = None,
-        reserve: int = 0,
-        plan_repeat: Callable[[optuna.Study], tuple[dict[str, Any], dict[str, Any]] | None] | None = None,
     ) -> None:
         super().__init__(study_name=study.study_name, storage=study._storage, sampler=study.sampler)
         self.url = url
@@ -410,8 +403,6 @@ class QuotaStudy(optuna.Study):
         self.deadline = deadline
         self.poll_s = poll_s
         self.propose = propose
-        self.reserve = reserve if plan_repeat is not None else 0
-        self.plan_repeat = plan_repeat
         self._fleet = getattr(self._storage, "_backend", self._storage)
         if isinstance(self._fleet, FleetStorage):
             self._fleet.stale_checks_when_admitting = True
@@ -429,8 +420,6 @@ class QuotaStudy(optuna.Study):
                 if done >= self.quota:
                     raise StudyFull(f"the study has its {self.quota} completed trials")
                 if done + running < self.quota:
-                    if done + running >= self.quota - self.reserve:
-                        self._queue_repeat()
                     return self._start(fixed_distributions)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 raise StudyFull("timeout")
@@ -461,11 +450,32 @@ class QuotaStudy(optuna.Study):
             else:
                 optuna.storages.fail_stale_trials(self)
 
-    def _queue_repeat(self) -> None:
-        """Queue the next re-measurement, unless a queued trial (a retry) takes this slot anyway."""
-        if self.plan_repeat is None or self.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            return
-        job = self.plan_repeat(self)
-        if job is not None:
-            params, user_attrs = job
-            self.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=False)
+
+class ConstrainedBestStorage(optuna.storages.RDBStorage):
+    """An RDB storage whose best trial honours constraints, as ``Study.best_trial`` does.
+
+    optuna-dashboard marks ``storage.get_best_trial`` as a study's best, and
+    Optuna's storages pick the lowest value whatever its constraints, so the
+    dashboard would crown a trial that missed the latency bound. Served
+    through this class, it marks the trial that ``study.best_trial``, ``tune
+    run``, ``tune export`` and ``tune pareto`` name.
+    """
+
+    def get_best_trial(self, study_id: int) -> optuna.trial.FrozenTrial:
+        best = super().get_best_trial(study_id)
+        if all(v <= 0 for v in best.constraints.values()):
+            return best
+        done = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+        feasible = [t for t in done if all(v <= 0 for v in t.constraints.values())]
+        if not feasible:
+            return best
+        if self.get_study_directions(study_id)[0] == optuna.study.StudyDirection.MAXIMIZE:
+            return max(feasible, key=lambda t: float(t.value))
+        return min(feasible, key=lambda t: float(t.value))
+
+
+def dashboard_storage(url: str) -> ConstrainedBestStorage:
+    """The storage ``tune dashboard`` serves: read-only use, no heartbeat, constrained best."""
+    if not is_rdb(url):
+        raise UserError(f"tune dashboard reads database storages (sqlite:///..., postgresql://...), not {redact(url)}")
+    return ConstrainedBestStorage(driver_url(url), engine_kwargs={"pool_pre_ping": True})

@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from runners.profile import ModelProfile
+from tuner.indexed import IndexedSampler
 from tuner.models import model_profile
 from tuner.roofline import RooflineParams, features, fit_measurements, knob_roles
 from tuner.space import Config, Grid, SearchSpace
@@ -56,25 +57,13 @@ def has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def model_sampler(seed: int | None, startup: int) -> optuna.samplers.BaseSampler:
+def model_sampler(seed: int | None, startup: int) -> IndexedSampler:
     """The model-based sampler that refines after a guided start: GP where it can run, TPE otherwise."""
     if has_torch():
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, deterministic_objective=False)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
-
-
-def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
-    """The Optuna distributions SearchSpace.suggest draws from (same names and ranges)."""
-    out: dict[str, BaseDistribution] = {}
-    for name in space.tuned_knobs:
-        knob = space.knobs[name]
-        if knob.ordered:
-            out[f"{name}_index"] = IntDistribution(0, len(knob.values) - 1)
-        else:
-            out[name] = CategoricalDistribution(knob.values)
-    if len(space.batch_sizes) > 1:
-        out["batch_size_index"] = IntDistribution(0, len(space.batch_sizes) - 1)
-    return out
+        return IndexedSampler(
+            optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, deterministic_objective=False)
+        )
+    return IndexedSampler(optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True))
 
 
 def measured_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -90,9 +79,7 @@ def trial_config(t: optuna.trial.FrozenTrial) -> Config:
     return Config(knobs=t.user_attrs["effective"], batch_size=t.user_attrs["batch_size"])
 
 
-def _draw(dist: BaseDistribution, rng: np.random.Generator) -> Any:
-    if isinstance(dist, IntDistribution):
-        return int(rng.integers(dist.low, dist.high + 1))
+def _draw(dist: CategoricalDistribution, rng: np.random.Generator) -> Any:
     return dist.choices[int(rng.integers(len(dist.choices)))]
 
 
@@ -115,6 +102,7 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         self.model = model
         self.bound_ms = max_latency_ms
         self.percentile = percentile
+        self.inner.bind(space)
 
     def propose(self, study: optuna.Study) -> Config | None:
         raise NotImplementedError
@@ -122,7 +110,7 @@ class GuidedSampler(optuna.samplers.BaseSampler):
     def infer_relative_search_space(
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial
     ) -> dict[str, BaseDistribution]:
-        return distributions(self.space) if self.space is not None else {}
+        return self.space.distributions() if self.space is not None else {}
 
     def sample_relative(
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -155,26 +143,14 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         """
         done = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
         rng = np.random.default_rng(len(done) if self.seed is None else self.seed + len(done))
-        dists = distributions(self.space)
+        dists = self.space.distributions()
         candidate = params
         for _ in range(50):
-            key = json.dumps(self.space.effective(self._config_of(candidate)).key())
+            key = json.dumps(self.space.effective(self.space.config_of(candidate)).key())
             if key not in done:
                 return candidate
             candidate = self.adjust({name: _draw(d, rng) for name, d in dists.items()})
         return params
-
-    def _config_of(self, params: dict[str, Any]) -> Config:
-        knobs = {}
-        for name, knob in self.space.knobs.items():
-            if name not in self.space.tuned_knobs:
-                knobs[name] = knob.default
-            elif knob.ordered:
-                knobs[name] = knob.values[params[f"{name}_index"]]
-            else:
-                knobs[name] = params[name]
-        batches = self.space.batch_sizes
-        return Config(knobs=knobs, batch_size=batches[params["batch_size_index"]] if len(batches) > 1 else batches[0])
 
     def adjust(self, params: dict[str, Any]) -> dict[str, Any]:
         """Hook for strategies that pin some parameters while the inner sampler explores the rest."""
@@ -699,7 +675,7 @@ class TwoPhaseSampler(GuidedSampler):
                 else min(phase, key=lambda t: t.user_attrs[f"{self.percentile}_ms"])
             )
             params = self.space.params_for(trial_config(pick))
-            self.pinned = {k: v for k, v in params.items() if k.removesuffix("_index") in self._cpu_knobs()}
+            self.pinned = {k: v for k, v in params.items() if k in self._cpu_knobs()}
         self.reason = ("", "phase two: the inner sampler searches the device knobs, CPU knobs pinned")
         return None
 

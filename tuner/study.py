@@ -2,14 +2,12 @@
 
 A study is keyed by model, device, scenario and latency bound, so running the
 same command again resumes it and adds trials. What one trial does lives in
-tuner.objective, the re-measurement of the best candidates in tuner.remeasure,
-and reading results back out (feasibility, best trial, records) in
-tuner.records; their public names are re-exported here for callers.
+tuner.objective; the study's answer (Optuna's best trial) and flat records
+in tuner.records.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -25,37 +23,15 @@ from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.devices.journal import hardware_session, hold
 from tuner.errors import UserError
-from tuner.objective import METRIC_KEYS, MeasurementRejected, Objective
+from tuner.objective import MeasurementRejected, Objective
 from tuner.provenance import provenance
-from tuner.records import best_feasible, best_of, is_feasible, representatives, trial_record
-from tuner.remeasure import REMEASURE, next_repeat, remeasure_top
+from tuner.records import recommended, trial_record
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
 from tuner.space import Grid, SearchSpace
 from tuner.storage import QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
 from tuner.units import format_ms
-
-__all__ = [
-    "MEMORY_STORAGE",
-    "METRIC_KEYS",
-    "MeasurementRejected",
-    "Objective",
-    "RunOptions",
-    "RunSummary",
-    "best_feasible",
-    "best_of",
-    "default_storage",
-    "is_feasible",
-    "narrowed_space",
-    "open_study",
-    "redact",
-    "remeasure_top",
-    "representatives",
-    "run_study",
-    "study_name",
-    "trial_record",
-]
 
 
 def default_storage(out: Path) -> str:
@@ -142,7 +118,11 @@ class Explorer:
 
 
 class RunSummary(BaseModel):
-    """What a run reports back: the study, how many trials ran, and the best feasible trial."""
+    """What a run reports back: the study, how many trials ran, and its recommended trial.
+
+    ``previous_best`` is the recommended trial before this run (a resumed
+    study), so a change of answer is said, never hidden.
+    """
 
     study: str
     storage: str
@@ -150,6 +130,7 @@ class RunSummary(BaseModel):
     total_trials: int
     best_trial: int | None
     best: dict | None
+    previous_best: dict | None = None
 
 
 def run_study(
@@ -196,11 +177,7 @@ def _run_study(
         study = open_study(name, storage, sampler, options.heartbeat_s)
         check_same_space(study, space)
         _stamp(study, device, options, space)
-    top, repeats = REMEASURE
-    reserve = 0
     if options.study_trials is not None:
-        # The fleet re-measures inside its quota (the last slots), not after it: see tuner.remeasure.
-        reserve = top * repeats if options.study_trials >= 4 * top * repeats else 0
         study = QuotaStudy(
             study,
             storage,
@@ -208,16 +185,10 @@ def _run_study(
             deadline,
             poll_s=min(2.0, options.heartbeat_s / 2),
             propose=space.suggest,
-            reserve=reserve,
-            plan_repeat=functools.partial(next_repeat, space=space, top=top, repeats=repeats),
         )
-        top = 0
+    before = recommended(study)
     objective = Objective(device, space, options, study)
-    distinct = space.size()
-    target = min(options.trials, max(distinct - len(objective.cache), 0) + reserve)
-    if target < 4 * top * repeats:
-        top = 0
-    target -= top * repeats
+    target = min(options.trials, max(space.size() - len(objective.cache), 0))
     state = {"reused_in_row": 0, "failed": 0}
     explorer = Explorer(space, objective, options.seed)
 
@@ -236,15 +207,12 @@ def _run_study(
         if target > 0:
             with hardware_session(device):
                 _optimize(study, objective, callback, deadline)
-                interrupts.check()
-                if top:
-                    remeasure_top(study, objective, space, top, repeats, on_trial)
         interrupts.check()
     except KeyboardInterrupt:
         if on_interrupt is not None:
             on_interrupt(study)
         raise
-    best = best_feasible(study)
+    best = recommended(study)
     summary = RunSummary(
         study=name,
         storage=redact(storage),
@@ -252,6 +220,7 @@ def _run_study(
         total_trials=len(study.trials),
         best_trial=best.number if best else None,
         best=trial_record(best) if best else None,
+        previous_best=trial_record(before) if before else None,
     )
     return study, summary
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -215,3 +216,45 @@ def count_progress(label: str, unit: str, quiet: bool) -> Progress:
         disable=quiet,
         transient=True,
     )
+
+
+def configs_table(
+    title: str, rows: list[dict[str, Any]], percentile: str, pinned: dict[str, Any], verdict: bool = True
+) -> Table:
+    """Configurations as rows, a column per knob that varies (those that never vary are ``pinned``).
+
+    Each row is a trial record (tuner.records.trial_record) with ``recommended``
+    set on the study's answer, which is marked ``*``; ``verdict`` adds whether
+    each meets the bound. Compact, so that five knobs fit in 80 columns:
+    headers wrap at their underscores, values never.
+    """
+    knobs = [k for k in dict.fromkeys(k for r in rows for k in r["config"]) if k not in pinned]
+    lat = f"{percentile}_ms"
+    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for name in ["", "trial", "batch", *knobs, "J/query", f"{percentile}_ms", *(["ok"] if verdict else []), "windows"]:
+        t.add_column(name.replace("_", "\n"), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
+    for r in rows:
+        cells = [
+            "*" if r.get("recommended") else "",
+            r["trial"],
+            r["batch_size"],
+            *[knob_value(r["config"].get(k, "-")) for k in knobs],
+            r["j_per_query"],
+            r[lat],
+            *(["yes" if r["feasible"] else "no"] if verdict else []),
+            r.get("windows", 1),
+        ]
+        t.add_row(*[fmt(v) for v in cells])
+    return t
+
+
+def knob_value(value: Any) -> str:
+    """A knob's value as the space file writes it (1300.5 MHz stays 1300.5; 2112.0 reads 2112)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def recommended_table(best: dict[str, Any], title: str, percentile: str, pinned: dict[str, Any] | None = None) -> Table:
+    """The recommended configuration as one table row, as tune run and tune pareto print it."""
+    return configs_table(title, [{**best, "recommended": True}], percentile, pinned or {}, verdict=False)

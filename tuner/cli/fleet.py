@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         out: Path = common.OutOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Progress of a study across workers: trials done, running, failed, best feasible so far."""
+        """Progress of a study across workers: trials done, running, failed, recommended configuration so far."""
         if (model is None) != (device is None):
             raise UserError("give both --model and --device to pick a study, or neither to list every study")
         bound = common.latency(max_latency) if max_latency is not None else None
@@ -49,7 +49,7 @@ def print_status(s: StudyStatus) -> None:
     best = "-" if s.best is None else f"{s.best['j_per_query']:.4g} J/query (trial {s.best['trial']})"
     common.out_console.print(
         f"{s.study}: {s.complete}{target} complete, {s.running} running, {s.waiting} queued, "
-        f"{s.failed} failed, {s.retried} retries; best feasible {best}"
+        f"{s.failed} failed, {s.retried} retries; recommended {best}"
     )
     table = common.table(
         f"workers of {s.study} ({s.storage})",

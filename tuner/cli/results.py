@@ -11,21 +11,42 @@ from tuner.cli import common
 from tuner.deploy import export_config, write_export
 from tuner.devices.registry import known_devices
 from tuner.errors import UserError, did_you_mean
-from tuner.pareto import build_pareto, results_dir, write_results
-from tuner.storage import driver_url, open_storage, scrub, storage_errors
-from tuner.study import open_study, redact
-from tuner.units import format_ms
+from tuner.pareto import build_pareto, completed_records, results_dir, summary_points, write_results
+from tuner.scenario import format_rate
+from tuner.storage import dashboard_storage, open_storage, redact, scrub, storage_errors
+from tuner.study import open_study
+
+ScenarioPick = typer.Option(
+    None, "--scenario", help="which study: offline, singlestream, server or server@RATEqps (as tune run named it)"
+)
 
 
-def find_study(storage: str, model: str, device: str, bound_ms: float | None, exact: bool = True) -> optuna.Study:
-    """The study of a model on a device, picked by bound when several exist.
+def study_folder(out: Path, study: optuna.Study) -> Path:
+    """Where ``tune run`` wrote this study's results: <out>/<device>/<model>/[<scenario>/]."""
+    attrs = study.user_attrs
+    folder = results_dir(out, attrs["device_slug"], attrs["model"])
+    label = study_label(attrs)
+    return folder if label == "offline" else folder / label.replace("@", "-")
+
+
+def study_label(attrs: dict) -> str:
+    """A study's scenario as ``tune run`` names it: offline, singlestream, server@300qps."""
+    scenario = str(attrs.get("scenario", "offline"))
+    if scenario == "server":
+        return f"server@{format_rate(float(attrs.get('target_qps', 0.0)))}qps"
+    return scenario
+
+
+def find_study(
+    storage: str, model: str, device: str, bound_ms: float | None, scenario: str | None = None
+) -> optuna.Study:
+    """The study of a model on a device, picked by scenario and bound when several exist.
 
     ``device`` may be what was typed at ``tune run`` (sim:orin, cuda:0), the
     results folder name (sim-orin, h200) or the device kind, so reading
-    results never needs the hardware present. With ``exact`` a bound names a
-    study and no other one is shown in its place; without (``tune export``) a
-    bound with no study of its own reads the largest study, whose measured
-    latencies are re-checked against it.
+    results never needs the hardware present. ``scenario`` is ``offline``,
+    ``singlestream``, ``server`` (any rate) or ``server@300qps``. Where more
+    than one study is left, the error lists each with the flags that pick it.
     """
     try:
         with storage_errors(storage):
@@ -49,22 +70,20 @@ def find_study(storage: str, model: str, device: str, bound_ms: float | None, ex
         raise UserError(
             f"no study of {model} on {device} in {redact(storage)}{hint}: run tune run first, or pass --storage/--out"
         )
+    picked = matches
+    if scenario is not None:
+        picked = [s for s in picked if scenario in (study_label(s.user_attrs), s.user_attrs.get("scenario", "offline"))]
     if bound_ms is not None:
-        same = [s for s in matches if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
-        same.sort(key=lambda s: s.user_attrs.get("scenario", "offline") != "offline")  # Offline before Server
-        if not same and exact:
-            bounds = ", ".join(sorted({format_ms(float(s.user_attrs.get("max_latency_ms", 0))) for s in matches}))
-            raise UserError(
-                f"no study of {model} on {device} at {format_ms(bound_ms)} (bounds tuned: {bounds}): "
-                f"pick one of those with --max-latency, or run tune run at {format_ms(bound_ms)}"
-            )
-        chosen = same[0] if same else max(matches, key=lambda s: s.n_trials)
-    elif len(matches) == 1:
-        chosen = matches[0]
-    else:
-        bounds = ", ".join(format_ms(float(s.user_attrs.get("max_latency_ms", 0))) for s in matches)
-        raise UserError(f"{len(matches)} studies of {model} on {device} (bounds {bounds}): pick one with --max-latency")
-    return open_study(chosen.study_name, storage)
+        picked = [s for s in picked if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
+    if len(picked) == 1:
+        return open_study(picked[0].study_name, storage)
+    pool = picked or matches
+    choices = "; ".join(
+        f"--scenario {study_label(s.user_attrs)} --max-latency {float(s.user_attrs.get('max_latency_ms', 0)):g}ms"
+        for s in sorted(pool, key=lambda s: (study_label(s.user_attrs), s.user_attrs.get("max_latency_ms", 0)))
+    )
+    what = "no study" if not picked else f"{len(picked)} studies"
+    raise UserError(f"{what} of {model} on {device} matches: pick one with {choices}")
 
 
 def register(app: typer.Typer) -> None:
@@ -75,62 +94,64 @@ def register(app: typer.Typer) -> None:
         max_latency: str | None = typer.Option(
             None, "--max-latency", "-l", help="which study, when several bounds were tuned"
         ),
+        scenario: str | None = ScenarioPick,
+        show_all: bool = typer.Option(False, "--all", help="every measured configuration, not only the fronts"),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Print the Pareto fronts (energy vs latency) of a study and rewrite its result files."""
+        """Summarise a study: its recommended configuration, then each batch size's front; rewrite its files."""
         bound = common.latency(max_latency) if max_latency is not None else None
         common.check_out_dir(out)
         url = common.read_storage(storage, out)
-        study = find_study(url, model, device, bound)
-        folder = results_dir(out, study.user_attrs["device_slug"], model)
+        study = find_study(url, model, device, bound, scenario)
+        folder = study_folder(out, study)
         result = write_results(study, folder) if not as_json else build_pareto(study)
         if as_json:
             common.emit_json(result.model_dump(mode="json"))
             return
         twin = " [digital twin]" if result.twin else ""
-        points = [(name, p) for name, front in result.fronts.items() for p in front]
-        pinned = common.pinned_knobs([p.config for _, p in points])
+        title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
+        lat = f"{result.percentile}_ms"
+        if show_all:
+            rows = completed_records(study)
+        else:
+            rows = [{**p.model_dump(), lat: p.latency_ms} for p in summary_points(result)]
+        pinned = common.pinned_knobs([r["config"] for r in rows + ([result.best] if result.best else [])])
         if pinned:
             common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
-        rows = [
-            [
-                name,
-                p.trial,
-                p.batch_size,
-                {k: v for k, v in p.config.items() if k not in pinned} or "-",
-                p.j_per_query,
-                p.latency_ms,
-                "yes" if p.feasible else "no",
-            ]
-            for name, p in points
-        ]
-        common.out_console.print(
-            common.table(
-                f"Pareto fronts: {model} on {result.device}, bound {result.max_latency_ms:g} ms{twin}",
-                ["front", "trial", "batch", "config", "J/query", f"{result.percentile} ms", "feasible"],
-                rows,
+        if result.best is None:
+            common.out_console.print(f"{title}: no configuration meets the bound yet")
+        else:
+            common.out_console.print(
+                common.recommended_table(result.best, f"recommended: {title}", result.percentile, pinned)
             )
+        heading = "every measured configuration" if show_all else "per batch size, its front within the bound"
+        common.out_console.print(common.configs_table(f"{heading} (* recommended)", rows, result.percentile, pinned))
+        common.out_console.print(
+            f"{result.configurations} configurations in {result.trials_completed} completed trials; "
+            f"{'' if show_all else '--all lists every one; '}written: {folder}/pareto.json, pareto.csv, pareto.png"
         )
-        common.out_console.print(f"written: {folder}/pareto.json, pareto.csv, pareto.png, trials.csv")
 
     @app.command()
     def export(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
-        max_latency: str = typer.Option(..., "--max-latency", "-l", help="the bound the exported mode must meet"),
+        max_latency: str | None = typer.Option(
+            None, "--max-latency", "-l", help="the study's bound (which study, when several bounds were tuned)"
+        ),
+        scenario: str | None = ScenarioPick,
         output: Path = typer.Option(Path("best.yaml"), "--output", "-o", help="YAML file to write"),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Write the best measured configuration under a bound as versioned YAML, for tune apply."""
-        bound = common.latency(max_latency)
+        """Write the study's recommended configuration as versioned YAML, for tune apply."""
+        bound = common.latency(max_latency) if max_latency is not None else None
         common.check_out_file(output, "--output")
         url = common.read_storage(storage, out)
-        study = find_study(url, model, device, bound, exact=False)
-        exported = export_config(study, url, bound)
+        study = find_study(url, model, device, bound, scenario)
+        exported = export_config(study, url)
         write_export(exported, output)
         if as_json:
             common.emit_json({"written": str(output), **exported.model_dump(mode="json")})
@@ -138,9 +159,9 @@ def register(app: typer.Typer) -> None:
         twin = " [digital twin]" if exported.twin else ""
         m = exported.metrics
         common.out_console.print(
-            f"{output}: {model} on {exported.device_kind}, batch {exported.batch_size}, "
-            f"{common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
-            f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms{twin}"
+            f"{output}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
+            f"batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
+            f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms (mean of {m['windows']} windows){twin}"
         )
 
     @app.command()
@@ -177,4 +198,6 @@ def register(app: typer.Typer) -> None:
             raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
         url = common.read_storage(storage, out)
         common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
-        optuna_dashboard.run_server(driver_url(url), host=host, port=port)
+        with storage_errors(url):
+            served = dashboard_storage(url)
+        optuna_dashboard.run_server(served, host=host, port=port)

@@ -17,13 +17,14 @@ from tuner.devices.journal import hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
+from tuner.run_options import RunOptions
 from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, make_sampler
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
 from tuner.strategies import proposal_counts
-from tuner.study import RunOptions, narrowed_space, run_study
+from tuner.study import RunSummary, narrowed_space, run_study
 from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
 from tuner.units import MAX_BATCH, check_count, check_seconds
 
@@ -207,18 +208,20 @@ def register(app: typer.Typer) -> None:
         if payload["proposed_by"]:
             tally = ", ".join(f"{k} {v}" for k, v in payload["proposed_by"].items())
             common.out_console.print(f"proposed by: {tally} (per trial: proposed_by, why in trials.csv)")
+        changed = resumed_line(summary)
+        if changed:
+            common.out_console.print(changed)
         if summary.best is None:
             common.out_console.print(
                 f"no configuration met {options.max_latency_ms:g} ms: relax --max-latency or widen the space"
             )
         else:
-            b = summary.best
             common.out_console.print(
-                common.table(
-                    f"best power mode for {model} on {dev.name} ({options.window.percentile} <= "
+                common.recommended_table(
+                    summary.best,
+                    f"recommended for {model} on {dev.name} ({options.window.percentile} <= "
                     f"{options.max_latency_ms:g} ms, {scenario_label(options.window)}){note}",
-                    ["trial", "config", "batch", "J/query", "p99 ms", "queries/s", "avg W"],
-                    [[b["trial"], b["config"], b["batch_size"], b["j_per_query"], b["p99_ms"], b["qps"], b["avg_w"]]],
+                    options.window.percentile,
                 )
             )
         common.out_console.print(f"results: {folder}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
@@ -423,7 +426,7 @@ def characterization(rows: list, bound: float | None, percentile: str) -> list[l
 
 
 class trial_progress:
-    """A rich progress bar on stderr: trial n/N, best feasible energy so far, ETA.
+    """A rich progress bar on stderr: trial n/N, the recommended configuration's energy so far, ETA.
 
     With ``study_wide`` the count is the study's completed trials from every
     worker, which is what ``--study-trials`` aims at.
@@ -451,11 +454,11 @@ class trial_progress:
         return self.update
 
     def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, measured: int) -> None:
-        from tuner.study import best_feasible
+        from tuner.records import recommended
 
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
-        best = best_feasible(study)
+        best = recommended(study)
         label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
         if self.study_wide:
             measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
@@ -463,3 +466,15 @@ class trial_progress:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(*exc)
+
+
+def resumed_line(summary: RunSummary) -> str:
+    """One line when a resumed study's answer changed during this run: which trial replaced which, and why."""
+    before, after = summary.previous_best, summary.best
+    if before is None or after is None or before["trial"] == after["trial"]:
+        return ""
+    return (
+        f"the recommendation changed: trial {after['trial']} ({after['j_per_query']:.4g} J/query, "
+        f"mean of {after['windows']} windows) replaces trial {before['trial']} ({before['j_per_query']:.4g} J/query): "
+        "a new configuration met the bound for less energy"
+    )

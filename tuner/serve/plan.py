@@ -23,21 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner.devices.base import Device, WindowSettings
 from tuner.errors import UserError
-from tuner.records import candidates, is_feasible, representatives, tail_latency_ms
+from tuner.records import is_feasible, recommended, tail_latency_ms, trial_record
+from tuner.run_options import RunOptions
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
 from tuner.serve.policy import Band, BandPoint, BandProvenance, PlanPoint, Policy, stamp
 from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
-from tuner.study import (
-    RunOptions,
-    best_feasible,
-    default_storage,
-    narrowed_space,
-    open_study,
-    run_study,
-    study_name,
-    trial_record,
-)
+from tuner.study import default_storage, narrowed_space, open_study, run_study, study_name
 
 # The sampler a plan uses unless told: the roofline-guided default models
 # Offline physics, not queueing, and a plan runs a study per rate.
@@ -202,7 +194,7 @@ def refine(
     """
     budget = options.refine_trials
     while budget > 0:
-        best = best_feasible(study)
+        best = recommended(study)
         if best is None:
             return study
         measured = {t.user_attrs.get("effective_key") for t in study.trials}
@@ -215,7 +207,7 @@ def refine(
             study.enqueue_trial(space.params_for(config), skip_if_exists=True)
         study, _ = run_study(device, options.run_options(storage, rate, len(fresh)))
         budget -= len(fresh)
-        after = best_feasible(study)
+        after = recommended(study)
         if after is None or after.number == best.number:
             return study
     return study
@@ -317,12 +309,12 @@ def band_trial(study: optuna.Study, bound_ms: float) -> optuna.trial.FrozenTrial
     ]
     if verified:
         return min(verified, key=lambda t: (t.value, t.number))
-    return best_feasible(study)
+    return recommended(study)
 
 
 def top_feasible(study: optuna.Study, count: int) -> list[dict]:
     """The ``count`` cheapest feasible trials of a study, cheapest first, as records."""
-    done = candidates(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+    done = [t for t in study.get_trials(deepcopy=False) if is_feasible(t) and t.value is not None]
     return [trial_record(t) for t in sorted(done, key=lambda t: (t.value, t.number))[:count]]
 
 
@@ -403,6 +395,16 @@ def build_policy(device: Device, options: PlanOptions, results: list[RateResult]
         points=points,
         created_at=stamp(),
     )
+
+
+def representatives(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """One trial per re-measured configuration (its latest repeat, the mean of its windows); others unchanged."""
+    latest: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in trials:
+        key = t.user_attrs.get("effective_key")
+        if "repeat_of" in t.user_attrs and (key not in latest or t.number > latest[key].number):
+            latest[key] = t
+    return [t for t in trials if latest.get(t.user_attrs.get("effective_key"), t) is t]
 
 
 def _key(record: dict) -> str:

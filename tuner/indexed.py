@@ -1,0 +1,119 @@
+"""Stock Optuna samplers on ordered knobs: they see positions, the study keeps values.
+
+A study stores every knob by its real value (a categorical parameter), so it
+reads in MHz, watts, cores and batch sizes wherever it is opened. TPE and GP
+treat a categorical as unordered, which throws away what a clock ladder says
+(918 MHz lies between 816 and 1020). :class:`IndexedSampler` wraps such a
+sampler: it keeps a shadow copy of the study in memory in which each ordered
+parameter is its position on the ladder (an integer), lets the wrapped sampler
+work on that copy, and turns its proposals back into values. The wrapped
+sampler sees the study it would have seen had positions been stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.space import KnobValue, SearchSpace
+
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+class IndexedSampler(optuna.samplers.BaseSampler):
+    """Show ``inner`` each ordered parameter as its position; store the value it stands for."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
+        self.inner = inner
+        self.ordered: dict[str, list[KnobValue]] = {}
+        self._shadow: optuna.Study | None = None
+        self._source: tuple[int, int] | None = None
+        self._synced: set[int] = set()
+
+    def bind(self, space: SearchSpace, *_: Any, **__: Any) -> None:
+        """Learn which parameters are ordered, and their values in order, from the run's space."""
+        self.ordered = space.ordered_params()
+        self._shadow = None
+
+    def _position(self, name: str, value: Any) -> int | None:
+        for i, candidate in enumerate(self.ordered[name]):
+            if str(candidate) == str(value):
+                return i
+        return None
+
+    def _to_inner(self, name: str, dist: BaseDistribution) -> BaseDistribution:
+        if name in self.ordered and isinstance(dist, CategoricalDistribution):
+            return IntDistribution(0, len(self.ordered[name]) - 1)
+        return dist
+
+    def _from_inner(self, name: str, value: Any) -> Any:
+        return self.ordered[name][int(value)] if name in self.ordered else value
+
+    def _view(self, study: optuna.Study) -> optuna.Study:
+        """The shadow study, brought up to date with the finished trials of ``study``."""
+        source = (id(study._storage), study._study_id)
+        if self._shadow is None or self._source != source:
+            self._shadow = optuna.create_study(directions=study.directions)
+            self._source, self._synced = source, set()
+        for t in study.get_trials(deepcopy=False, states=_FINISHED):
+            if t.number not in self._synced:
+                self._synced.add(t.number)
+                shadow = self._shadow_trial(t)
+                if shadow is not None:
+                    self._shadow.add_trial(shadow)
+        return self._shadow
+
+    def _shadow_trial(self, t: FrozenTrial) -> FrozenTrial | None:
+        params, dists = {}, {}
+        for name, value in t.params.items():
+            if name in self.ordered:
+                position = self._position(name, value)
+                if position is None:
+                    return None
+                params[name], dists[name] = position, self._to_inner(name, t.distributions[name])
+            else:
+                params[name], dists[name] = value, t.distributions[name]
+        return optuna.trial.create_trial(
+            state=t.state,
+            values=t.values,
+            params=params,
+            distributions=dists,
+            intermediate_values=t.intermediate_values,
+            system_attrs={k: v for k, v in t.system_attrs.items() if k.startswith("constraints")},
+        )
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        inner = self.inner.infer_relative_search_space(self._view(study), trial)
+        return {
+            name: CategoricalDistribution(self.ordered[name]) if name in self.ordered else dist
+            for name, dist in inner.items()
+        }
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        inner_space = {name: self._to_inner(name, dist) for name, dist in search_space.items()}
+        proposal = self.inner.sample_relative(self._view(study), trial, inner_space)
+        return {name: self._from_inner(name, value) for name, value in proposal.items()}
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        dist = self._to_inner(param_name, param_distribution)
+        value = self.inner.sample_independent(self._view(study), trial, param_name, dist)
+        return self._from_inner(param_name, value) if dist is not param_distribution else value
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(self._view(study), trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.inner.after_trial(self._view(study), trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
