@@ -276,6 +276,11 @@ def check_same_space(study: optuna.Study, space: SearchSpace) -> None:
     the only part of the space they recorded.
     """
     attrs = study.user_attrs
+    if any(name.endswith("_index") for t in study.get_trials(deepcopy=False) for name in t.params):
+        raise UserError(
+            f"study {study.study_name} was written by an older powertune that stored knob positions, not values: "
+            "give another --out or --storage to start afresh (tune pareto, export and status still read it)"
+        )
     recorded = attrs.get("space_key")
     if recorded is None and "tuned_knobs" not in attrs:
         return

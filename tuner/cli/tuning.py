@@ -8,7 +8,7 @@ from typing import Any
 
 import optuna
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tuner import interrupts
 from tuner.cli import common
@@ -447,17 +447,20 @@ class trial_progress:
             disable=quiet,
             transient=False,
         )
+        self.task: TaskID | None = None
 
     def __enter__(self):
-        self.progress.__enter__()
-        self.task = self.progress.add_task("trials", total=self.total, best="-")
         return self.update
 
     def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, measured: int) -> None:
+        """Show the bar from the first finished trial on, so an error before it prints alone."""
         from tuner.records import recommended
 
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
+        if self.task is None:
+            self.progress.__enter__()
+            self.task = self.progress.add_task("trials", total=self.total, best="-")
         best = recommended(study)
         label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
         if self.study_wide:
@@ -465,7 +468,8 @@ class trial_progress:
         self.progress.update(self.task, completed=min(measured, self.total), best=label)
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+        if self.task is not None:
+            self.progress.__exit__(*exc)
 
 
 def resumed_line(summary: RunSummary) -> str:

@@ -1,0 +1,192 @@
+"""One answer: every reader of a study names the configuration Optuna names best, and it is feasible.
+
+Run's summary, ``tune export``, ``tune pareto``'s marked row, ``tune status``,
+``optuna.load_study(...).best_trial`` and the dashboard's API are compared
+over many seeds, on the twins and a generated board, after a resume, and in a
+two-worker fleet. Each test fails if any one of them drifts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import wsgiref.util
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import optuna
+import pytest
+from clirun import run_cli
+
+from tuner.cli import main
+from tuner.devices.registry import open_device
+from tuner.run_options import RunOptions
+from tuner.study import run_study
+
+STUDY_BOUNDS = {"sim:orin": 50.0, "sim:h200": 20.0, "sim:orin-nano": 80.0, "gen:3": None}
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: int | None) -> dict[str, object]:
+    """The configuration each reader names, as (trial's effective key) per reader."""
+    storage = f"sqlite:///{out}/tune.db"
+    flags = ["-m", model, "-d", device, "-l", f"{bound_ms:g}ms", "--out", str(out)]
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+    best = study.best_trial
+    key = best.user_attrs["effective_key"]
+
+    def key_of(number: int) -> str:
+        return study.trials[number].user_attrs["effective_key"]
+
+    code, text, err = cli("export", *flags, "-o", str(out / "best.yaml"), "--json")
+    assert code == 0, err
+    exported = json.loads(text)
+    code, text, err = cli("pareto", *flags, "--json")
+    assert code == 0, err
+    marked = [p for front in json.loads(text)["fronts"].values() for p in front if p["recommended"]]
+    code, text, err = cli("status", "--out", str(out), "-m", model, "-d", device, "--json")
+    assert code == 0, err
+    (status,) = json.loads(text)["studies"]
+    named = {
+        "optuna": key,
+        "run": key_of(summary_trial),
+        "export": key_of(exported["provenance"]["trial"]),
+        "status": key_of(status["best"]["trial"]),
+        **{f"pareto {i}": key_of(p["trial"]) for i, p in enumerate(marked)},
+    }
+    assert marked, "pareto marks no row"
+    assert all(v <= 0 for v in best.constraints.values()), "Optuna's best is not feasible in the study"
+    assert exported["knobs"] == best.user_attrs["effective"] and exported["batch_size"] == best.user_attrs["batch_size"]
+    return named
+
+
+def bound_for(device: str) -> float:
+    bound = STUDY_BOUNDS[device]
+    if bound is not None:
+        return bound
+    from tuner.bench import truth  # a generated board's bound: the median tail latency of its sweep
+
+    lats = sorted(lat for _, lat in truth(device, "wl-conv", "p99").values())
+    return round(lats[len(lats) // 2], 3)
+
+
+CASES = [("sim:orin", "resnet50", s) for s in range(6)] + [
+    ("sim:h200", "bert-base", 1),
+    ("sim:h200", "resnet50", 2),
+    ("sim:orin-nano", "mobilenet_v2", 3),
+    ("gen:3", "wl-conv", 0),
+    ("gen:3", "wl-conv", 1),
+]
+
+
+@pytest.mark.parametrize(("device", "model", "seed"), CASES)
+def test_every_reader_names_the_same_configuration_and_after_a_resume(tmp_path, device, model, seed):
+    bound = bound_for(device)
+    dev = open_device(device)
+    options = RunOptions(model=model, max_latency_ms=bound, trials=14, seed=seed, out=tmp_path)
+    _, first = run_study(dev, options)
+    named = answers(tmp_path, model, device, bound, first.best_trial)
+    assert len(set(named.values())) == 1, named
+    _, second = run_study(dev, options.model_copy(update={"trials": 8, "seed": seed + 100}))
+    named_again = answers(tmp_path, model, device, bound, second.best_trial)
+    assert len(set(named_again.values())) == 1, named_again
+    # A resumed study never reports a dearer answer: it keeps its best unless a cheaper one was confirmed.
+    assert second.best["j_per_query"] <= first.best["j_per_query"]
+    assert second.previous_best["trial"] == first.best_trial
+
+
+def test_a_resumed_run_says_in_one_line_when_the_answer_changed(tmp_path):
+    flags = ["run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--seed", "4"]
+    code, first, err = cli(*flags, "--trials", "3")
+    assert code == 0, err
+    code, second, err = cli(*flags, "--trials", "30")
+    assert code == 0, err
+    study = optuna.load_study(study_name="resnet50|sim-orin|offline|50ms", storage=f"sqlite:///{tmp_path}/tune.db")
+    lines = [line for line in second.splitlines() if line.startswith("the recommendation changed")]
+    assert len(lines) == 1 and f"trial {study.best_trial.number} " in lines[0]
+
+
+def test_two_workers_sharing_one_study_name_one_answer(tmp_path):
+    """Two processes fill one SQLite study (a fleet of two boards); every reader then names one configuration."""
+    base = ["run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--study-trials", "16"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tuner", *base, "--seed", str(i), "--worker-id", f"w{i}", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (1, 2)
+    ]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    study = optuna.load_study(study_name="resnet50|sim-orin|offline|50ms", storage=f"sqlite:///{tmp_path}/tune.db")
+    assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 16
+    workers = {t.user_attrs.get("worker") for t in study.trials}
+    assert workers == {"w1", "w2"}
+    last = max(outs, key=lambda o: len(o[0]))  # both print the study's answer at their end
+    named = answers(tmp_path, "resnet50", "sim:orin", 50.0, json.loads(last[0])["best_trial"])
+    assert len(set(named.values())) == 1, named
+
+
+def test_the_dashboard_names_the_same_best_and_reads_in_units(tmp_path):
+    """optuna-dashboard's own API, served as `tune dashboard` serves it: no index parameters, the same best."""
+    pytest.importorskip("optuna_dashboard", reason="needs the dashboard extra: pip install 'powertune[dashboard]'")
+    import optuna_dashboard
+
+    from tuner.storage import dashboard_storage
+
+    code, _, err = cli("run", "-m", "bert-base", "-d", "sim:h200", "-l", "20ms", "--out", str(tmp_path), "--seed", "1")
+    assert code == 0, err
+    url = f"sqlite:///{tmp_path}/tune.db"
+    study = optuna.load_study(study_name="bert-base|sim-h200|offline|20ms", storage=url)
+    app = optuna_dashboard.wsgi(dashboard_storage(url))
+
+    def get(path: str) -> dict:
+        status: list[str] = []
+        environ = {"PATH_INFO": path, "wsgi.errors": io.StringIO()}
+        wsgiref.util.setup_testing_defaults(environ)
+        body = app(environ, lambda s, _h, *_: status.append(s))
+        assert status[0].startswith("200"), (status, environ["wsgi.errors"].getvalue()[-2000:])
+        return json.loads(b"".join(body))
+
+    study_id = get("/api/studies")["study_summaries"][0]["study_id"]
+    detail = get(f"/api/studies/{study_id}")
+    (shown,) = detail["best_trials"]
+    assert shown["number"] == study.best_trial.number
+    names = {p["name"] for t in detail["trials"] for p in t["params"]}
+    assert names and not any(n.endswith("_index") for n in names)
+    assert {"batch_size", "sm_mhz"} <= names or "batch_size" in names
+    some = detail["trials"][0]["params"]
+    batch = next(p for p in some if p["name"] == "batch_size")
+    assert int(batch["param_external_value"]) in study.user_attrs["batch_sizes"]
+    verdicts = [a for t in detail["trials"] for a in t["user_attrs"] if a["key"] == "verdict"]
+    assert verdicts and all(a["value"].startswith(("meets", "misses")) for a in verdicts)
+
+
+def test_a_study_with_index_parameters_is_not_resumed(tmp_path):
+    """A study an older version wrote stores knob positions; resuming it would mix two encodings."""
+    storage = f"sqlite:///{tmp_path}/tune.db"
+    old = optuna.create_study(study_name="resnet50|sim-orin|offline|50ms", storage=storage)
+    old.add_trial(
+        optuna.trial.create_trial(
+            value=1.0,
+            params={"gpu_mhz_index": 3},
+            distributions={"gpu_mhz_index": optuna.distributions.IntDistribution(0, 10)},
+        )
+    )
+    r = run_cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--trials", "2")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "knob positions" in r.stderr and "--out" in r.stderr
