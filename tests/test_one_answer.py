@@ -109,7 +109,7 @@ def test_every_reader_names_the_same_configuration_and_after_a_resume(tmp_path, 
 
 def test_a_resumed_run_says_in_one_line_when_the_answer_changed(tmp_path):
     flags = ["run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--seed", "4"]
-    code, first, err = cli(*flags, "--trials", "3")
+    code, _, err = cli(*flags, "--trials", "3")
     assert code == 0, err
     code, second, err = cli(*flags, "--trials", "30")
     assert code == 0, err
