@@ -70,7 +70,7 @@ def folder(tmp_path_factory) -> Path:
     opts.knobs = ["gpu_mhz"]
     study, _ = run_study(TwinDevice("sim:orin"), opts)
     url = f"sqlite:///{root / 'studies' / 'tune.db'}"
-    export = export_config(study, url, 50.0)
+    export = export_config(study, url)
     write_export(export, root / "best.yaml")
     storage = study._storage
     getattr(storage, "_backend", storage).engine.dispose()  # let go of the file before it is altered below
@@ -248,7 +248,7 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     (("measure", "-m", "bert-base", "-d", "sim:h200", "-b", "8", "--set", "precision=fp8"), "choose one of"),
     (("measure", "-m", "bert-base", "-d", "sim:h200", "-b", "8", "--set", "channels_last=maybe"), "choose one of"),
     # pareto
-    ((*PARETO, "-l", "20ms"), "bounds tuned: 50ms"),
+    ((*PARETO, "-l", "20ms"), "pick one with --scenario offline --max-latency 50ms"),
     ((*PARETO, "--out", "new"), "run tune run first"),
     ((*PARETO, "--out", "afile"), "not a folder"),
     (("pareto", "-m", "resnet5", "-d", "sim:orin", "--out", "studies"), "did you mean resnet50?"),
@@ -260,13 +260,16 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     ((*EXPORT, "-o", "afile/best.yaml"), "not a folder"),
     ((*EXPORT, "-o", "x.yaml", "--out", "new"), "run tune run first"),
     (("export", "-m", "resnet50", "-d", "sim:orin", "-l", "-1ms", "-o", "x.yaml"), "e.g. 50ms"),
-    (("export", "-m", "resnet50", "-d", "sim:orin", "-l", "1us", "-o", "x.yaml", "--out", "studies"), "relax"),
+    (
+        ("export", "-m", "resnet50", "-d", "sim:orin", "-l", "1us", "-o", "x.yaml", "--out", "studies"),
+        "pick one with --scenario offline --max-latency 50ms",
+    ),
     (("export", "-m", "bert-base", "-d", "sim:orin", "-l", "50ms", "-o", "x.yaml", "--out", "studies"), "no study"),
     # status
     (("status", "-m", "resnet50"), "give both --model and --device"),
     (("status", "--out", "new"), "run tune run first"),
     (("status", "--out", "new/deeper"), "run tune run first"),
-    ((*STATUS, "--out", "studies", "-l", "20ms"), "bounds tuned: 50ms"),
+    ((*STATUS, "--out", "studies", "-l", "20ms"), "pick one with --scenario offline --max-latency 50ms"),
     ((*STATUS, "--out", "studies", "-l", "soon"), "e.g. 50ms"),
     # dashboard
     (("dashboard", "--port", "70000"), "TCP port"),

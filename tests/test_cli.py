@@ -30,7 +30,7 @@ def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "digital twin" in r.stdout
-    assert "best power mode" in r.stdout
+    assert "recommended for resnet50 on sim:orin" in r.stdout
     assert "trial 12/12" in r.stderr  # the progress bar
     folder = out / "sim-orin" / "resnet50"
     for name in ("pareto.json", "pareto.csv", "pareto.png", "trials.csv"):
@@ -39,7 +39,7 @@ def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
 
     r = run_cli("pareto", "--model", "resnet50", "--device", "sim:orin", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert "global" in r.stdout and "digital twin" in r.stdout
+    assert "recommended: resnet50 on sim:orin" in r.stdout and "digital twin" in r.stdout
 
     best = tmp_path / "best.yaml"
     r = run_cli(

@@ -40,7 +40,7 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 
 def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: int | None) -> dict[str, object]:
-    """The configuration each reader names, as (trial's effective key) per reader."""
+    """The configuration each reader names (its trial's effective key), per reader."""
     storage = f"sqlite:///{out}/tune.db"
     flags = ["-m", model, "-d", device, "-l", f"{bound_ms:g}ms", "--out", str(out)]
     study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
@@ -53,6 +53,9 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
     code, text, err = cli("export", *flags, "-o", str(out / "best.yaml"), "--json")
     assert code == 0, err
     exported = json.loads(text)
+    code, text, err = cli("apply", str(out / "best.yaml"), "--dry-run", "--json")
+    assert code == 0, err
+    applied = json.loads(text)
     code, text, err = cli("pareto", *flags, "--json")
     assert code == 0, err
     marked = [p for front in json.loads(text)["fronts"].values() for p in front if p["recommended"]]
@@ -63,6 +66,7 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
         "optuna": key,
         "run": key_of(summary_trial),
         "export": key_of(exported["provenance"]["trial"]),
+        "apply": key_of(applied["trial"]),
         "status": key_of(status["best"]["trial"]),
         **{f"pareto {i}": key_of(p["trial"]) for i, p in enumerate(marked)},
     }

@@ -33,6 +33,7 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         self._shadow: optuna.Study | None = None
         self._source: tuple[int, int] | None = None
         self._synced: set[int] = set()
+        self._stand_ins: dict[int, int] = {}
 
     def bind(self, space: SearchSpace, *_: Any, **__: Any) -> None:
         """Learn which parameters are ordered, and their values in order, from the run's space."""
@@ -58,14 +59,38 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         source = (id(study._storage), study._study_id)
         if self._shadow is None or self._source != source:
             self._shadow = optuna.create_study(directions=study.directions)
-            self._source, self._synced = source, set()
+            self._source, self._synced, self._stand_ins = source, set(), {}
         for t in study.get_trials(deepcopy=False, states=_FINISHED):
             if t.number not in self._synced:
                 self._synced.add(t.number)
-                shadow = self._shadow_trial(t)
-                if shadow is not None:
-                    self._shadow.add_trial(shadow)
+                self._record(t)
         return self._shadow
+
+    def _record(self, t: FrozenTrial) -> None:
+        """Copy a finished trial into the shadow, finishing its stand-in if the wrapped sampler saw it run."""
+        shadow = self._shadow_trial(t)
+        stand_in = self._stand_ins.pop(t.number, None)
+        if stand_in is None:
+            if shadow is not None:
+                self._shadow.add_trial(shadow)
+            return
+        storage = self._shadow._storage
+        if shadow is None:
+            storage.set_trial_state_values(stand_in, TrialState.FAIL)
+            return
+        for name, value in shadow.params.items():
+            dist = shadow.distributions[name]
+            storage.set_trial_param(stand_in, name, dist.to_internal_repr(value), dist)
+        for key, value in shadow.system_attrs.items():
+            storage.set_trial_system_attr(stand_in, key, value)
+        storage.set_trial_state_values(stand_in, shadow.state, shadow.values)
+
+    def _stand_in(self, study: optuna.Study, trial: FrozenTrial) -> FrozenTrial:
+        """The running shadow trial that stands for ``trial`` (samplers write their proposal on it)."""
+        shadow = self._view(study)
+        if trial.number not in self._stand_ins:
+            self._stand_ins[trial.number] = shadow._storage.create_new_trial(shadow._study_id)
+        return shadow._storage.get_trial(self._stand_ins[trial.number])
 
     def _shadow_trial(self, t: FrozenTrial) -> FrozenTrial | None:
         params, dists = {}, {}
@@ -87,7 +112,7 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         )
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        inner = self.inner.infer_relative_search_space(self._view(study), trial)
+        inner = self.inner.infer_relative_search_space(self._view(study), self._stand_in(study, trial))
         return {
             name: CategoricalDistribution(self.ordered[name]) if name in self.ordered else dist
             for name, dist in inner.items()
@@ -97,23 +122,23 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         inner_space = {name: self._to_inner(name, dist) for name, dist in search_space.items()}
-        proposal = self.inner.sample_relative(self._view(study), trial, inner_space)
+        proposal = self.inner.sample_relative(self._view(study), self._stand_in(study, trial), inner_space)
         return {name: self._from_inner(name, value) for name, value in proposal.items()}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
         dist = self._to_inner(param_name, param_distribution)
-        value = self.inner.sample_independent(self._view(study), trial, param_name, dist)
+        value = self.inner.sample_independent(self._view(study), self._stand_in(study, trial), param_name, dist)
         return self._from_inner(param_name, value) if dist is not param_distribution else value
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(self._view(study), trial)
+        self.inner.before_trial(self._view(study), self._stand_in(study, trial))
 
     def after_trial(
         self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
     ) -> None:
-        self.inner.after_trial(self._view(study), trial, state, values)
+        self.inner.after_trial(self._view(study), self._stand_in(study, trial), state, values)
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()

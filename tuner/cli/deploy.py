@@ -52,11 +52,25 @@ def register(app: typer.Typer) -> None:
         steps = apply_export(exported, dev, dry_run=dry_run)
         if exported.twin:
             common.err_console.print("warning: this configuration was measured on a digital twin, not on hardware")
+        source = exported.provenance
         if as_json:
             common.emit_json(
-                {"device": dev.name, "dry_run": dry_run, "writes": steps, "batch_size": exported.batch_size}
+                {
+                    "device": dev.name,
+                    "dry_run": dry_run,
+                    "writes": steps,
+                    "batch_size": exported.batch_size,
+                    "knobs": exported.knobs,
+                    "study": source.study,
+                    "trial": source.trial,
+                }
             )
             return
+        common.out_console.print(
+            f"the recommended configuration of study {source.study} (trial {source.trial}): "
+            f"batch {exported.batch_size}, {common.fmt(exported.knobs)}, "
+            f"{exported.metrics['j_per_query']:.4g} J/query"
+        )
         verb = "would write" if dry_run else "applied"
         for step in steps:
             common.out_console.print(f"{verb}: {step}")
