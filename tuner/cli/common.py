@@ -160,6 +160,26 @@ def read_storage(storage: str | None, out: Path) -> str:
     return url
 
 
+def check_measurable(device: str, meter: str | None) -> None:
+    """Refuse, before a study or a sweep starts, a device that cannot measure here with the meter asked for.
+
+    ``tune devices`` says the same thing (tuner.devices.registry.cpu_problem):
+    the CPU has one meter, RAPL, and without its counters every trial would fail.
+    """
+    if device != "cpu":
+        return
+    from tuner.devices.registry import cpu_problem
+
+    problem = cpu_problem()
+    if problem is not None:
+        raise UserError(
+            f"--device cpu cannot measure energy here: {problem}; "
+            "tune a digital twin instead (e.g. --device sim:orin; tune devices lists what works here)"
+        )
+    if meter not in (None, "rapl"):
+        raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")
+
+
 def device(name: str, **options: Any) -> Device:
     return open_device(name, **options)
 
@@ -185,7 +205,7 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     return t
 
 
-_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "usable here", "worker", "device")
+_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "measures here", "worker", "device")
 
 
 def fmt(value: Any) -> str:

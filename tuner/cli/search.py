@@ -1,4 +1,5 @@
-"""tune bench and tune roofline: how fast strategies find the optimum, and the fitted rooflines."""
+"""tune bench, tune roofline and tune devices: how fast strategies find the optimum, the fitted rooflines, and
+what can be measured here."""
 
 from __future__ import annotations
 
@@ -134,6 +135,7 @@ def register(app: typer.Typer) -> None:
             raise UserError("--points must be at least 2, e.g. 12")
         check_seconds(window, "--window", "10", maximum=3600.0)
         common.check_out_dir(out)
+        common.check_measurable(device, None)
         dev = common.device(device)
         check_model(model, simulated=dev.simulated, device=dev)
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
@@ -174,6 +176,26 @@ def register(app: typer.Typer) -> None:
                 "explains (the two are nearly collinear on these points); more --points can separate them"
             )
         common.out_console.print(f"results: {payload['results']}/ (roofline.json, roofline.png)")
+
+    @app.command()
+    def devices(as_json: bool = common.JsonOpt) -> None:
+        """List every device kind, and for each whether it can measure here (and why not)."""
+        from tuner.devices.registry import known_devices
+
+        found = known_devices()
+        if as_json:
+            common.emit_json({"devices": found})
+            return
+        rows, notes = [], []
+        for d in found:
+            here = {True: "yes", False: "no", None: "-"}[d["usable"]]
+            if d["why"]:
+                notes.append(f"({len(notes) + 1}) {d['name']}: {d['why']}")
+                here += f" ({len(notes)})"
+            rows.append([d["name"], here, d["title"]])
+        common.out_console.print(common.table("devices", ["name", "measures here", "title"], rows))
+        for line in notes:
+            common.out_console.print(line)
 
 
 def roofline_report(dev: Device, model: str, points: int, seed: int, window: float, folder: Path) -> dict:

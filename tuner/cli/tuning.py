@@ -45,6 +45,7 @@ def check_meter(meter: str | None, device: str) -> None:
     builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
     if meter is not None and builtin:
         common.choice(meter, METERS, "--meter")
+    common.check_measurable(device, meter)
 
 
 def window_settings(
