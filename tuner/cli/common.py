@@ -205,14 +205,19 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     return t
 
 
-_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "measures here", "worker", "device")
+_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "measures here", "worker", "device", "mode", "strategy")
 
 
 def fmt(value: Any) -> str:
+    """A table cell: 4 significant digits, yes/no for booleans, - for nothing, a dict as knob=value pairs."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict):
-        return " ".join(f"{k}={v}" for k, v in value.items())
+        return " ".join(f"{k}={fmt(v)}" for k, v in value.items())
     return str(value)
 
 

@@ -142,9 +142,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(payload)
             return
+        pinned = common.pinned_knobs([m["config"] for m in payload["modes"]])
         rows = [
             [
-                m["mode"],
+                m["name"],
                 m["tau_flop_s"] * 1e12,
                 m["tau_mop_s"] * 1e9,
                 m["eps_flop_j"] * 1e12,
@@ -157,10 +158,16 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(
             common.table(
                 f"roofline of {model} on {dev.name} ({payload['points']} measurements){common.twin_note(dev)}",
-                ["config", "tau_flop ps", "tau_mop ns", "eps_flop pJ", "eps_mop nJ", "pi0 W", "ridge FLOP/B"],
+                ["mode", "tau_flop ps", "tau_mop ns", "eps_flop pJ", "eps_mop nJ", "pi0 W", "ridge FLOP/B"],
                 rows,
             )
         )
+        batch = payload["modes"][0]["batch_size"]
+        common.out_console.print(f"every mode at batch {batch}" + (f", {common.fmt(pinned)}" if pinned else ""))
+        for m in payload["modes"]:
+            varying = {k: v for k, v in m["config"].items() if k not in pinned}
+            if varying:
+                common.out_console.print(f"  {m['name']}: {common.fmt(varying)}")
         common.out_console.print(
             f"fit error: time {payload['fit']['residual_time']:.1%}, energy {payload['fit']['residual_energy']:.1%}"
         )
@@ -230,11 +237,11 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
         raise UserError(f"{source}: the roofline needs per-layer FLOPs and bytes (a zoo model or an .onnx file)")
     fitted = fit_measurements(profile, space, [c for c, _ in measured], [m.model_dump() for _, m in measured])
     modes = _modes(space)
-    params = fitted.mode_parameters(features(space, modes))
+    params = fitted.mode_parameters(features(space, [c for _, c in modes]))
     folder.mkdir(parents=True, exist_ok=True)
     with atomicfile.replacing(folder / "roofline.png") as tmp:
-        plot(fitted, profile, space, modes, tmp, twin=dev.simulated)
-    batch = modes[0].batch_size
+        plot(fitted, profile, space, [c for _, c in modes], tmp, twin=dev.simulated)
+    batch = modes[0][1].batch_size
     intensity = layer_intensity(profile, batch)
     payload = {
         "device": dev.name,
@@ -242,7 +249,10 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
         "model": model,
         "points": len(measured),
         "fit": fitted.params.model_dump(),
-        "modes": [{"mode": c.label(), **p} for c, p in zip(modes, params, strict=True)],
+        "modes": [
+            {"mode": c.label(), "name": name, "config": c.knobs, "batch_size": c.batch_size, **p}
+            for (name, c), p in zip(modes, params, strict=True)
+        ],
         "layers": {
             "batch": batch,
             "profile": source,
@@ -259,14 +269,14 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
     return payload
 
 
-def _modes(space) -> list[Config]:
-    """The power modes to show: each nvpmodel mode at its caps, else the default and the lowest clocks."""
+def _modes(space) -> list[tuple[str, Config]]:
+    """The power modes to show, named: each nvpmodel mode at its caps, else the default and the lowest clocks."""
     batch = space.batch_sizes[len(space.batch_sizes) // 2]
     default = space.default_config(batch)
     if space.mode_knob is not None:
         return [
-            space.effective(Config(knobs={**default.knobs, space.mode_knob: m}, batch_size=batch))
+            (str(m), space.effective(Config(knobs={**default.knobs, space.mode_knob: m}, batch_size=batch)))
             for m in space.knobs[space.mode_knob].values
         ]
     low = {k: (v.values[0] if v.ordered and k.endswith("_mhz") else v.default) for k, v in space.knobs.items()}
-    return [default, Config(knobs=low, batch_size=batch)]
+    return [("default", default), ("lowest clocks", Config(knobs=low, batch_size=batch))]
