@@ -86,3 +86,104 @@ def test_cpu_with_rapl_refuses_another_meter_before_the_study_starts(tmp_path, r
     out = tmp_path / "studies"
     code, _, err = cli("run", "-m", "tiny-cnn", "-d", "cpu", "-l", "50ms", "--out", str(out), "--meter", "nvml-power")
     assert code == 2 and "metered by RAPL" in err and not out.exists()
+
+
+# -- tune sweep: progress that moves, a warning before a huge sweep, J/query first --------------------------------
+
+
+def test_sweep_progress_advances_chunk_by_chunk_and_scores_the_same(monkeypatch):
+    from tuner import sweep
+    from tuner.devices.base import WindowSettings
+    from tuner.devices.twin import TwinDevice
+
+    dev = TwinDevice("sim:orin")
+    space = dev.space()
+    monkeypatch.setattr(sweep, "PROGRESS_CHUNK", 500)
+    calls: list[tuple[int, int]] = []
+    rows = sweep.run_sweep(dev, space, "resnet50", WindowSettings(noise=False), progress=lambda *a: calls.append(a))
+    total = space.size()
+    assert len(calls) == -(-total // 500) and calls[-1] == (total, total)
+    assert [done for done, _ in calls] == sorted({done for done, _ in calls})
+    whole = dev.measure_many("resnet50", space.grid(), WindowSettings(noise=False))
+    assert [r.measurement.j_per_query for r in rows] == [m.j_per_query for m in whole]
+
+
+def test_a_large_sweep_warns_up_front_with_its_size_the_time_and_how_to_narrow_it(tmp_path, monkeypatch):
+    from tuner import sweep
+    from tuner.cli import tuning
+
+    monkeypatch.setattr(sweep, "LARGE_SWEEP", 10)
+    monkeypatch.setattr(tuning, "LARGE_SWEEP", 10)
+    args = ("sweep", "-m", "resnet50", "-d", "sim:orin", "--knobs", "gpu_mhz", "--batch-sizes", "1,8")
+    code, out, err = cli(*args, "--out", str(tmp_path))
+    assert code == 0
+    warning = " ".join(err.split("warning: ", 1)[1].split())
+    assert "22 configurations" in warning and "--knobs" in warning and "--batch-sizes" in warning
+    assert " here;" in warning
+    header = next(line for line in out.splitlines() if "J/query" in line)
+    assert header.index("J/query") < header.index("queries/J")
+    assert fits(out) and "True" not in out and "False" not in out
+
+
+def test_a_small_sweep_starts_without_a_warning(tmp_path):
+    args = ("sweep", "-m", "resnet50", "-d", "sim:orin", "--knobs", "gpu_mhz", "--batch-sizes", "1,8")
+    code, _, err = cli(*args, "--out", str(tmp_path))
+    assert code == 0 and "warning" not in err
+
+
+def test_the_size_warning_of_the_bert_h200_space_names_its_size_and_narrowing(monkeypatch):
+    from tuner.devices.twin import TwinDevice
+    from tuner.sweep import size_warning
+
+    space = TwinDevice("sim:h200").space()
+    text = size_warning(space, 420.0)
+    assert text is not None and f"{space.size():,} configurations" in text and "about 7 min" in text
+    assert size_warning(space, 10.0, floor=True).count("at least") == 1
+
+
+# -- tune measure --repeat: mean and spread; --set in the space files' spellings ----------------------------------
+
+
+def test_measure_repeat_prints_mean_and_sd_rows_and_accepts_yaml_booleans():
+    args = ("measure", "-m", "resnet50", "-d", "sim:h200", "-b", "8", "--repeat", "3", "--seed", "1")
+    code, out, err = cli(*args, "--set", "channels_last=true", "--set", "power_limit_w=500.0")
+    assert code == 0, err
+    assert fits(out) and "True" not in out
+    _, js, _ = cli(*args, "--set", "channels_last=yes", "--set", "power_limit_w=500", "--json")
+    payload = json.loads(js)
+    energies = [m["j_per_query"] for m in payload["measurements"]]
+    assert payload["config"]["channels_last"] is True and payload["config"]["power_limit_w"] == 500
+    assert payload["summary"]["mean"]["j_per_query"] == pytest.approx(sum(energies) / 3)
+    assert payload["summary"]["sd"]["j_per_query"] > 0
+    mean_row = next(line for line in out.splitlines() if "mean" in line and "│" in line)
+    assert common.fmt(payload["summary"]["mean"]["j_per_query"]) in mean_row
+    assert any("sd" in line and "│" in line for line in out.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"), [("true", True), ("True", True), ("yes", True), ("no", False), ("FALSE", False)]
+)
+def test_set_reads_booleans_as_the_space_files_write_them(raw, value):
+    from tuner.space import load_space, parse_assignments
+
+    assert parse_assignments([f"channels_last={raw}"], load_space("h200")) == {"channels_last": value}
+
+
+def test_set_refuses_a_non_boolean_listing_the_yaml_spellings():
+    from tuner.errors import UserError
+    from tuner.space import load_space, parse_assignments
+
+    with pytest.raises(UserError, match="choose one of true, false"):
+        parse_assignments(["channels_last=maybe"], load_space("h200"))
+
+
+# -- tune roofline at 80 columns --------------------------------------------------------------------------------
+
+
+def test_roofline_rows_are_named_by_mode_and_fit_80_columns(tmp_path):
+    code, out, err = cli("roofline", "-m", "resnet50", "-d", "sim:orin", "--points", "4", "--out", str(tmp_path))
+    assert code == 0, err
+    assert fits(out)
+    for mode in ("MAXN", "50W", "30W", "15W"):
+        assert any(line.startswith(f"│ {mode} ") for line in out.splitlines()), mode
+        assert any(line.startswith(f"  {mode}: nvpmodel={mode} gpu_mhz=") for line in out.splitlines()), mode

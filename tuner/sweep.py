@@ -112,7 +112,10 @@ def size_warning(space: SearchSpace, seconds: float, floor: bool = False) -> str
     if size <= LARGE_SWEEP and seconds <= LONG_SWEEP_S:
         return None
     minutes = seconds / 60
-    when = ("at least " if floor else "about ") + (f"{minutes:.0f} min" if minutes >= 1 else f"{seconds:.0f} s")
+    if seconds < 1:
+        when = "under a second"
+    else:
+        when = ("at least " if floor else "about ") + (f"{minutes:.0f} min" if minutes >= 1 else f"{seconds:.0f} s")
     knobs = ",".join(list(space.knobs)[:2])
     batches = ",".join(str(b) for b in space.batch_sizes[:: max(1, len(space.batch_sizes) // 3)][:3])
     return (
