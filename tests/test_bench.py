@@ -19,6 +19,7 @@ from tuner.bench import (
     run_bench,
     run_one,
     run_record,
+    text_rows,
     true_logs,
     twin_runs,
 )
@@ -136,6 +137,12 @@ def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():
     assert stages[0] == "sweeps" and stages[-1] == "runs"
     table = markdown(report)
     assert "| ours | judge boards | 1 |" in table and "| ours | twins | 1 |" in table
+    # 12 trials: no regret after 20 or 40 trials is claimed ("no feasible" would say none met the bound)
+    assert all(math.isnan(row["regret@20"]) and math.isnan(row["regret@40"]) for row in report.summary)
+    assert all(line.count("| - | - |") == 1 for line in table.splitlines() if line.startswith("| ours "))
+    columns, rows = text_rows(report)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    assert sum(widths) + 2 * (len(columns) - 1) <= 80  # the terminal table (compact: two spaces between columns)
 
 
 @pytest.mark.parametrize("sampler", ["ours", "tpe", "random"])

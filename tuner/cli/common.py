@@ -196,8 +196,9 @@ def twin_note(device: Device) -> str:
     return getattr(device, "simulated_note", " [digital twin: simulated, not measured on hardware]")
 
 
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    t = Table(title=title)
+def table(title: str, columns: list[str], rows: list[list[Any]], compact: bool = False) -> Table:
+    """A table of formatted cells (see fmt); ``compact`` draws no lines, for many columns at 80 characters."""
+    t = Table(title=title, box=None, pad_edge=False) if compact else Table(title=title)
     for c in columns:
         t.add_column(c, justify="left" if c in _TEXT_COLUMNS else "right")
     for r in rows:
@@ -205,7 +206,19 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     return t
 
 
-_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "measures here", "worker", "device", "mode", "strategy")
+_TEXT_COLUMNS = (
+    "config",
+    "front",
+    "name",
+    "kind",
+    "title",
+    "measures here",
+    "worker",
+    "device",
+    "mode",
+    "strategy",
+    "scope",
+)
 
 
 def fmt(value: Any) -> str:
