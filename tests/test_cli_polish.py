@@ -187,3 +187,57 @@ def test_roofline_rows_are_named_by_mode_and_fit_80_columns(tmp_path):
     for mode in ("MAXN", "50W", "30W", "15W"):
         assert any(line.startswith(f"│ {mode} ") for line in out.splitlines()), mode
         assert any(line.startswith(f"  {mode}: nvpmodel={mode} gpu_mhz=") for line in out.splitlines()), mode
+
+
+# -- labels: a twin says "digital twin" once, and is never "measured" -------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sim:orin", "sim:orin-nano", "sim:orin-trt", "sim:h200"])
+def test_twin_provenance_says_digital_twin_once(name):
+    from tuner.devices.twin import TwinDevice
+    from tuner.provenance import device_provenance
+
+    hardware = device_provenance(TwinDevice(name))["hardware"]
+    assert hardware.startswith("digital twin of ") and hardware.count("digital twin") == 1
+    assert "not hardware" in hardware
+
+
+def test_table_cells_never_print_python_booleans_or_none():
+    assert [common.fmt(v) for v in (True, False, None)] == ["yes", "no", "-"]
+    assert common.fmt({"channels_last": True, "graph": None}) == "channels_last=yes graph=-"
+
+
+# -- --out is the results folder in every command ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("export", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms"),
+        ("pareto", "-m", "resnet50", "-d", "sim:orin"),
+        ("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-n", "2"),
+        ("sweep", "-m", "resnet50", "-d", "sim:orin", "--batch-sizes", "1"),
+    ],
+)
+def test_an_out_that_names_a_yaml_file_points_to_o(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(*command, "--out", "mybest.yaml")
+    assert code == 2 and "use -o mybest.yaml" in err and "--out is the results folder" in err
+    assert len(err.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_out_ending_with_the_device_folder_is_not_nested_again(tmp_path):
+    from tuner.pareto import results_dir
+
+    assert results_dir(tmp_path / "studies" / "h200", "h200", "resnet50") == tmp_path / "studies/h200/resnet50"
+    assert results_dir(tmp_path / "studies", "h200", "resnet50") == tmp_path / "studies/h200/resnet50"
+    out = tmp_path / "sim-orin"
+    code, _, err = cli(
+        "run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-n", "2", "--seed", "1", "--out", str(out)
+    )
+    assert code == 0, err
+    assert (out / "tune.db").is_file() and (out / "resnet50" / "pareto.json").is_file()
+    assert not (out / "sim-orin").exists()
+    code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(out))
+    assert code == 0, err
+    assert not (out / "sim-orin").exists()

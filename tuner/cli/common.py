@@ -48,7 +48,13 @@ CiOpt = typer.Option(
     help="adaptive window: stop once the 95% interval of J/query is within this relative half-width",
 )
 DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
-OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
+OutOpt = typer.Option(
+    Path("studies"),
+    "--out",
+    help="results folder, the same in every command: the study storage is <out>/tune.db (unless --storage), results "
+    "go to <out>/<device>/<model>/, or <out>/<model>/ when --out already ends with the device's folder name "
+    "(e.g. --out studies/h200 on an H200); a file such as best.yaml is named with -o, not --out",
+)
 StorageOpt = typer.Option(
     None,
     "--storage",
@@ -112,8 +118,28 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+FILE_SUFFIXES = (".yaml", ".yml", ".json", ".csv", ".png")
+
+
+def check_results_folder(out: Path) -> Path:
+    """``--out`` is the results folder in every command; one that names a file (best.yaml) meant ``-o``."""
+    if Path(out).suffix.lower() == ".db" and not Path(out).is_dir():
+        raise UserError(
+            f"--out {out} looks like a database, but --out is the results folder (default studies): "
+            f"name the study storage with --storage sqlite:///{Path(out).as_posix()}"
+        )
+    if Path(out).suffix.lower() in FILE_SUFFIXES and not Path(out).is_dir():
+        raise UserError(
+            f"--out {out} looks like a file name, but --out is the results folder (default studies): "
+            f"use -o {out} to name the export or policy file, and --out for the folder of your studies"
+        )
+    return Path(out)
+
+
 def check_out_dir(path: Path, flag: str = "--out") -> Path:
     """A folder that exists, or can be created where it is named; nothing is created here."""
+    if flag == "--out":
+        check_results_folder(path)
     path = Path(path)
     found = _nearest_existing(path.absolute())
     if not found.is_dir():
@@ -150,6 +176,7 @@ def run_storage(storage: str | None, out: Path) -> str:
 
 def read_storage(storage: str | None, out: Path) -> str:
     """The storage a reading command opens; a missing SQLite file is an error, never created."""
+    check_results_folder(out)
     url = storage if storage is not None else f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
     path = sqlite_path(url)
     if path is not None and not path.is_file():
