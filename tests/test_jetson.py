@@ -435,7 +435,7 @@ def test_rails_follow_the_configuration(board: FakeBoard) -> None:
 
 def test_jtop_meter_without_jetson_stats_names_the_extra(board: FakeBoard) -> None:
     if "jtop" in sys.modules or _importable("jtop"):
-        pytest.skip("jetson-stats is installed here")
+        pytest.skip("needs jetson-stats absent: it checks the message when the [jetson] extra is missing")
     with pytest.raises(UserError, match=r"powertune\[jetson\]"):
         device(board).make_meter("jtop")
 

@@ -189,7 +189,7 @@ def test_quick_start_artifacts_are_ignored_by_git():
     names += ["studies/sim-orin/resnet50/pareto.json"]
     r = subprocess.run(["git", "check-ignore", *names], cwd=REPO, capture_output=True, text=True)
     if r.returncode == 128:
-        pytest.skip("not a git checkout")
+        pytest.skip("needs a git checkout of the repository (it asks git check-ignore)")
     assert sorted(r.stdout.split()) == sorted(names)
 
 
