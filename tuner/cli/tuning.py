@@ -247,7 +247,13 @@ def register(app: typer.Typer) -> None:
         space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Measure every configuration of the (narrowed) space: ground truth and characterization."""
+        """Measure every configuration of the (narrowed) space: ground truth and characterization.
+
+        A sweep over 20,000 configurations (or over ten minutes of hardware
+        windows) first prints its size, the time to expect here and how to
+        narrow it with --knobs or --batch-sizes; the progress bar counts
+        configurations, with an ETA. The table shows J/query, and queries/J.
+        """
         bound = common.latency(max_latency) if max_latency is not None else None
         settings = window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
         check_meter(meter, device)
@@ -324,7 +330,12 @@ def register(app: typer.Typer) -> None:
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
         batch_size: int = typer.Option(..., "--batch-size", "-b", help="batch size to measure, e.g. 8"),
-        set_: list[str] = typer.Option([], "--set", help="knob=value (repeatable); other knobs keep their default"),
+        set_: list[str] = typer.Option(
+            [],
+            "--set",
+            help="knob=value (repeatable), as the space files write values: channels_last=true (or yes/no), "
+            "gpu_mhz=1300; other knobs keep their default",
+        ),
         repeat: int = typer.Option(1, "--repeat", help="measure this many times"),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)"),
         window: float = typer.Option(10.0, "--window", help="longest measured window per repeat, seconds (hardware)"),
@@ -343,7 +354,11 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Measure one configuration (repeatably, with --repeat)."""
+        """Measure one configuration (repeatably, with --repeat).
+
+        With --repeat N the table ends with the mean and the standard deviation
+        of the valid repeats: differences smaller than that spread are noise.
+        """
         check_count(repeat, "--repeat", 3, maximum=1000)
         check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
         settings = window_for(
