@@ -95,14 +95,15 @@ def test_sweep_progress_advances_chunk_by_chunk_and_scores_the_same(monkeypatch)
     from tuner import sweep
     from tuner.devices.base import WindowSettings
     from tuner.devices.twin import TwinDevice
+    from tuner.study import narrowed_space
 
     dev = TwinDevice("sim:orin")
-    space = dev.space()
-    monkeypatch.setattr(sweep, "PROGRESS_CHUNK", 500)
+    space = narrowed_space(dev, ["gpu_mhz", "cpu_cores"], [1, 8])
+    monkeypatch.setattr(sweep, "PROGRESS_CHUNK", 7)
     calls: list[tuple[int, int]] = []
     rows = sweep.run_sweep(dev, space, "resnet50", WindowSettings(noise=False), progress=lambda *a: calls.append(a))
     total = space.size()
-    assert len(calls) == -(-total // 500) and calls[-1] == (total, total)
+    assert total > 14 and len(calls) == -(-total // 7) and calls[-1] == (total, total)
     assert [done for done, _ in calls] == sorted({done for done, _ in calls})
     whole = dev.measure_many("resnet50", space.grid(), WindowSettings(noise=False))
     assert [r.measurement.j_per_query for r in rows] == [m.j_per_query for m in whole]

@@ -195,7 +195,7 @@ def write_sweep_csv(rows: list[SweepRow], path: Path, max_latency_ms: float | No
 def plot_sweep(
     rows: list[SweepRow], path: Path, title: str, max_latency_ms: float | None, percentile: str = "p99"
 ) -> None:
-    """Throughput, average power, queries per joule and tail latency against batch size.
+    """Throughput, average power, energy per query and tail latency against batch size.
 
     One line per combination of the other knobs when there are few (a
     characterization); otherwise the per-batch-size best (lowest energy,
@@ -225,7 +225,7 @@ def plot_sweep(
     panels = [
         ("queries/s", lambda m: m.qps),
         ("average power (W)", lambda m: m.avg_w),
-        ("queries per joule", lambda m: 1 / m.j_per_query),
+        ("energy per query (J)", lambda m: m.j_per_query),
         (f"{percentile} latency (ms)", lambda m: m.latency_ms(percentile)),
     ]
     for ax, (label, value) in zip(axes.flat, panels, strict=True):

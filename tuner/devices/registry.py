@@ -28,7 +28,8 @@ def device_help() -> str:
     """The --device help: built-in devices, the py: form, and the plugins installed here."""
     installed = ", ".join(f"{name} ({target})" for name, target in plugin_entry_points())
     return (
-        "device: sim:orin, sim:orin-nano, sim:h200 (twins), cuda:N, cpu, orin, orin-nano, xavier, tx2; "
+        "device: sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (twins; orin-trt: a TensorRT INT8 runtime "
+        "profile), cuda:N, cpu, orin, orin-nano, xavier, tx2 (tune devices: which can measure here); "
         "a plugin as py:package.module:Class (docs/plugins.md)"
         + (f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed")
     )
