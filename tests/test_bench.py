@@ -78,6 +78,7 @@ def test_run_is_scored_by_true_energy_and_reaches_the_optimum():
     assert json.loads(json.dumps(record)) == record
 
 
+@pytest.mark.slow  # a bench run on a generated board per seed
 def test_board_runs_prepare_each_landscape_before_its_run_and_record_it():
     seen = []
     runs = board_runs([0], [2000], 0, lambda i, land: seen.append((i, land.device)))
@@ -101,6 +102,7 @@ def test_variant_scripts_compare_on_the_development_boards_never_the_judged_ones
     assert parser.parse_args(["--seed", "2", "--out", "r.json"]).out == Path("r.json")
 
 
+@pytest.mark.slow  # bench runs on twins, every seed
 def test_twin_runs_prepare_each_landscape_once_and_record_every_seed():
     seen, shown = [], []
     runs = twin_runs(
@@ -169,6 +171,7 @@ def test_remeasured_best_is_judged_on_its_mean(sampler):
     assert best.constraints["latency"] > best.user_attrs["p99_ms"] - 60
 
 
+@pytest.mark.slow  # tune run subprocesses
 def test_tune_run_with_another_sampler_remeasures_before_it_reports(tmp_path):
     """The export's promise is the run's: `tune run --sampler tpe` spends its last 6 windows re-measuring."""
     r = run_cli(

@@ -366,6 +366,7 @@ def test_kill_9_mid_trial_then_restore_pending_restores_byte_for_byte(board: Fak
     assert pending_journals() == []
 
 
+@pytest.mark.slow  # SIGTERM delivered to a tune subprocess, per board layout
 def test_sigterm_mid_trial_restores_by_itself(board: FakeBoard, tmp_path: Path) -> None:
     before = board.snapshot()
     proc = _child(board, tmp_path)
