@@ -242,16 +242,18 @@ def _gpus() -> list[dict[str, Any]]:
     except Exception as exc:
         why = f"no NVIDIA driver here (NVML: {' '.join(str(exc).split()) or type(exc).__name__})"
         return [{**gpu, "name": "cuda:N", "title": "NVIDIA datacenter GPU", "usable": False, "why": why}]
+    found = []
+    why = "the NVIDIA driver lists no GPU"
     try:
-        found = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             title = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
             title = title if isinstance(title, str) else title.decode()
             found.append({**gpu, "name": f"cuda:{i}", "title": title, "usable": True, "why": ""})
+    except Exception as exc:
+        why = f"NVML could not list the GPUs ({' '.join(str(exc).split()) or type(exc).__name__})"
     finally:
         pynvml.nvmlShutdown()
     if not found:
-        why = "the NVIDIA driver lists no GPU"
         return [{**gpu, "name": "cuda:N", "title": "NVIDIA datacenter GPU", "usable": False, "why": why}]
     return found
 
