@@ -18,6 +18,7 @@ from tuner.bench import (
     run_bench,
     run_one,
     run_record,
+    text_rows,
     true_logs,
     twin_runs,
 )
@@ -78,6 +79,7 @@ def test_run_is_scored_by_true_energy_and_reaches_the_optimum():
     assert json.loads(json.dumps(record)) == record
 
 
+@pytest.mark.slow  # a bench run on a generated board per seed
 def test_board_runs_prepare_each_landscape_before_its_run_and_record_it():
     seen = []
     runs = board_runs([0], [2000], 0, lambda i, land: seen.append((i, land.device)))
@@ -101,6 +103,7 @@ def test_variant_scripts_compare_on_the_development_boards_never_the_judged_ones
     assert parser.parse_args(["--seed", "2", "--out", "r.json"]).out == Path("r.json")
 
 
+@pytest.mark.slow  # bench runs on twins, every seed
 def test_twin_runs_prepare_each_landscape_once_and_record_every_seed():
     seen, shown = [], []
     runs = twin_runs(
@@ -137,6 +140,12 @@ def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():
     assert stages[0] == "sweeps" and stages[-1] == "runs"
     table = markdown(report)
     assert "| ours | judge boards | 1 |" in table and "| ours | twins | 1 |" in table
+    # 12 trials: no regret after 20 or 40 trials is claimed ("no feasible" would say none met the bound)
+    assert all(math.isnan(row["regret@20"]) and math.isnan(row["regret@40"]) for row in report.summary)
+    assert all(line.count("| - | - |") == 1 for line in table.splitlines() if line.startswith("| ours "))
+    columns, rows = text_rows(report)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    assert sum(widths) + 2 * (len(columns) - 1) <= 80  # the terminal table (compact: two spaces between columns)
 
 
 @pytest.mark.parametrize("sampler", ["ours", "tpe", "random"])
@@ -157,6 +166,7 @@ def test_the_best_is_judged_on_the_mean_of_its_confirmed_windows(sampler):
     assert best.constraints["latency"] > mean_p99 - 60
 
 
+@pytest.mark.slow  # tune run subprocesses
 def test_tune_run_with_another_sampler_reports_optunas_best(tmp_path):
     """`tune run --sampler tpe` reports the trial Optuna names best, a confirmed one."""
     r = run_cli(

@@ -26,6 +26,8 @@ from optuna.trial import TrialState
 from tuner.storage import driver_url, open_storage, redact, scrub, set_user_attrs
 from tuner.study import RunOptions, run_study
 
+pytestmark = pytest.mark.slow  # PostgreSQL servers and worker processes
+
 RUN = ["run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--sampler", "random"]
 STUDY = "resnet50|sim-orin|offline|50ms"
 

@@ -31,6 +31,7 @@ class TinyRunner:
     def close(self) -> None: ...
 
 
+@pytest.mark.slow  # a LoadGen window on this CPU
 def test_cpu_device_measures_through_loadgen_with_rapl(rapl_at_15w, monkeypatch, tmp_path):
     TinyRunner.made = []
     monkeypatch.setattr(runners, "make_runner", TinyRunner, raising=False)

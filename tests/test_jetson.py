@@ -366,6 +366,7 @@ def test_kill_9_mid_trial_then_restore_pending_restores_byte_for_byte(board: Fak
     assert pending_journals() == []
 
 
+@pytest.mark.slow  # SIGTERM delivered to a tune subprocess, per board layout
 def test_sigterm_mid_trial_restores_by_itself(board: FakeBoard, tmp_path: Path) -> None:
     before = board.snapshot()
     proc = _child(board, tmp_path)
@@ -435,7 +436,7 @@ def test_rails_follow_the_configuration(board: FakeBoard) -> None:
 
 def test_jtop_meter_without_jetson_stats_names_the_extra(board: FakeBoard) -> None:
     if "jtop" in sys.modules or _importable("jtop"):
-        pytest.skip("jetson-stats is installed here")
+        pytest.skip("needs jetson-stats absent: it checks the message when the [jetson] extra is missing")
     with pytest.raises(UserError, match=r"powertune\[jetson\]"):
         device(board).make_meter("jtop")
 

@@ -23,8 +23,10 @@ from tuner.cli import app, main
 from tuner.devices.jetson import JetsonDevice, sysfs
 from tuner.devices.journal import pending_journals
 
-pytest.importorskip("torch")
-pytest.importorskip("mlperf_loadgen")
+pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+pytest.importorskip("mlperf_loadgen", reason="needs LoadGen (pip install mlcommons-loadgen)")
+
+pytestmark = pytest.mark.slow  # tune subprocesses with LoadGen windows on a fake Jetson board
 
 
 @pytest.fixture

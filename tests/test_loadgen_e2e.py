@@ -8,8 +8,10 @@ import pytest
 from clirun import tiny_cpu
 from optuna.trial import TrialState
 
-pytest.importorskip("torch")
-pytest.importorskip("mlperf_loadgen")
+pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+pytest.importorskip("mlperf_loadgen", reason="needs LoadGen (pip install mlcommons-loadgen)")
+
+pytestmark = pytest.mark.slow  # LoadGen windows on this CPU
 
 
 def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):

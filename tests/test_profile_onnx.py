@@ -97,8 +97,8 @@ def test_model_profile_says_where_a_profile_comes_from(tmp_path):
 
 def test_torch_exported_onnx_is_profiled(tmp_path):
     """Where torch and onnx are installed: a real exporter's file is read the same way."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnx")
+    torch = pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+    pytest.importorskip("onnx", reason="needs onnx (pip install onnx)")
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten())
     path = tmp_path / "exported.onnx"
     torch.onnx.export(model, torch.randn(1, 3, 16, 16), str(path), dynamo=False)

@@ -76,7 +76,7 @@ def test_cnn_profiles_count_residual_and_se_ops():
 
 
 def test_generator_reproduces_the_committed_tiny_cnn_profile():
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
     from runners.profiling import profile_model
 
     committed = load_profile("tiny-cnn")
@@ -86,7 +86,7 @@ def test_generator_reproduces_the_committed_tiny_cnn_profile():
 
 
 def test_make_profiles_script_writes_a_valid_json(tmp_path, monkeypatch):
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
     import importlib.util
     from pathlib import Path
 
@@ -102,7 +102,7 @@ def test_make_profiles_script_writes_a_valid_json(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["tiny-cnn", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base"])
 def test_profile_matches_its_model(name):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
     from runners import zoo
 
     model = zoo.build_model(name)

@@ -10,10 +10,12 @@ import pytest
 from runners import Runner, make_runner
 from tuner.errors import UserError
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
 
 from runners import zoo  # noqa: E402
 from runners.torch_runner import TorchRunner  # noqa: E402
+
+pytestmark = pytest.mark.slow  # PyTorch models built and run on this CPU
 
 
 @pytest.mark.parametrize("model", ["tiny-cnn", "resnet50"])
@@ -198,7 +200,7 @@ def test_importing_runners_does_not_import_torch():
 
 def _onnx_file(path, inputs, nodes, outputs, initializers=()):
     """Write a small graph with onnx.helper, independent of torch's exporters."""
-    onnx = pytest.importorskip("onnx")
+    onnx = pytest.importorskip("onnx", reason="needs onnx (pip install onnx)")
     helper = onnx.helper
     graph = helper.make_graph(
         nodes,
@@ -214,7 +216,7 @@ def _onnx_file(path, inputs, nodes, outputs, initializers=()):
 
 
 def _image_model(path, batch="batch", elem=None):
-    onnx = pytest.importorskip("onnx")
+    onnx = pytest.importorskip("onnx", reason="needs onnx (pip install onnx)")
     elem = onnx.TensorProto.FLOAT if elem is None else elem
     return _onnx_file(
         path,
@@ -225,7 +227,7 @@ def _image_model(path, batch="batch", elem=None):
 
 
 def test_onnx_runner_feeds_images_with_the_batch_axis_set(tmp_path):
-    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime", reason="needs onnxruntime (pip install onnxruntime)")
     path = _image_model(tmp_path / "pool.onnx")
     runner = make_runner(path, "cpu")
     assert isinstance(runner, Runner)
@@ -243,8 +245,8 @@ def test_onnx_runner_feeds_images_with_the_batch_axis_set(tmp_path):
 
 
 def test_onnx_runner_feeds_token_ids(tmp_path):
-    pytest.importorskip("onnxruntime")
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime", reason="needs onnxruntime (pip install onnxruntime)")
+    onnx = pytest.importorskip("onnx", reason="needs onnx (pip install onnx)")
     table = onnx.helper.make_tensor("table", onnx.TensorProto.FLOAT, [10, 4], [0.5] * 40)
     path = _onnx_file(
         tmp_path / "embed.onnx",
@@ -261,8 +263,8 @@ def test_onnx_runner_feeds_token_ids(tmp_path):
 
 
 def test_onnx_runner_refuses_shapes_it_cannot_fill(tmp_path):
-    pytest.importorskip("onnxruntime")
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime", reason="needs onnxruntime (pip install onnxruntime)")
+    onnx = pytest.importorskip("onnx", reason="needs onnx (pip install onnx)")
     runner = make_runner(_image_model(tmp_path / "fixed.onnx", batch=2))
     runner.prepare(2, "fp32", {})
     with pytest.raises(UserError, match="fixed batch size of 2"):
@@ -281,7 +283,7 @@ def test_onnx_runner_refuses_shapes_it_cannot_fill(tmp_path):
 
 
 def test_onnx_runner_refuses_bad_files(tmp_path):
-    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime", reason="needs onnxruntime (pip install onnxruntime)")
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"garbage")
     with pytest.raises(UserError, match="cannot load ONNX file"):

@@ -73,6 +73,7 @@ def start(tmp_path, policy, rate, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # signals delivered to tune govern subprocesses
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(board, tmp_path, sig):
     original = board.snapshot()

@@ -5,8 +5,10 @@ import json
 import pytest
 from clirun import run_cli, tiny_cpu
 
-pytest.importorskip("torch")
-pytest.importorskip("mlperf_loadgen")
+pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+pytest.importorskip("mlperf_loadgen", reason="needs LoadGen (pip install mlcommons-loadgen)")
+
+pytestmark = pytest.mark.slow  # LoadGen Server windows on this CPU
 
 
 def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp_path, rapl_at_15w):

@@ -77,6 +77,7 @@ class Sleepy:
         time.sleep(0.002)
 
 
+@pytest.mark.slow  # a LoadGen window on this CPU
 def test_measure_with_runs_loadgen_and_meters_it(tmp_path):
     meter = SampledPowerMeter(lambda: 20.0, period_s=0.05, name="const", rails=["board"])
     settings = WindowSettings(window_s=1.0, warmup_s=0.05)

@@ -32,6 +32,8 @@ from tuner.errors import Terminated, UserError
 from tuner.space import Config
 from tuner.study import RunOptions, run_study
 
+pytestmark = pytest.mark.slow  # signals delivered to tune subprocesses
+
 HERE = Path(__file__).parent
 REPO = HERE.parent
 

@@ -438,7 +438,8 @@ def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: Benc
     """Per strategy and suite (and twin device): trials to 2%/5% (median, p90), regret at 10/20/40, violations.
 
     A run that never got within the target counts as infinitely many trials,
-    so a median or p90 beyond the budget reads as "> budget".
+    so a median or p90 beyond the budget reads as "> budget"; regret at k
+    is NaN (shown "-") where the budget is under k trials.
     """
     rows = []
     groups: dict[tuple[str, str], list[RunResult]] = {}
@@ -457,14 +458,18 @@ def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: Benc
             row[f"median_{target}"] = _pct(values, 50)
             row[f"p90_{target}"] = _pct(values, 90)
             row[f"reached_{target}"] = sum(math.isfinite(v) for v in values) / len(values)
+        budget = settings.random_trials if strategy == "random" else settings.trials
         for k in REGRET_AT:
+            if k > budget:
+                row[f"regret@{k}"] = math.nan  # the runs stopped before trial k: there is no regret to report
+                continue
             values = [r.regret[str(k)] if r.regret[str(k)] is not None else math.inf for r in members]
             row[f"regret@{k}"] = _pct(values, 50)
         finals = [r.final_regret if r.final_regret is not None else math.inf for r in members]
         row["final_regret"] = _pct(finals, 50)
         violations = [r.violation for r in members if r.violation is not None]
         row["violation"] = float(np.mean(violations)) if violations else math.nan
-        row["budget"] = settings.random_trials if strategy == "random" else settings.trials
+        row["budget"] = budget
         rows.append(row)
     return rows
 
@@ -484,11 +489,34 @@ def markdown(report: BenchReport) -> str:
             f"{_n(row['p90_5%'], row['budget'])} | {_r(row['regret@10'])} | {_r(row['regret@20'])} | "
             f"{_r(row['regret@40'])} | {_r(row['final_regret'])} | {row['violation']:.1%} |"
         )
-    return head + "\n".join(lines) + "\n"
+    note = (
+        "\nregret@k: median regret after k trials (- : the runs had fewer than k trials); "
+        "no feasible: none met the bound by then.\n"
+    )
+    return head + "\n".join(lines) + "\n" + note
+
+
+def text_rows(report: BenchReport) -> tuple[list[str], list[list[str]]]:
+    """The summary for a terminal: the columns that fit 80 characters (the rest are in search.md and search.json)."""
+    columns = ["strategy", "scope", "runs", "to 2%", "reached", "to 5%", "final regret", "violates"]
+    rows = [
+        [
+            row["strategy"],
+            row["scope"],
+            str(row["runs"]),
+            _n(row["median_2%"], row["budget"]),
+            f"{row['reached_2%']:.0%}",
+            _n(row["median_5%"], row["budget"]),
+            _r(row["final_regret"]),
+            f"{row['violation']:.0%}" if math.isfinite(row["violation"]) else "-",
+        ]
+        for row in report.summary
+    ]
+    return columns, rows
 
 
 def _n(value: float, budget: int) -> str:
-    return f">{budget}" if not math.isfinite(value) else f"{value:.0f}"
+    return f">{budget}" if value is None or not math.isfinite(value) else f"{value:.0f}"
 
 
 def _r(value: float) -> str:

@@ -7,6 +7,9 @@ One that lands during the import ends the process before anything was done.
 (A signal that arrives before the interpreter runs this, in its first few
 hundred milliseconds, is out of reach: an inherited "ignored" SIGINT is
 discarded by the kernel then.)
+
+``tune --version`` and ``tune --help`` import none of that: they are answered
+from tuner.cli.catalog, so they return at once.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 
 
 def main() -> None:
+    if _answered_at_once(sys.argv[1:]):
+        return
     from tuner.interrupts import held, install_process_handlers, last_signal
 
     install_process_handlers()
@@ -27,3 +32,18 @@ def main() -> None:
         print(f"{'terminated' if terminated else 'interrupted'}: nothing was started", file=sys.stderr)
         sys.exit(143 if terminated else 130)
     cli_main()
+
+
+def _answered_at_once(argv: list[str]) -> bool:
+    """Print the version or the command list for a bare ``--version``/``--help``; True if done."""
+    if argv == ["--version"]:
+        from tuner import __version__
+
+        print(f"powertune {__version__}")
+        return True
+    if argv == ["--help"]:
+        from tuner.cli.catalog import root_help
+
+        print(root_help())
+        return True
+    return False

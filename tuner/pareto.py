@@ -168,9 +168,11 @@ def summary_points(pareto: ParetoFile, per_batch: int = 4) -> list[FrontPoint]:
 
 
 def results_dir(out: Path, device_slug: str, model: str) -> Path:
+    """<out>/<device>/<model>; <out>/<model> when --out already is the device's folder (studies/h200, not h200/h200)."""
     from tuner.models import model_slug
 
-    return out / device_slug / model_slug(model)
+    base = out if Path(out).name == device_slug else Path(out) / device_slug
+    return base / model_slug(model)
 
 
 def write_results(study: optuna.Study, folder: Path) -> ParetoFile:

@@ -10,6 +10,7 @@ takes seconds to import).
 from __future__ import annotations
 
 import platform
+import re
 import socket
 from functools import cache
 from importlib import metadata
@@ -72,10 +73,19 @@ def device_provenance(device: Device) -> dict[str, Any]:
         record["hardware"] = _first_line(root / "proc/device-tree/model") or f"Jetson ({device.kind})"
         record["l4t"] = _first_line(root / "etc/nv_tegra_release")
     if device.simulated:
-        record["hardware"] = (
-            info.get("replayed") or f"digital twin of {record['hardware'] or device.kind} (not hardware)"
-        )
+        record["hardware"] = info.get("replayed") or twin_hardware(record["hardware"] or device.kind)
     return record
+
+
+def twin_hardware(title: str) -> str:
+    """What a twin's numbers stand for, saying "digital twin" once: a twin's title may already say it.
+
+    "Jetson AGX Orin 64 GB (digital twin)" -> "digital twin of Jetson AGX Orin 64 GB (not hardware)".
+    """
+    match = re.search(r"\s*\(digital twin,?\s*([^)]*)\)", title)
+    name = title if match is None else title[: match.start()] + title[match.end() :]
+    extra = f"; {match.group(1)}" if match is not None and match.group(1) else ""
+    return f"digital twin of {name.strip()} (not hardware{extra})"
 
 
 def provenance(device: Device) -> dict[str, Any]:

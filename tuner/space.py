@@ -437,12 +437,30 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobVal
                 f"choose from {', '.join(space.knobs)}"
             )
         allowed = space.knobs[name].values
-        matches = [a for a in allowed if str(a) == raw or (_is_number(raw) and _is_numeric(a) and _same(a, float(raw)))]
+        matches = [a for a in allowed if _spells(a, raw)]
         if not matches:
-            shown = ", ".join(str(a) for a in allowed)
+            shown = ", ".join(_spelling(a) for a in allowed)
             raise UserError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
         result[name] = matches[0]
     return result
+
+
+_YAML_BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def _spells(value: KnobValue, raw: str) -> bool:
+    """Whether ``raw`` names ``value`` as a space file could: a boolean as true/yes/on (any case), a number as any
+    numeral of it (200, 200.0), anything else by its text."""
+    if isinstance(value, bool):
+        return _YAML_BOOLS.get(raw.lower()) is value
+    if _is_numeric(value):
+        return _is_number(raw) and _same(value, float(raw))
+    return str(value) == raw
+
+
+def _spelling(value: KnobValue) -> str:
+    """A value as the space files write it (true/false, not Python's True/False)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _is_number(text: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,12 @@ class SweepRow(BaseModel):
     error: str = ""
 
 
+PROGRESS_CHUNK = 2048  # configurations a vectorized device scores between two progress updates
+LARGE_SWEEP = 20_000  # configurations: above this, `tune sweep` says how long it will take and how to narrow it
+LONG_SWEEP_S = 600.0  # expected seconds: above this (hardware), the same
+PROBE = 256  # configurations timed to estimate a vectorized sweep
+
+
 def run_sweep(
     device: Device,
     space: SearchSpace,
@@ -30,19 +37,26 @@ def run_sweep(
 ) -> list[SweepRow]:
     """Measure every effective configuration once.
 
-    Twins score the whole grid in one vectorized call (noise-free unless a
-    seed is given); real devices apply and measure one point at a time under
+    Twins score the grid vectorized, in chunks so that ``progress`` advances
+    (noise-free unless a seed is given; a seeded sweep draws chunk k's noise
+    from seed + k); real devices apply and measure one point at a time under
     a hardware session, and a point that fails is kept with its error.
     """
     configs = space.grid()
     measure_many = getattr(device, "measure_many", None)
     if measure_many is not None:
-        rows = [
-            SweepRow(config=c, measurement=m)
-            for c, m in zip(configs, measure_many(model, configs, settings), strict=True)
-        ]
-        if progress:
-            progress(len(rows), len(rows))
+        rows: list[SweepRow] = []
+        for k, start in enumerate(range(0, len(configs), PROGRESS_CHUNK)):
+            interrupts.check()
+            chunk = configs[start : start + PROGRESS_CHUNK]
+            seeded = settings.noise and settings.seed is not None
+            chunk_settings = settings.model_copy(update={"seed": settings.seed + k}) if seeded else settings
+            rows += [
+                SweepRow(config=c, measurement=m)
+                for c, m in zip(chunk, measure_many(model, chunk, chunk_settings), strict=True)
+            ]
+            if progress:
+                progress(len(rows), len(configs))
         return rows
     rows = []
     with hardware_session(device):
@@ -71,6 +85,43 @@ def run_sweep(
             if progress:
                 progress(i + 1, len(configs))
     return rows
+
+
+def expected_seconds(device: Device, space: SearchSpace, model: str, settings: WindowSettings) -> float:
+    """About how long a sweep of ``space`` takes here: a timed probe on a vectorized device, the windows on hardware.
+
+    On hardware it is a floor (every point is at least one window, plus the
+    time to apply it); the probe scores a few hundred default configurations.
+    """
+    measure_many = getattr(device, "measure_many", None)
+    if measure_many is None:
+        return space.size() * settings.window_s
+    probe = [space.default_config(b) for b in space.batch_sizes]
+    probe = (probe * (PROBE // len(probe) + 1))[:PROBE]
+    start = time.perf_counter()
+    measure_many(model, probe, settings)
+    return (time.perf_counter() - start) * space.size() / len(probe)
+
+
+def size_warning(space: SearchSpace, seconds: float, floor: bool = False) -> str | None:
+    """One line for a sweep too large to start unannounced: its size, the time to expect and how to narrow it.
+
+    ``floor``: ``seconds`` is a lower bound (hardware: one window per point), not an estimate.
+    """
+    size = space.size()
+    if size <= LARGE_SWEEP and seconds <= LONG_SWEEP_S:
+        return None
+    minutes = seconds / 60
+    if seconds < 1:
+        when = "under a second"
+    else:
+        when = ("at least " if floor else "about ") + (f"{minutes:.0f} min" if minutes >= 1 else f"{seconds:.0f} s")
+    knobs = ",".join(list(space.knobs)[:2])
+    batches = ",".join(str(b) for b in space.batch_sizes[:: max(1, len(space.batch_sizes) // 3)][:3])
+    return (
+        f"sweeping {size:,} configurations: {when} here; narrow it with --knobs (e.g. --knobs {knobs}) "
+        f"or --batch-sizes (e.g. --batch-sizes {batches}); Ctrl-C stops it"
+    )
 
 
 def optimum(rows: list[SweepRow], max_latency_ms: float | None, percentile: str = "p99") -> SweepRow | None:
@@ -144,7 +195,7 @@ def write_sweep_csv(rows: list[SweepRow], path: Path, max_latency_ms: float | No
 def plot_sweep(
     rows: list[SweepRow], path: Path, title: str, max_latency_ms: float | None, percentile: str = "p99"
 ) -> None:
-    """Throughput, average power, queries per joule and tail latency against batch size.
+    """Throughput, average power, energy per query and tail latency against batch size.
 
     One line per combination of the other knobs when there are few (a
     characterization); otherwise the per-batch-size best (lowest energy,
@@ -174,7 +225,7 @@ def plot_sweep(
     panels = [
         ("queries/s", lambda m: m.qps),
         ("average power (W)", lambda m: m.avg_w),
-        ("queries per joule", lambda m: 1 / m.j_per_query),
+        ("energy per query (J)", lambda m: m.j_per_query),
         (f"{percentile} latency (ms)", lambda m: m.latency_ms(percentile)),
     ]
     for ax, (label, value) in zip(axes.flat, panels, strict=True):

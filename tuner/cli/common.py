@@ -49,7 +49,13 @@ CiOpt = typer.Option(
     help="adaptive window: stop once the 95% interval of J/query is within this relative half-width",
 )
 DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
-OutOpt = typer.Option(Path("studies"), "--out", help="results folder; the study storage defaults to <out>/tune.db")
+OutOpt = typer.Option(
+    Path("studies"),
+    "--out",
+    help="results folder, the same in every command: the study storage is <out>/tune.db (unless --storage), results "
+    "go to <out>/<device>/<model>/, or <out>/<model>/ when --out already ends with the device's folder name "
+    "(e.g. --out studies/h200 on an H200); a file such as best.yaml is named with -o, not --out",
+)
 StorageOpt = typer.Option(
     None,
     "--storage",
@@ -113,8 +119,28 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+FILE_SUFFIXES = (".yaml", ".yml", ".json", ".csv", ".png")
+
+
+def check_results_folder(out: Path) -> Path:
+    """``--out`` is the results folder in every command; one that names a file (best.yaml) meant ``-o``."""
+    if Path(out).suffix.lower() == ".db" and not Path(out).is_dir():
+        raise UserError(
+            f"--out {out} looks like a database, but --out is the results folder (default studies): "
+            f"name the study storage with --storage sqlite:///{Path(out).as_posix()}"
+        )
+    if Path(out).suffix.lower() in FILE_SUFFIXES and not Path(out).is_dir():
+        raise UserError(
+            f"--out {out} looks like a file name, but --out is the results folder (default studies): "
+            f"use -o {out} to name the export or policy file, and --out for the folder of your studies"
+        )
+    return Path(out)
+
+
 def check_out_dir(path: Path, flag: str = "--out") -> Path:
     """A folder that exists, or can be created where it is named; nothing is created here."""
+    if flag == "--out":
+        check_results_folder(path)
     path = Path(path)
     found = _nearest_existing(path.absolute())
     if not found.is_dir():
@@ -151,6 +177,7 @@ def run_storage(storage: str | None, out: Path) -> str:
 
 def read_storage(storage: str | None, out: Path) -> str:
     """The storage a reading command opens; a missing SQLite file is an error, never created."""
+    check_results_folder(out)
     url = storage if storage is not None else f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
     path = sqlite_path(url)
     if path is not None and not path.is_file():
@@ -159,6 +186,26 @@ def read_storage(storage: str | None, out: Path) -> str:
             f"no study storage at {redact(url)}: run tune run first, or point {where} at the folder of your studies"
         )
     return url
+
+
+def check_measurable(device: str, meter: str | None) -> None:
+    """Refuse, before a study or a sweep starts, a device that cannot measure here with the meter asked for.
+
+    ``tune devices`` says the same thing (tuner.devices.registry.cpu_problem):
+    the CPU has one meter, RAPL, and without its counters every trial would fail.
+    """
+    if device != "cpu":
+        return
+    from tuner.devices.registry import cpu_problem
+
+    problem = cpu_problem()
+    if problem is not None:
+        raise UserError(
+            f"--device cpu cannot measure energy here: {problem}; "
+            "tune a digital twin instead (e.g. --device sim:orin; tune devices lists what works here)"
+        )
+    if meter not in (None, "rapl"):
+        raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")
 
 
 def device(name: str, **options: Any) -> Device:
@@ -177,8 +224,9 @@ def twin_note(device: Device) -> str:
     return getattr(device, "simulated_note", " [digital twin: simulated, not measured on hardware]")
 
 
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    t = Table(title=title)
+def table(title: str, columns: list[str], rows: list[list[Any]], compact: bool = False) -> Table:
+    """A table of formatted cells (see fmt); ``compact`` draws no lines, for many columns at 80 characters."""
+    t = Table(title=title, box=None, pad_edge=False) if compact else Table(title=title)
     for c in columns:
         t.add_column(c, justify="left" if c in _TEXT_COLUMNS else "right")
     for r in rows:
@@ -186,14 +234,31 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     return t
 
 
-_TEXT_COLUMNS = ("config", "front", "name", "kind", "title", "usable here", "worker", "device")
+_TEXT_COLUMNS = (
+    "config",
+    "front",
+    "name",
+    "kind",
+    "title",
+    "measures here",
+    "worker",
+    "device",
+    "mode",
+    "strategy",
+    "scope",
+)
 
 
 def fmt(value: Any) -> str:
+    """A table cell: 4 significant digits, yes/no for booleans, - for nothing, a dict as knob=value pairs."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict):
-        return " ".join(f"{k}={v}" for k, v in value.items())
+        return " ".join(f"{k}={fmt(v)}" for k, v in value.items())
     return str(value)
 
 

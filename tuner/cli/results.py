@@ -1,4 +1,4 @@
-"""tune pareto, tune export, tune devices, tune dashboard: reading studies back."""
+"""tune pareto, tune export, tune dashboard: reading studies back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import typer
 
 from tuner.cli import common
 from tuner.deploy import export_config, write_export
-from tuner.devices.registry import known_devices
 from tuner.errors import UserError, did_you_mean
 from tuner.pareto import build_pareto, completed_records, results_dir, summary_points, write_results
 from tuner.scenario import format_rate
@@ -162,24 +161,6 @@ def register(app: typer.Typer) -> None:
             f"{output}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
             f"batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
             f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms (mean of {m['windows']} windows){twin}"
-        )
-
-    @app.command()
-    def devices(as_json: bool = common.JsonOpt) -> None:
-        """List the devices this installation can tune: twins and any hardware found."""
-        found = known_devices()
-        if as_json:
-            common.emit_json({"devices": found})
-            return
-        common.out_console.print(
-            common.table(
-                "devices",
-                ["name", "kind", "twin", "usable here", "title"],
-                [
-                    [d["name"], d["kind"], d.get("twin", False), d.get("usable", "yes"), d.get("title", "")]
-                    for d in found
-                ],
-            )
         )
 
     @app.command()

@@ -1,4 +1,5 @@
-"""tune bench and tune roofline: how fast strategies find the optimum, and the fitted rooflines."""
+"""tune bench, tune roofline and tune devices: how fast strategies find the optimum, the fitted rooflines, and
+what can be measured here."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
-        from tuner.bench import BenchSettings, default_strategies, markdown, quick_settings, run_bench
+        from tuner.bench import BenchSettings, default_strategies, markdown, quick_settings, run_bench, text_rows
         from tuner.landscapes import board_seeds
 
         check_count(seeds, "--seeds", 3, maximum=1000)
@@ -113,9 +114,20 @@ def register(app: typer.Typer) -> None:
                 }
             )
             return
-        common.out_console.print(markdown(report))
+        columns, rows = text_rows(report)
+        budgets = sorted({row["budget"] for row in report.summary})
         common.out_console.print(
-            f"{len(report.runs)} runs in {report.seconds:.0f} s -> {folder}/search.json, search.md"
+            common.table(
+                f"search benchmark (trials per run: {', '.join(map(str, budgets))})", columns, rows, compact=True
+            )
+        )
+        common.out_console.print(
+            "to 2%, to 5%: median trials to within 2% / 5% of the sweep optimum (>N: not within the N trials run); "
+            "reached: runs within 2%; final regret: median over the optimum at the end; violates: share of fresh "
+            "re-measurements of the exported best over the bound"
+        )
+        common.out_console.print(
+            f"{len(report.runs)} runs in {report.seconds:.0f} s -> {folder}/search.json, search.md (every column)"
         )
 
     @app.command()
@@ -134,15 +146,17 @@ def register(app: typer.Typer) -> None:
             raise UserError("--points must be at least 2, e.g. 12")
         check_seconds(window, "--window", "10", maximum=3600.0)
         common.check_out_dir(out)
+        common.check_measurable(device, None)
         dev = common.device(device)
         check_model(model, simulated=dev.simulated, device=dev)
         payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))
         if as_json:
             common.emit_json(payload)
             return
+        pinned = common.pinned_knobs([m["config"] for m in payload["modes"]])
         rows = [
             [
-                m["mode"],
+                m["name"],
                 m["tau_flop_s"] * 1e12,
                 m["tau_mop_s"] * 1e9,
                 m["eps_flop_j"] * 1e12,
@@ -155,10 +169,16 @@ def register(app: typer.Typer) -> None:
         common.out_console.print(
             common.table(
                 f"roofline of {model} on {dev.name} ({payload['points']} measurements){common.twin_note(dev)}",
-                ["config", "tau_flop ps", "tau_mop ns", "eps_flop pJ", "eps_mop nJ", "pi0 W", "ridge FLOP/B"],
+                ["mode", "tau_flop ps", "tau_mop ns", "eps_flop pJ", "eps_mop nJ", "pi0 W", "ridge FLOP/B"],
                 rows,
             )
         )
+        batch = payload["modes"][0]["batch_size"]
+        common.out_console.print(f"every mode at batch {batch}" + (f", {common.fmt(pinned)}" if pinned else ""))
+        for m in payload["modes"]:
+            varying = {k: v for k, v in m["config"].items() if k not in pinned}
+            if varying:
+                common.out_console.print(f"  {m['name']}: {common.fmt(varying)}")
         common.out_console.print(
             f"fit error: time {payload['fit']['residual_time']:.1%}, energy {payload['fit']['residual_energy']:.1%}"
         )
@@ -174,6 +194,26 @@ def register(app: typer.Typer) -> None:
                 "explains (the two are nearly collinear on these points); more --points can separate them"
             )
         common.out_console.print(f"results: {payload['results']}/ (roofline.json, roofline.png)")
+
+    @app.command()
+    def devices(as_json: bool = common.JsonOpt) -> None:
+        """List every device kind, and for each whether it can measure here (and why not)."""
+        from tuner.devices.registry import known_devices
+
+        found = known_devices()
+        if as_json:
+            common.emit_json({"devices": found})
+            return
+        rows, notes = [], []
+        for d in found:
+            here = {True: "yes", False: "no", None: "-"}[d["usable"]]
+            if d["why"]:
+                notes.append(f"({len(notes) + 1}) {d['name']}: {d['why']}")
+                here += f" ({len(notes)})"
+            rows.append([d["name"], here, d["title"]])
+        common.out_console.print(common.table("devices", ["name", "measures here", "title"], rows))
+        for line in notes:
+            common.out_console.print(line)
 
 
 def roofline_report(dev: Device, model: str, points: int, seed: int, window: float, folder: Path) -> dict:
@@ -208,11 +248,11 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
         raise UserError(f"{source}: the roofline needs per-layer FLOPs and bytes (a zoo model or an .onnx file)")
     fitted = fit_measurements(profile, space, [c for c, _ in measured], [m.model_dump() for _, m in measured])
     modes = _modes(space)
-    params = fitted.mode_parameters(features(space, modes))
+    params = fitted.mode_parameters(features(space, [c for _, c in modes]))
     folder.mkdir(parents=True, exist_ok=True)
     with atomicfile.replacing(folder / "roofline.png") as tmp:
-        plot(fitted, profile, space, modes, tmp, twin=dev.simulated)
-    batch = modes[0].batch_size
+        plot(fitted, profile, space, [c for _, c in modes], tmp, twin=dev.simulated)
+    batch = modes[0][1].batch_size
     intensity = layer_intensity(profile, batch)
     payload = {
         "device": dev.name,
@@ -220,7 +260,10 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
         "model": model,
         "points": len(measured),
         "fit": fitted.params.model_dump(),
-        "modes": [{"mode": c.label(), **p} for c, p in zip(modes, params, strict=True)],
+        "modes": [
+            {"mode": c.label(), "name": name, "config": c.knobs, "batch_size": c.batch_size, **p}
+            for (name, c), p in zip(modes, params, strict=True)
+        ],
         "layers": {
             "batch": batch,
             "profile": source,
@@ -237,14 +280,14 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
     return payload
 
 
-def _modes(space) -> list[Config]:
-    """The power modes to show: each nvpmodel mode at its caps, else the default and the lowest clocks."""
+def _modes(space) -> list[tuple[str, Config]]:
+    """The power modes to show, named: each nvpmodel mode at its caps, else the default and the lowest clocks."""
     batch = space.batch_sizes[len(space.batch_sizes) // 2]
     default = space.default_config(batch)
     if space.mode_knob is not None:
         return [
-            space.effective(Config(knobs={**default.knobs, space.mode_knob: m}, batch_size=batch))
+            (str(m), space.effective(Config(knobs={**default.knobs, space.mode_knob: m}, batch_size=batch)))
             for m in space.knobs[space.mode_knob].values
         ]
     low = {k: (v.values[0] if v.ordered and k.endswith("_mhz") else v.default) for k, v in space.knobs.items()}
-    return [default, Config(knobs=low, batch_size=batch)]
+    return [("default", default), ("lowest clocks", Config(knobs=low, batch_size=batch))]

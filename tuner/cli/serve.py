@@ -105,7 +105,8 @@ def register(app: typer.Typer) -> None:
         note = common.twin_note(dev)
 
         def progress(result) -> None:
-            how = "measured" if result.measured_by_plan else "from an existing study"
+            tuned = "simulated on the digital twin" if dev.simulated else "measured"
+            how = tuned if result.measured_by_plan else "from an existing study"
             best = "infeasible" if result.record is None else f"{result.record['j_per_query']:.4g} J/query"
             common.err_console.print(f"{result.rate:g} q/s: {best} ({how})")
 

@@ -25,7 +25,7 @@ from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
 from tuner.strategies import proposal_counts
 from tuner.study import RunSummary, narrowed_space, run_study
-from tuner.sweep import optimum, plot_sweep, run_sweep, write_sweep_csv
+from tuner.sweep import LARGE_SWEEP, expected_seconds, optimum, plot_sweep, run_sweep, size_warning, write_sweep_csv
 from tuner.units import MAX_BATCH, check_count, check_seconds
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -46,6 +46,7 @@ def check_meter(meter: str | None, device: str) -> None:
     builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
     if meter is not None and builtin:
         common.choice(meter, METERS, "--meter")
+    common.check_measurable(device, meter)
 
 
 def window_settings(
@@ -249,7 +250,13 @@ def register(app: typer.Typer) -> None:
         space: Path | None = common.SpaceOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Measure every configuration of the (narrowed) space: ground truth and characterization."""
+        """Measure every configuration of the (narrowed) space: ground truth and characterization.
+
+        A sweep over 20,000 configurations (or over ten minutes of hardware
+        windows) first prints its size, the time to expect here and how to
+        narrow it with --knobs or --batch-sizes; the progress bar counts
+        configurations, with an ETA. The table shows J/query, and queries/J.
+        """
         bound = common.latency(max_latency) if max_latency is not None else None
         settings = window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
         check_meter(meter, device)
@@ -258,7 +265,12 @@ def register(app: typer.Typer) -> None:
         check_model(model, runtime, dev.simulated, dev)
         space = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
         total = space.size()
-        with hold(dev), common.count_progress("sweep", "", as_json) as bar:
+        vectorized = getattr(dev, "measure_many", None) is not None
+        if total > LARGE_SWEEP or not vectorized:
+            warning = size_warning(space, expected_seconds(dev, space, model, settings), floor=not vectorized)
+            if warning:
+                common.err_console.print(f"warning: {warning}")
+        with hold(dev), common.count_progress("sweep", "configurations", as_json) as bar:
             task = bar.add_task("sweep", total=total)
             rows = run_sweep(dev, space, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
         folder = results_dir(out, dev.slug, model)
@@ -293,10 +305,15 @@ def register(app: typer.Typer) -> None:
             return
         note = common.twin_note(dev)
         by_batch = characterization(rows, bound, percentile)
+        pinned = common.pinned_knobs([r[1] for r in by_batch])
+        if pinned:
+            common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
+        for r in by_batch:
+            r[1] = {k: v for k, v in r[1].items() if k not in pinned} or "-"
         common.out_console.print(
             common.table(
                 f"{model} on {dev.name}: best per batch size{note}",
-                ["batch", "config", "queries/s", "avg W", "queries/J", f"{percentile} ms"],
+                ["batch", "config", "J/query", "queries/J", f"{percentile} ms", "queries/s", "avg W"],
                 by_batch,
             )
         )
@@ -316,7 +333,12 @@ def register(app: typer.Typer) -> None:
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
         batch_size: int = typer.Option(..., "--batch-size", "-b", help="batch size to measure, e.g. 8"),
-        set_: list[str] = typer.Option([], "--set", help="knob=value (repeatable); other knobs keep their default"),
+        set_: list[str] = typer.Option(
+            [],
+            "--set",
+            help="knob=value (repeatable), as the space files write values: channels_last=true (or yes/no), "
+            "gpu_mhz=1300; other knobs keep their default",
+        ),
         repeat: int = typer.Option(1, "--repeat", help="measure this many times"),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)"),
         window: float = typer.Option(10.0, "--window", help="longest measured window per repeat, seconds (hardware)"),
@@ -335,7 +357,11 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """Measure one configuration (repeatably, with --repeat)."""
+        """Measure one configuration (repeatably, with --repeat).
+
+        With --repeat N the table ends with the mean and the standard deviation
+        of the valid repeats: differences smaller than that spread are noise.
+        """
         check_count(repeat, "--repeat", 3, maximum=1000)
         check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
         settings = window_for(
@@ -363,21 +389,33 @@ def register(app: typer.Typer) -> None:
             "batch_size": batch_size,
             "scenario": scenario_label(settings),
             "measurements": [m.model_dump() for m in results],
+            "summary": repeat_summary(results),
         }
         if as_json:
             common.emit_json(payload)
             return
+        shown = ("j_per_query", "p50_ms", f"{settings.percentile}_ms" if settings.percentile != "p50" else "p99_ms")
+        shown += ("qps", "avg_w")
         rows = [
-            [i + 1, m.j_per_query, m.p50_ms, m.p90_ms, m.p99_ms, m.qps, m.avg_w, m.meter, m.valid or m.reason]
+            [i + 1, *(getattr(m, key) for key in shown), "yes" if m.valid else f"no: {m.reason}"]
             for i, m in enumerate(results)
         ]
+        summary = payload["summary"]
+        if summary is not None:
+            rows.append(["mean", *(summary["mean"][key] for key in shown), ""])
+            rows.append(["sd", *(summary["sd"][key] for key in shown), ""])
+        heads = {"j_per_query": "J/query", "qps": "queries/s", "avg_w": "avg W"}
+        common.out_console.print(f"config: {common.fmt(effective.knobs)}, batch {batch_size}")
         common.out_console.print(
             common.table(
-                f"{model} on {dev.name} ({scenario_label(settings)}): {effective.label()}{common.twin_note(dev)}",
-                ["#", "J/query", "p50 ms", "p90 ms", "p99 ms", "queries/s", "avg W", "meter", "valid"],
+                f"{model} on {dev.name} ({scenario_label(settings)}){common.twin_note(dev)}",
+                ["#", *(heads.get(key, key.replace("_ms", " ms")) for key in shown), "valid"],
                 rows,
             )
         )
+        meters = ", ".join(sorted({m.meter for m in results}))
+        spread = "" if summary is None else f"; mean and sd of the {summary['valid']} valid repeats"
+        common.out_console.print(f"meter: {meters}{spread}")
 
 
 def _partial_results(study: optuna.Study, folder: Path) -> None:
@@ -386,6 +424,28 @@ def _partial_results(study: optuna.Study, folder: Path) -> None:
     if done:
         write_results(study, folder)
         common.err_console.print(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
+
+
+REPEAT_FIELDS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")
+
+
+def repeat_summary(results: list) -> dict[str, Any] | None:
+    """Mean and sample standard deviation of the valid repeats (None for fewer than two).
+
+    The spread is what a study's re-measurement has to beat: a difference
+    between configurations smaller than it is noise.
+    """
+    import statistics
+
+    valid = [m for m in results if m.valid]
+    if len(results) < 2 or len(valid) < 2:
+        return None
+    columns = {key: [float(getattr(m, key)) for m in valid] for key in REPEAT_FIELDS}
+    return {
+        "valid": len(valid),
+        "mean": {key: statistics.fmean(values) for key, values in columns.items()},
+        "sd": {key: statistics.stdev(values) for key, values in columns.items()},
+    }
 
 
 def measure_repeats(dev: Device, model: str, config: Config, settings: WindowSettings, repeat: int) -> list:
@@ -404,7 +464,10 @@ def measure_repeats(dev: Device, model: str, config: Config, settings: WindowSet
 
 
 def characterization(rows: list, bound: float | None, percentile: str) -> list[list]:
-    """Per batch size, the lowest-energy valid configuration (within the bound when one is given)."""
+    """Per batch size, the lowest-energy valid configuration (within the bound when one is given).
+
+    Each row: batch, knobs, J/query, queries/J, latency, queries/s, average W.
+    """
     best: dict[int, Any] = {}
     for r in rows:
         m = r.measurement
@@ -416,10 +479,11 @@ def characterization(rows: list, bound: float | None, percentile: str) -> list[l
         [
             b,
             r.config.knobs,
-            r.measurement.qps,
-            r.measurement.avg_w,
+            r.measurement.j_per_query,
             1 / r.measurement.j_per_query,
             r.measurement.latency_ms(percentile),
+            r.measurement.qps,
+            r.measurement.avg_w,
         ]
         for b, r in sorted(best.items())
     ]

@@ -28,7 +28,8 @@ def device_help() -> str:
     """The --device help: built-in devices, the py: form, and the plugins installed here."""
     installed = ", ".join(f"{name} ({target})" for name, target in plugin_entry_points())
     return (
-        "device: sim:orin, sim:orin-nano, sim:h200 (twins), cuda:N, cpu, orin, orin-nano, xavier, tx2; "
+        "device: sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (twins; orin-trt: a TensorRT INT8 runtime "
+        "profile), cuda:N, cpu, orin, orin-nano, xavier, tx2 (tune devices: which can measure here); "
         "a plugin as py:package.module:Class (docs/plugins.md)"
         + (f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed")
     )
@@ -158,52 +159,126 @@ def _no_options(name: str, allow_clock_changes: bool, options: dict[str, Any]) -
         raise UserError(f"{', '.join(flags)} does not apply to {name}: drop it")
 
 
+JETSON_BOARDS = {
+    "orin": "Jetson AGX Orin",
+    "orin-nano": "Jetson Orin Nano",
+    "xavier": "Jetson AGX Xavier",
+    "tx2": "Jetson TX2",
+}
+TWIN_RUNTIMES = {"pytorch": "eager PyTorch", "tensorrt-int8": "TensorRT INT8 runtime profile"}
+
+
 def known_devices() -> list[dict[str, Any]]:
-    """Every device this installation can open, for ``tune devices``: twins, then hardware found."""
-    from tuner.devices.twin import TwinDevice, twin_names
+    """Every kind of device ``--device`` takes, for ``tune devices``: twins, the CPU, GPUs, Jetson boards, plugins.
 
-    found = [TwinDevice(f"sim:{n}").describe() for n in twin_names()]
-    found.append({"name": "cpu", "kind": "cpu", "twin": False, "title": "host CPU (observe-only, RAPL meter)"})
-    try:
-        from tuner.measure.meters import RaplMeter
+    Each entry says whether it can measure on this machine (``usable``) and, when
+    not, why (``why``), so a user learns it before a study starts, not from its
+    failed trials.
+    """
+    from tuner.devices.twin import TWIN_KINDS, TwinDevice, twin_names
 
-        RaplMeter()
-    except UserError as exc:
-        found[-1]["usable"] = f"no: {str(exc).split(':')[0]}"
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        for i in range(count):
-            gpu = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            found.append(
-                {
-                    "name": f"cuda:{i}",
-                    "kind": "nvml",
-                    "twin": False,
-                    "title": gpu if isinstance(gpu, str) else gpu.decode(),
-                }
-            )
-        pynvml.nvmlShutdown()
-    except Exception:
-        pass
-    from tuner.devices.jetson import board_title, detect_kind
-
-    root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
-    board = detect_kind(root)
-    if board is not None:
-        found.append({"name": device_name_for_kind(board), "kind": board, "twin": False, "title": board_title(root)})
+    found = []
+    for short in twin_names():
+        described = TwinDevice(f"sim:{short}").describe()
+        runtime = TWIN_RUNTIMES.get(TWIN_KINDS[short][1], TWIN_KINDS[short][1])
+        found.append({**described, "title": f"{described['title']}, {runtime}", "usable": True, "why": ""})
+    problem = cpu_problem()
+    found.append(
+        {
+            "name": "cpu",
+            "kind": "cpu",
+            "twin": False,
+            "title": "host CPU (observe-only, RAPL meter)",
+            "usable": problem is None,
+            "why": problem or "",
+        }
+    )
+    found += _gpus()
+    found += _jetson_boards()
     for name, target in plugin_entry_points():
         found.append(
             {
                 "name": f"{name}[:ARG]",
                 "kind": "plugin",
                 "twin": None,
-                "title": f"installed plugin {target} (not opened)",
+                "title": f"installed plugin {target} (not opened: it says what it needs when named)",
+                "usable": None,
+                "why": "",
             }
         )
     found.append(
-        {"name": "py:package.module:Class", "kind": "plugin", "twin": None, "title": "any plugin on PYTHONPATH"}
+        {
+            "name": "py:package.module:Class",
+            "kind": "plugin",
+            "twin": None,
+            "title": "any plugin on PYTHONPATH (docs/plugins.md)",
+            "usable": None,
+            "why": "",
+        }
     )
+    return found
+
+
+def cpu_problem() -> str | None:
+    """Why ``--device cpu`` cannot measure here (no RAPL energy counters), or None when it can."""
+    from tuner.measure.meters import RaplMeter
+
+    try:
+        RaplMeter()
+    except UserError as exc:
+        return str(exc).split(": this CPU")[0] + ": this CPU or kernel exposes no powercap intel-rapl zones"
+    return None
+
+
+def _gpus() -> list[dict[str, Any]]:
+    """One entry per NVIDIA GPU that NVML lists, or one ``cuda:N`` entry saying why there is none."""
+    gpu: dict[str, Any] = {"kind": "nvml", "twin": False}
+    try:
+        import pynvml
+    except ImportError:
+        return [{**gpu, "name": "cuda:N", "title": "NVIDIA datacenter GPU", "usable": False, "why": _NO_NVML}]
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        why = f"no NVIDIA driver here (NVML: {' '.join(str(exc).split()) or type(exc).__name__})"
+        return [{**gpu, "name": "cuda:N", "title": "NVIDIA datacenter GPU", "usable": False, "why": why}]
+    found = []
+    why = "the NVIDIA driver lists no GPU"
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            title = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            title = title if isinstance(title, str) else title.decode()
+            found.append({**gpu, "name": f"cuda:{i}", "title": title, "usable": True, "why": ""})
+    except Exception as exc:
+        why = f"NVML could not list the GPUs ({' '.join(str(exc).split()) or type(exc).__name__})"
+    finally:
+        pynvml.nvmlShutdown()
+    if not found:
+        return [{**gpu, "name": "cuda:N", "title": "NVIDIA datacenter GPU", "usable": False, "why": why}]
+    return found
+
+
+_NO_NVML = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+
+
+def _jetson_boards() -> list[dict[str, Any]]:
+    """Every Jetson board name; the one this machine is (by its device tree) can measure, the others say why not."""
+    from tuner.devices.jetson import DEVICE_KINDS, board_title, detect_kind
+    from tuner.devices.twin import TWIN_KINDS
+
+    root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
+    here = detect_kind(root)
+    titles = {DEVICE_KINDS[name]: title for name, title in JETSON_BOARDS.items()}
+    compatible = root / "proc/device-tree/compatible"
+    found = []
+    for name, title in JETSON_BOARDS.items():
+        kind = DEVICE_KINDS[name]
+        entry = {"name": name, "kind": kind, "twin": False, "title": title, "usable": here == kind, "why": ""}
+        if here == kind:
+            entry["title"] = board_title(root)
+        else:
+            twin = f"; its digital twin is sim:{name}" if name in TWIN_KINDS else ""
+            what = f"this machine is a {titles[here]}" if here else f"not a Jetson board ({compatible} names none)"
+            entry["why"] = what + twin
+        found.append(entry)
     return found

@@ -1,0 +1,103 @@
+"""The ``tune`` app: every command registered on one Typer application, and its entry point.
+
+Every command calls a library function; user mistakes surface as one line on
+stderr and exit code 2, never a traceback. That includes Click's own usage
+errors (a mistyped flag, a value that is not a number): they are printed as
+one line with the fix, not as a usage box.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import typer
+
+from tuner import __version__, interrupts
+from tuner.cli import deploy, fleet, results, search, serve, tuning
+from tuner.errors import UserError
+
+INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
+TERMINATED = 128 + signal.SIGTERM
+
+app = typer.Typer(
+    name="tune",
+    help="Find the power mode and batch size that minimise energy per query under a latency bound.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"powertune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Find the power mode and batch size that minimise energy per query under a latency bound."""
+
+
+tuning.register(app)
+results.register(app)
+deploy.register(app)
+fleet.register(app)
+search.register(app)
+serve.register(app)
+
+
+def usage_line(exc: Exception) -> str:
+    """One line for a Click usage error: Click's own message (with its "Did you mean") and where help is."""
+    message = " ".join(str(exc.format_message()).split()) if hasattr(exc, "format_message") else str(exc)
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "tune"
+    return f"error: {message.rstrip('.')}: see {path} --help"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script (``argv`` lets tests call it in-process)."""
+    interrupts.install_process_handlers()
+    try:
+        code = app(args=argv, prog_name="tune", standalone_mode=False)
+    except UserError as exc:
+        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        code = INTERRUPTED
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as exc:
+        # Click's usage errors (bad flag, missing option): Typer vendors Click in recent
+        # releases and depends on it in older ones, so they are recognised by shape.
+        show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                show()  # a bare `tune` or `tune run`: the help is the answer
+            else:
+                typer.echo(usage_line(exc), err=True)
+            sys.exit(exit_code)
+        raise
+    if code == INTERRUPTED or interrupts.last_signal() is not None:
+        code = _interrupted()
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _interrupted() -> int:
+    """Say what an interruption left behind; the exit code says which signal (130 Ctrl-C, 143 SIGTERM)."""
+    from tuner.devices.journal import restored_devices
+
+    restored = restored_devices()
+    note = f"hardware state restored ({', '.join(dict.fromkeys(restored))})" if restored else "no hardware was changed"
+    terminated = interrupts.last_signal() == signal.SIGTERM
+    typer.echo(f"{'terminated' if terminated else 'interrupted'}: {note}", err=True)
+    return TERMINATED if terminated else INTERRUPTED
