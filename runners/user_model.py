@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from tuner.errors import UserError
+from tuner.usercode import user_code
 
 PREFIX = "py:"
 EXAMPLE = "py:mypackage.models:build"
@@ -75,17 +76,13 @@ def load(model: str) -> Any:
 
     module_name, factory_name = parse(model)
     _with_cwd()
-    try:
+    with user_code(f"--model {model}", "fix the module (see docs/models.md)"):
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the user's module may fail in any way while importing
-        raise UserError(f"cannot import {module_name!r} for {model!r}: {type(exc).__name__}: {exc}") from None
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise UserError(f"module {module_name!r} has no function {factory_name!r}: check {model!r}")
-    try:
+    with user_code(f"--model {model}", "fix its factory (see docs/models.md)"):
         made = factory()
-    except Exception as exc:  # the user's factory may fail in any way
-        raise UserError(f"{model} failed: {type(exc).__name__}: {exc}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module)):
         raise UserError(
             f"{model} must return (torch.nn.Module, input), where input is a shape per sample, "

@@ -9,6 +9,7 @@ from typing import Any
 
 from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
+from tuner.usercode import user_code
 
 DEVICE_HELP = (
     "sim:orin, sim:h200, sim:orin-nano, sim:orin-trt (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
@@ -80,10 +81,8 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     entry = _entry_point(name.split(":", 1)[0])
     if entry is not None:
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
-        try:
+        with user_code(f"plugin device {entry.name!r} ({entry.value})", "fix or uninstall the plugin"):
             factory = entry.load()
-        except Exception as exc:
-            raise UserError(f"plugin device {entry.name!r} ({entry.value}) failed to load: {exc}") from None
         return _plugin(name, factory)
     raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {DEVICE_HELP}")
 
@@ -114,10 +113,11 @@ def _import_target(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise UserError(f"cannot read --device py:{target}: write py:package.module:Class")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import {module_name} for --device py:{target}: {exc}; check PYTHONPATH") from None
+    with user_code(f"--device py:{target}", "fix the module (see docs/plugins.md)"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"cannot import {module_name} for --device py:{target}: {exc}; check PYTHONPATH") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -135,18 +135,21 @@ def _entry_point(name: str) -> Any:
 
 def _plugin(name: str, factory: Any) -> Device:
     """Call a plugin's factory with the device string and check that the result is a Device."""
-    try:
-        dev = factory(name)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(f"plugin device {name} failed to start: {type(exc).__name__}: {exc}") from None
+    with user_code(f"plugin device {name}", "see docs/plugins.md"):
+        try:
+            dev = factory(name)
+        except (UserError, SystemExit):
+            raise
+        except Exception as exc:
+            raise UserError(f"plugin device {name} failed to start: {type(exc).__name__}: {exc}") from None
     if not isinstance(dev, Device):
         missing = [m for m in ("name", "kind", "slug", "simulated", "space", "apply", "measure") if not hasattr(dev, m)]
         raise UserError(
             f"plugin {name} did not return a Device (missing {', '.join(missing) or 'protocol members'}): "
             "see docs/plugins.md"
         )
+    with user_code(f"plugin device {name}: its space()", "see docs/plugins.md"):
+        dev.space()
     return dev
 
 
