@@ -141,7 +141,9 @@ def load_trace(path: Path, scale: float = 1.0) -> Trace:
         rates = np.array([float(r["rate_qps"]) for r in rows]) * scale
     except (KeyError, TypeError, ValueError, csv.Error):
         raise UserError(f"trace {path} must be CSV with columns t_s,rate_qps and numbers in every row") from None
-    if len(times) < 2 or not np.all(np.isfinite(times)) or np.any(np.diff(times) <= 0):
+    with np.errstate(over="ignore", invalid="ignore"):
+        steps = np.diff(times)
+    if len(times) < 2 or not np.all(np.isfinite(times)) or not np.all(np.isfinite(steps)) or np.any(steps <= 0):
         raise UserError(f"trace {path} needs two or more rows with finite, increasing t_s")
     if np.any(rates < 0) or not np.all(np.isfinite(rates)) or float(rates.max()) > MAX_RATE_QPS:
         raise UserError(
