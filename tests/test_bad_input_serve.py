@@ -338,7 +338,7 @@ def test_export_on_a_full_disk_is_one_line_and_the_old_export_is_intact(tmp_path
     before = _tree(tmp_path)
     real = os.fdopen
     monkeypatch.setattr(atomicfile.os, "fdopen", lambda fd, mode="r", *a, **k: _full_disk(real, fd, mode, *a, **k))
-    code, out, err = _in_process(export)
+    code, _out, err = _in_process(export)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "No space left on device" in err, err
     assert (tmp_path / "best.yaml").read_bytes() == old
     assert {k for k in _tree(tmp_path) if not k.startswith("s/")} == {k for k in before if not k.startswith("s/")}
@@ -381,7 +381,7 @@ def test_writes_as_root_refuse_a_folder_another_user_can_write(folder, tmp_path,
     assert victim.read_text() == "precious\n" and victim2.read_text() == "precious too\n"
     assert _tree(shared) == before
     os.chown(shared, 0, 0)  # root's own folder, but writable by everyone (no sticky bit)
-    code, out, err = _in_process((*GOVERN, "--state-file", str(shared / "band.json")))
+    code, _out, err = _in_process((*GOVERN, "--state-file", str(shared / "band.json")))
     assert code == 2 and "other users can write to it" in err, err
     assert victim.read_text() == "precious\n" and _tree(shared) == before
 
@@ -397,7 +397,7 @@ def test_in_a_sticky_shared_folder_planted_links_are_never_followed(folder, tmp_
         (shared / name).symlink_to(victim)
         os.lchown(shared / name, 65534, 65534)
     monkeypatch.chdir(folder)
-    code, out, err = _in_process(
+    code, _out, err = _in_process(
         (*GOVERN, "--observe-only", "--interval", "0.05", "--state-file", str(shared / "band.json"))
     )
     assert code == 0, err
