@@ -375,7 +375,7 @@ def test_writes_as_root_refuse_a_folder_another_user_can_write(folder, tmp_path,
         (*PLAN, "--rates", "50", "-o", str(shared / "policy.yaml")),
         (*REPLAY, "--plot", str(shared / "replay.png")),
     ):
-        code, out, err = _in_process(args)
+        code, _out, err = _in_process(args)
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
         assert "refusing to write in the folder" in err or "is a link" in err, err
     assert victim.read_text() == "precious\n" and victim2.read_text() == "precious too\n"
