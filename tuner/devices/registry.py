@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -150,7 +151,47 @@ def _plugin(name: str, factory: Any) -> Device:
         )
     with user_code(f"plugin device {name}: its space()", "see docs/plugins.md"):
         dev.space()
-    return dev
+    return PluginDevice(dev)
+
+
+MEASURED = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "duration_s")
+
+
+class PluginDevice:
+    """A plugin's device, with what it hands back checked: a failure or a non-number is one line, never a record.
+
+    Every attribute is the plugin's own; ``space``, ``read_state`` and
+    ``measure`` run under :func:`~tuner.usercode.user_code`, and a
+    measurement must hold finite, non-negative numbers (NaN would otherwise
+    reach the study as a result).
+    """
+
+    def __init__(self, device: Any) -> None:
+        self._device = device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._device, name)
+
+    def _call(self, what: str, *args: Any) -> Any:
+        with user_code(f"plugin device {self._device.name}: its {what}()", "see docs/plugins.md"):
+            return getattr(self._device, what)(*args)
+
+    def space(self) -> Any:
+        return self._call("space")
+
+    def read_state(self) -> Any:
+        return self._call("read_state")
+
+    def measure(self, model: str, config: Any, settings: Any) -> Any:
+        measurement = self._call("measure", model, config, settings)
+        for field in MEASURED:
+            value = getattr(measurement, field, None)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise UserError(
+                    f"plugin device {self._device.name}: measure() returned {field}={value!r}, not a measured "
+                    "number; a plugin must return finite measurements (see docs/plugins.md)"
+                )
+        return measurement
 
 
 def _no_options(name: str, allow_clock_changes: bool, options: dict[str, Any]) -> None:
