@@ -90,8 +90,38 @@ def load(model: str) -> Any:
         )
     module_obj, spec = made
     make_batch = _batch_maker(model, spec, torch)
+
+    def guarded_batch(batch: int, dtype: Any) -> tuple[Any, ...]:
+        with user_code(f"--model {model}: its input at batch size {batch}", "use smaller --batch-sizes or fix it"):
+            return make_batch(batch, dtype)
+
     name = f"{module_name}.{factory_name}"
-    return ModelSource(name=name, build=lambda: module_obj, make_batch=make_batch)
+    guarded = _guarded(nn, model)(module_obj)
+    return ModelSource(name=name, build=lambda: guarded, make_batch=guarded_batch)
+
+
+def _guarded(nn: Any, model: str) -> Any:
+    """A module class that runs the user's module and turns any failure of its forward into one line.
+
+    A forward that raises would otherwise end the command with a traceback;
+    here it ends it with a :class:`UserError` naming the model and the error
+    (the hardware is restored as after any other error), and no number is
+    recorded for it.
+    """
+
+    class Guarded(nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            try:
+                return self.inner(*inputs)
+            except Exception as exc:  # the user's forward may fail in any way
+                detail = " ".join(str(exc).split())[:200]
+                raise UserError(f"--model {model}: its forward failed: {type(exc).__name__}: {detail}") from None
+
+    return Guarded
 
 
 def _batch_maker(model: str, spec: Any, torch: Any) -> Any:

@@ -397,3 +397,40 @@ def test_a_misbehaving_plugin_ends_in_one_line(plugins, tmp_path, device, messag
         env=plugins,
     )
     assert message in one_error(r)
+
+
+USER_MODELS = textwrap.dedent(
+    """
+    import torch
+
+
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("boom in forward")
+
+
+    def broken():
+        return Broken(), (4,)
+
+
+    def huge():
+        return torch.nn.Identity(), (1 << 40,)
+    """
+)
+
+
+def test_a_users_model_whose_forward_or_input_fails_ends_in_one_line(rapl_at_15w, tmp_path, monkeypatch, capsys):
+    from tuner.cli import main
+
+    (tmp_path / "bad_models.py").write_text(USER_MODELS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.delitem(sys.modules, "bad_models", raising=False)
+    for factory, message in (("broken", "its forward failed: RuntimeError: boom in forward"), ("huge", "its input")):
+        args = ["run", "-m", f"py:bad_models:{factory}", "-d", "cpu", "-l", "500ms", "-n", "2", "--window", "0.5"]
+        args += ["--min-window", "0.3", "--batch-sizes", "1", "--json", "--out", f"s-{factory}"]
+        with pytest.raises(SystemExit) as info:
+            main(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert info.value.code == 2 and len(err) == 1 and message in err[0], err
+        assert not list((tmp_path / f"s-{factory}").rglob("pareto.json"))  # no result recorded
