@@ -42,20 +42,15 @@ def _umask() -> int:
 def folder_problem(info: os.stat_result) -> str | None:
     """Why a folder is not safe to write in as this user (None: it is).
 
-    Safe: owned by this user or root, and writable by nobody else, unless
-    sticky (there nobody can rename or remove another's file). For root a
-    group-writable folder of a group other than root's counts as writable
-    by others; for other users their own group-writable folders are allowed
-    (the usual umask 002 of per-user groups).
+    Safe: owned by this user or root, and not writable by everyone, unless
+    sticky (there nobody can rename or remove another's file). A folder's
+    group is trusted as its owner granted it (/var/log is root:syslog 0775
+    on Ubuntu); a folder writable by every user is not.
     """
-    uid = os.geteuid()
-    if info.st_uid not in (uid, 0):
+    if info.st_uid not in (os.geteuid(), 0):
         return f"it is owned by another user (uid {info.st_uid})"
-    sticky = bool(info.st_mode & stat.S_ISVTX)
-    if info.st_mode & stat.S_IWOTH and not sticky:
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
         return "other users can write to it"
-    if uid == 0 and info.st_mode & stat.S_IWGRP and info.st_gid != 0 and not sticky:
-        return f"group {info.st_gid} can write to it"
     return None
 
 
