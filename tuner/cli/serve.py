@@ -54,11 +54,10 @@ SmoothingOpt = typer.Option(
 )
 
 
-def _output(path: Path, flag: str) -> Path:
+def _output(path: Path, flag: str) -> None:
     """A file a command will write: checked before any work, as tune run and tune export check theirs."""
     common.check_out_file(path, flag)
     atomicfile.check_target(path, flag)
-    return path
 
 
 def _stale_state(path: Path | None) -> None:

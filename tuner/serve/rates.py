@@ -47,6 +47,7 @@ HTTP_TIMEOUT_S = 2.0
 MAX_HTTP_BYTES = 8 << 20
 FILE_TAIL_BYTES = 4096
 MAX_DATAGRAM = 256
+MAX_DRAIN = 10_000  # datagrams taken per read; the newest of them wins
 MAX_SOCKET_PATH = 108  # sun_path, with its terminating zero byte (Linux)
 # A Prometheus text sample: name, optional {labels}, value, optional timestamp.
 SAMPLE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(\S+)(?:\s+-?\d+)?")
@@ -152,7 +153,7 @@ class SocketRate:
         self.sock.setblocking(False)
 
     def read(self) -> float:
-        while True:
+        for _ in range(MAX_DRAIN):  # a sender flooding the socket cannot hold the loop
             try:
                 data = self.sock.recv(MAX_DATAGRAM + 1)
             except BlockingIOError:
