@@ -97,11 +97,10 @@ def journal_dir() -> Path:
         ) from None
     if not stat.S_ISDIR(info.st_mode):
         raise UserError(f"state folder {folder} is not a folder (a link?): remove it, or set TUNE_STATE_DIR")
-    problem = atomicfile.folder_problem(parent)
+    where, problem = folder.parent, atomicfile.folder_problem(parent)
     if problem is None and info.st_uid != os.geteuid():
-        problem = f"it is owned by another user (uid {info.st_uid})"
+        where, problem = folder, f"it is owned by another user (uid {info.st_uid})"
     if problem is not None:
-        where = folder.parent if atomicfile.folder_problem(parent) else folder
         raise UserError(
             f"refusing the state folder {where}: {problem}; "
             "remove it, or set TUNE_STATE_DIR to a folder only you can write"
