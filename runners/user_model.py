@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from tuner.errors import UserError
+from tuner.usercode import user_code
 
 PREFIX = "py:"
 EXAMPLE = "py:mypackage.models:build"
@@ -75,17 +76,13 @@ def load(model: str) -> Any:
 
     module_name, factory_name = parse(model)
     _with_cwd()
-    try:
+    with user_code(f"--model {model}", "fix the module (see docs/models.md)"):
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the user's module may fail in any way while importing
-        raise UserError(f"cannot import {module_name!r} for {model!r}: {type(exc).__name__}: {exc}") from None
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise UserError(f"module {module_name!r} has no function {factory_name!r}: check {model!r}")
-    try:
+    with user_code(f"--model {model}", "fix its factory (see docs/models.md)"):
         made = factory()
-    except Exception as exc:  # the user's factory may fail in any way
-        raise UserError(f"{model} failed: {type(exc).__name__}: {exc}") from None
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module)):
         raise UserError(
             f"{model} must return (torch.nn.Module, input), where input is a shape per sample, "
@@ -93,8 +90,38 @@ def load(model: str) -> Any:
         )
     module_obj, spec = made
     make_batch = _batch_maker(model, spec, torch)
+
+    def guarded_batch(batch: int, dtype: Any) -> tuple[Any, ...]:
+        with user_code(f"--model {model}: its input at batch size {batch}", "use smaller --batch-sizes or fix it"):
+            return make_batch(batch, dtype)
+
     name = f"{module_name}.{factory_name}"
-    return ModelSource(name=name, build=lambda: module_obj, make_batch=make_batch)
+    guarded = _guarded(nn, model)(module_obj)
+    return ModelSource(name=name, build=lambda: guarded, make_batch=guarded_batch)
+
+
+def _guarded(nn: Any, model: str) -> Any:
+    """A module class that runs the user's module and turns any failure of its forward into one line.
+
+    A forward that raises would otherwise end the command with a traceback;
+    here it ends it with a :class:`UserError` naming the model and the error
+    (the hardware is restored as after any other error), and no number is
+    recorded for it.
+    """
+
+    class Guarded(nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs: Any) -> Any:
+            try:
+                return self.inner(*inputs)
+            except Exception as exc:  # the user's forward may fail in any way
+                detail = " ".join(str(exc).split())[:200]
+                raise UserError(f"--model {model}: its forward failed: {type(exc).__name__}: {detail}") from None
+
+    return Guarded
 
 
 def _batch_maker(model: str, spec: Any, torch: Any) -> Any:

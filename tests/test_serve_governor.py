@@ -197,7 +197,7 @@ def test_the_loop_falls_back_when_the_source_fails_and_writes_the_state(tmp_path
 
 
 def _tick(ticks, gov, state):
-    write_state(state, gov)
+    write_state(state, gov, 1.0)
     ticks.append(gov.current)
     if len(ticks) >= 3:
         raise KeyboardInterrupt

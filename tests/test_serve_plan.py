@@ -115,6 +115,7 @@ def test_replay_refuses_hardware_a_foreign_policy_and_a_bad_trace(tmp_path):
     policy_file.write_text(
         yaml.safe_dump(
             {
+                "version": 1,
                 "model": "resnet50",
                 "device": "sim:orin",
                 "device_kind": "orin-agx",
@@ -127,7 +128,7 @@ def test_replay_refuses_hardware_a_foreign_policy_and_a_bad_trace(tmp_path):
                         "max_qps": 100,
                         "knobs": TwinDevice("sim:orin").space().default_config().knobs,
                         "batch_size": 8,
-                        "batch_timeout_ms": 0,
+                        "batch_timeout_ms": 5,
                         "j_per_query": 0.2,
                         "latency_ms": 30,
                         "avg_w": 20,

@@ -3,7 +3,8 @@
 Both formats fail the same ways (missing file, broken YAML, wrong fields, a
 version from a newer tool, a hostile file), and each failure must be one line
 that names the file, the place and the fix. Hostile files are bounded before
-they cost anything: the size is checked before reading, and a tree of aliases
+they cost anything: only a regular file is read (a named pipe would block),
+its size is checked before reading, and a tree of aliases
 that expands past a node budget ("billion laughs") is refused before pydantic
 walks it.
 """
@@ -17,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tuner.errors import UserError
+from tuner.readfile import read_capped
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_FILE_BYTES = 1 << 20
@@ -47,15 +49,7 @@ def load_yaml_model(path: Path, model: type[ModelT], what: str, fix: str, versio
 
 
 def _read(path: Path, what: str, fix: str) -> dict[str, Any]:
-    try:
-        if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
-            raise UserError(f"{what} {path} is larger than {MAX_FILE_BYTES >> 20} MiB: {fix}")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise UserError(f"{what} {path} is larger than {MAX_FILE_BYTES >> 20} MiB: {fix}")
+    raw = read_capped(path, what, MAX_FILE_BYTES, fix)
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
+from contextlib import ExitStack
 from pathlib import Path
 
 import typer
 
+from tuner import atomicfile, interrupts
 from tuner.cli import common
 from tuner.cli.tuning import open_for, window_settings
-from tuner.devices.journal import hardware_session
+from tuner.devices.journal import hardware_session, hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.serve.estimate import DEFAULT_SMOOTHING_S
@@ -21,6 +22,7 @@ from tuner.serve.governor import (
     Governor,
     Switch,
     journal_line,
+    read_state,
     run_governor,
     write_state,
 )
@@ -33,10 +35,12 @@ from tuner.serve.plan import (
     plan_rates,
     plot_policy,
 )
-from tuner.serve.policy import Band, check_policy, load_policy, write_policy
+from tuner.serve.policy import Band, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
-from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay
+from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay, shipped_traces, trace_path
 from tuner.serve.switching import SwitchCosts, switch_seconds
+from tuner.serve.validate import check_policy_for, check_rules
+from tuner.units import MAX_TRIALS, check_count
 
 HeadroomOpt = typer.Option(DEFAULT_HEADROOM, "--headroom", help="choose the band for the rate x (1 + this)")
 HysteresisOpt = typer.Option(
@@ -50,13 +54,29 @@ SmoothingOpt = typer.Option(
 )
 
 
-def _fraction(value: float, flag: str) -> None:
-    if not 0 <= value < 1:
-        raise UserError(f"{flag} must be a fraction in [0, 1), e.g. 0.1")
+def _output(path: Path, flag: str) -> None:
+    """A file a command will write: checked before any work, as tune run and tune export check theirs."""
+    common.check_out_file(path, flag)
+    atomicfile.check_target(path, flag)
+
+
+def _stale_state(path: Path | None) -> None:
+    """Say so when a state file left by a governor that died (kill -9) is about to be replaced."""
+    if path is None or not path.is_file():
+        return
+    try:
+        state = read_state(path)
+    except (UserError, ValueError, TypeError):
+        return
+    if state["stale"] and state.get("running"):
+        common.err_console.print(
+            f"warning: {path} was left by governor PID {state.get('pid')}, which stopped without clearing it (stale)"
+        )
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @interrupts.deferring
     def plan(
         model: str = common.ModelOpt,
         device: str = common.DeviceOpt,
@@ -82,16 +102,21 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Cheapest feasible Server configuration per arrival rate, as a policy (reuses existing studies)."""
-        if trials <= 0:
-            raise UserError("--trials must be a positive integer, e.g. 40")
-        if refine < 0:
-            raise UserError("--refine must be 0 (off) or a positive number of trials, e.g. 30")
+        check_count(trials, "--trials", 40)
+        if not 0 <= refine <= MAX_TRIALS:
+            raise UserError(f"--refine must be 0 (off) or a number of trials up to {MAX_TRIALS}, e.g. 30")
+        bound = common.latency(max_latency)
+        planned = parse_rates(rates)
+        common.run_storage(storage, out)
+        plot = output.with_suffix(".png")
+        _output(output, "--output")
+        _output(plot, "--output")
         dev = open_for(device, allow_clock_changes, sysfs_root)
         check_model(model)
         options = PlanOptions(
             model=model,
-            max_latency_ms=common.latency(max_latency),
-            rates=parse_rates(rates),
+            max_latency_ms=bound,
+            rates=planned,
             trials=trials,
             refine_trials=refine,
             seed=seed,
@@ -110,11 +135,12 @@ def register(app: typer.Typer) -> None:
             best = "infeasible" if result.record is None else f"{result.record['j_per_query']:.4g} J/query"
             common.err_console.print(f"{result.rate:g} q/s: {best} ({how})")
 
-        results = plan_rates(dev, options, on_rate=progress)
+        with hold(dev):
+            results = plan_rates(dev, options, on_rate=progress)
         policy = build_policy(dev, options, results, "p99")
         write_policy(policy, output)
-        plot = output.with_suffix(".png")
-        plot_policy(policy, plot)
+        with atomicfile.replacing(plot) as tmp:
+            plot_policy(policy, tmp)
         if as_json:
             common.emit_json({"policy": str(output), "plot": str(plot), **policy.model_dump(mode="json")})
             return
@@ -148,34 +174,29 @@ def register(app: typer.Typer) -> None:
         duration: float | None = typer.Option(None, "--duration", help="stop after this many seconds (default never)"),
         log: Path | None = typer.Option(None, "--log", help="append every switch as a JSON line here"),
         state_file: Path | None = typer.Option(
-            None, "--state-file", help="write the current band (batch size, timeout) here for the serving process"
+            None,
+            "--state-file",
+            help="write the current band (batch size, timeout) here for the serving process; "
+            "rewritten every interval, with the governor's PID and a stale_after time",
         ),
         allow_clock_changes: bool = common.ClockOpt,
         sysfs_root: Path | None = common.SysfsOpt,
     ) -> None:
         """Follow the observed arrival rate through the policy's bands (hysteresis, dwell, journaled device)."""
-        if interval <= 0:
-            raise UserError("--interval must be a positive number of seconds, e.g. 1")
-        if min_dwell < 0 or smoothing < 0 or (duration is not None and duration <= 0):
-            raise UserError("--min-dwell and --smoothing must be >= 0 and --duration positive")
-        _fraction(headroom, "--headroom")
-        _fraction(hysteresis, "--hysteresis")
+        check_rules(interval, headroom, hysteresis, min_dwell, smoothing, duration)
+        for path, flag in ((log, "--log"), (state_file, "--state-file")):
+            if path is not None:
+                _output(path, flag)
         policy = load_policy(policy_file)
         dev = open_for(device, allow_clock_changes, sysfs_root)
-        check_policy(policy, dev.kind, model)
+        check_policy_for(policy, dev, model)
         space = dev.space()
-        for band in policy.bands:
-            space.validate_config(band.config())
-        if policy.twin:
-            common.err_console.print("warning: this policy was planned on a digital twin, not on hardware")
-        source = open_rate_source(rate_source)
 
         def record(switch: Switch) -> None:
             when = dt.datetime.fromtimestamp(switch.time, dt.timezone.utc).isoformat(timespec="seconds")
             common.out_console.print(f"{when} {switch.line()}")
             if log is not None:
-                with open(log, "a") as fh:
-                    fh.write(journal_line(switch) + "\n")
+                atomicfile.append_line(log, journal_line(switch))
 
         def warn(message: str) -> None:
             common.err_console.print(f"warning: {message}")
@@ -196,23 +217,37 @@ def register(app: typer.Typer) -> None:
             log=record,
             warn=warn,
         )
-        tick = None if state_file is None else (lambda: write_state(state_file, governor))
-        mode = "observe-only: nothing is written" if observe_only else f"governing {dev.name}"
-        common.err_console.print(f"{mode}; rate from {source.description}, every {interval:g} s")
-        try:
-            if observe_only:
-                run_governor(governor, source, interval, duration, on_tick=tick)
-            else:
-                with hardware_session(dev):
+        tick = None if state_file is None else (lambda: write_state(state_file, governor, interval))
+        with ExitStack() as stack:
+            if not observe_only:  # the device is taken before any socket is touched
+                stack.enter_context(interrupts.held())
+                stack.enter_context(hold(dev))
+            source = open_rate_source(rate_source, warn)
+            stack.callback(source.close)
+            _stale_state(state_file)
+            if policy.twin:
+                warn("this policy was planned on a digital twin, not on hardware")
+            mode = "observe-only: nothing is written" if observe_only else f"governing {dev.name}"
+            common.err_console.print(f"{mode}; rate from {source.description}, every {interval:g} s")
+            try:
+                if observe_only:
                     run_governor(governor, source, interval, duration, on_tick=tick)
-                common.err_console.print(f"{dev.name} restored")
-        finally:
-            source.close()
+                else:
+                    with hardware_session(dev):
+                        run_governor(governor, source, interval, duration, on_tick=tick)
+                    common.err_console.print(f"{dev.name} restored")
+            finally:
+                if state_file is not None:
+                    write_state(state_file, governor, interval, running=False)
 
     @app.command(name="replay")
     def replay_cmd(
         policy_file: Path = typer.Argument(..., help="a policy written by tune plan"),
-        trace: Path = typer.Option(..., "--trace", help="CSV t_s,rate_qps (tuner/serve/traces/ ships two)"),
+        trace: str = typer.Option(
+            ...,
+            "--trace",
+            help=f"CSV t_s,rate_qps, or a shipped trace by name: {', '.join(shipped_traces())}",
+        ),
         device: str = common.DeviceOpt,
         scale: float = typer.Option(1.0, "--rate-scale", help="multiply the trace's rates (fit it to the device)"),
         seed: int = typer.Option(0, "--seed", help="seed of arrivals and the governor's rate estimates"),
@@ -221,23 +256,28 @@ def register(app: typer.Typer) -> None:
         hysteresis: float = HysteresisOpt,
         min_dwell: float = DwellOpt,
         smoothing: float = SmoothingOpt,
-        plot: Path | None = typer.Option(None, "--plot", help="rate, band and power over time (default <trace>.png)"),
+        plot: Path | None = typer.Option(
+            None,
+            "--plot",
+            help="rate, band and power over time (default replay-<trace>-<device>.png in the current folder)",
+        ),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Replay an arrival-rate trace on a twin: default mode vs static peak-tuned vs the governor."""
-        if not scale > 0:
-            raise UserError("--rate-scale must be positive, e.g. 10")
-        _fraction(headroom, "--headroom")
-        _fraction(hysteresis, "--hysteresis")
-        if min_dwell < 0 or smoothing < 0:
-            raise UserError("--min-dwell and --smoothing must be >= 0 seconds, e.g. --smoothing 10")
+        if not (0 < scale < float("inf")):
+            raise UserError("--rate-scale must be a positive number, e.g. 10")
+        check_rules(interval, headroom, hysteresis, min_dwell, smoothing, None)
         policy = load_policy(policy_file)
         dev = open_for(device, False, None)
-        rates = load_trace(trace, scale)
+        path = trace_path(trace)
+        figure = plot or Path(f"replay-{path.stem}-{dev.slug}.png")
+        _output(figure, "--plot")
+        check_policy_for(policy, dev)
+        rates = load_trace(path, scale)
         rules = GovernorRules(headroom, hysteresis, min_dwell, smoothing)
         report = replay(policy, dev, rates, seed, interval, rules)  # type: ignore[arg-type]
-        figure = plot or Path(f"replay-{rates.name}-{dev.slug}.png")
-        plot_replay(report, figure)
+        with atomicfile.replacing(figure) as tmp:
+            plot_replay(report, tmp)
         summary = {**report.summary(), "plot": str(figure)}
         if as_json:
             common.emit_json(summary)
@@ -262,4 +302,12 @@ def register(app: typer.Typer) -> None:
                 rows,
             )
         )
-        common.out_console.print(json.dumps(report.savings()) + f"  plot: {figure}")
+        saved = report.savings()
+        common.out_console.print(
+            "energy the governor saves: "
+            + ", ".join(
+                f"{saved[f'governor_vs_{name}_pct']:+.2f}% vs {name}"
+                for name in ("static", "default", "default_locked")
+            )
+            + f"; plot: {figure}"
+        )

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -28,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tuner import interrupts
+from tuner import atomicfile, interrupts
 from tuner.devices.base import Device
 from tuner.devices.lock import device_lock
 from tuner.errors import UserError
@@ -75,7 +74,12 @@ def lock_path(device_name: str) -> Path:
 
 
 def journal_dir() -> Path:
-    """The private journal folder, created 0700 (with any missing parents) and checked to be a real folder."""
+    """The private journal folder, created 0700 (with any missing parents) and checked to be this user's.
+
+    A state folder or journal folder owned by another user, or one that
+    another user can write, is refused: whoever can write there can plant a
+    journal that a restore would trust, or remove the one a crash left.
+    """
     folder = state_dir() / "journal"
     missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
     try:
@@ -85,12 +89,22 @@ def journal_dir() -> Path:
         info = os.lstat(folder)
         if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != 0o700:
             os.chmod(folder, 0o700)
+            info = os.lstat(folder)
+        parent = os.stat(folder.parent)
     except OSError as exc:
         raise UserError(
             f"cannot use the state folder {folder}: {exc.strerror}; set TUNE_STATE_DIR to a writable folder"
         ) from None
     if not stat.S_ISDIR(info.st_mode):
         raise UserError(f"state folder {folder} is not a folder (a link?): remove it, or set TUNE_STATE_DIR")
+    where, problem = folder.parent, atomicfile.folder_problem(parent)
+    if problem is None and info.st_uid != os.geteuid():
+        where, problem = folder, f"it is owned by another user (uid {info.st_uid})"
+    if problem is not None:
+        raise UserError(
+            f"refusing the state folder {where}: {problem}; "
+            "remove it, or set TUNE_STATE_DIR to a folder only you can write"
+        )
     return folder
 
 
@@ -118,19 +132,16 @@ def write_journal(device: Device, state: dict[str, Any]) -> Path:
     path = journal_path(device.name)
     if os.path.lexists(path):
         return path
-    folder = journal_dir()
+    journal_dir()
     entry = JournalEntry(device=device.name, kind=device.kind, pid=os.getpid(), written_at=time.time(), state=state)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(entry.model_dump_json(indent=2))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
+        text = entry.model_dump_json(indent=2)
+    except (ValueError, TypeError) as exc:  # a plugin's read_state() returned what JSON cannot hold
+        raise UserError(
+            f"{device.name}'s state cannot be saved ({str(exc).splitlines()[0]}): its read_state() must return "
+            "plain JSON values; see docs/plugins.md"
+        ) from None
+    atomicfile.write_text(path, text, mode=0o600, sync=True)
     return path
 
 
@@ -143,12 +154,18 @@ def _fix(path: Path) -> str:
 def load_journal(path: Path) -> JournalEntry:
     """Read one journal file: a regular file, valid JSON, the known format, and named after its device."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise UserError(f"cannot read journal {path}: {exc.strerror}; {_fix(path)}") from None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
             raise UserError(f"journal {path} is not a regular file; {_fix(path)}")
+        if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UserError(
+                f"journal {path} is not this user's own private file (owner uid {info.st_uid}, "
+                f"mode {stat.S_IMODE(info.st_mode):o}): it cannot be trusted; {_fix(path)}"
+            )
         data = fh.read(1 << 20)
     try:
         entry = JournalEntry.model_validate(json.loads(data))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
+from tuner.usercode import user_code
 
 DEVICE_HELP = (
     "sim:orin, sim:h200, sim:orin-nano, sim:orin-trt (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
@@ -81,10 +83,8 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     entry = _entry_point(name.split(":", 1)[0])
     if entry is not None:
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
-        try:
+        with user_code(f"plugin device {entry.name!r} ({entry.value})", "fix or uninstall the plugin"):
             factory = entry.load()
-        except Exception as exc:
-            raise UserError(f"plugin device {entry.name!r} ({entry.value}) failed to load: {exc}") from None
         return _plugin(name, factory)
     raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {DEVICE_HELP}")
 
@@ -115,10 +115,11 @@ def _import_target(target: str) -> Any:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise UserError(f"cannot read --device py:{target}: write py:package.module:Class")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import {module_name} for --device py:{target}: {exc}; check PYTHONPATH") from None
+    with user_code(f"--device py:{target}", "fix the module (see docs/plugins.md)"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"cannot import {module_name} for --device py:{target}: {exc}; check PYTHONPATH") from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -136,19 +137,62 @@ def _entry_point(name: str) -> Any:
 
 def _plugin(name: str, factory: Any) -> Device:
     """Call a plugin's factory with the device string and check that the result is a Device."""
-    try:
-        dev = factory(name)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(f"plugin device {name} failed to start: {type(exc).__name__}: {exc}") from None
+    with user_code(f"plugin device {name}", "see docs/plugins.md"):
+        try:
+            dev = factory(name)
+        except (UserError, SystemExit):
+            raise
+        except Exception as exc:
+            raise UserError(f"plugin device {name} failed to start: {type(exc).__name__}: {exc}") from None
     if not isinstance(dev, Device):
         missing = [m for m in ("name", "kind", "slug", "simulated", "space", "apply", "measure") if not hasattr(dev, m)]
         raise UserError(
             f"plugin {name} did not return a Device (missing {', '.join(missing) or 'protocol members'}): "
             "see docs/plugins.md"
         )
-    return dev
+    with user_code(f"plugin device {name}: its space()", "see docs/plugins.md"):
+        dev.space()
+    return PluginDevice(dev)
+
+
+MEASURED = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w", "energy_j", "duration_s")
+
+
+class PluginDevice:
+    """A plugin's device, with what it hands back checked: a failure or a non-number is one line, never a record.
+
+    Every attribute is the plugin's own; ``space``, ``read_state`` and
+    ``measure`` run under :func:`~tuner.usercode.user_code`, and a
+    measurement must hold finite, non-negative numbers (NaN would otherwise
+    reach the study as a result).
+    """
+
+    def __init__(self, device: Any) -> None:
+        self._device = device
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._device, name)
+
+    def _call(self, what: str, *args: Any) -> Any:
+        with user_code(f"plugin device {self._device.name}: its {what}()", "see docs/plugins.md"):
+            return getattr(self._device, what)(*args)
+
+    def space(self) -> Any:
+        return self._call("space")
+
+    def read_state(self) -> Any:
+        return self._call("read_state")
+
+    def measure(self, model: str, config: Any, settings: Any) -> Any:
+        measurement = self._call("measure", model, config, settings)
+        for field in MEASURED:
+            value = getattr(measurement, field, None)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise UserError(
+                    f"plugin device {self._device.name}: measure() returned {field}={value!r}, not a measured "
+                    "number; a plugin must return finite measurements (see docs/plugins.md)"
+                )
+        return measurement
 
 
 def _no_options(name: str, allow_clock_changes: bool, options: dict[str, Any]) -> None:

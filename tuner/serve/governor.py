@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import interrupts
+from tuner import atomicfile, interrupts
+from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S, RateEstimate
 from tuner.serve.policy import Band, Policy
 from tuner.serve.rates import RateSource, RateUnavailable
@@ -54,6 +57,9 @@ DEFAULT_HEADROOM = 0.10
 DEFAULT_HYSTERESIS = 0.10
 DEFAULT_DWELL_S = 30.0
 DEFAULT_MIN_SAVING = 0.03
+# A state file not rewritten within this many intervals (plus the grace) is stale.
+STALE_INTERVALS = 3
+STALE_GRACE_S = 5.0
 
 
 @dataclass
@@ -188,11 +194,19 @@ class Governor:
         return switch
 
 
-def write_state(path: Path, governor: Governor) -> None:
-    """The current band for the serving process (batch size, timeout), replaced atomically."""
+def write_state(path: Path, governor: Governor, interval_s: float, running: bool = True) -> None:
+    """The current band for the serving process (batch size, timeout), replaced atomically.
+
+    The file names the governor's PID and when it was last written; it is
+    rewritten every interval, so a reader can tell a governor that died
+    (kill -9: nothing could mark it) by a PID that is gone or a file older
+    than ``stale_after`` (:func:`read_state`). A governor that stops writes
+    ``running: false`` (its board is restored, so the band no longer holds).
+    """
     band = governor.band
     if band is None:
         return
+    now = time.time()
     state: dict[str, Any] = {
         "band": governor.current,
         "batch_size": band.batch_size,
@@ -200,10 +214,38 @@ def write_state(path: Path, governor: Governor) -> None:
         "knobs": band.knobs,
         "since": governor.since,
         "observe_only": governor.observe_only,
+        "running": running,
+        "pid": os.getpid(),
+        "updated_at": now,
+        "stale_after": now + STALE_INTERVALS * interval_s + STALE_GRACE_S,
     }
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(state))
-    tmp.replace(path)
+    atomicfile.write_text(path, json.dumps(state))
+
+
+def read_state(path: Path, now: float | None = None) -> dict[str, Any]:
+    """A state file as the serving process should read it, with ``stale``: true unless a live governor holds it.
+
+    Stale: the governor stopped (``running`` false), or its PID is gone, or
+    it has not rewritten the file by ``stale_after`` (killed, hung, or on
+    another machine's clock).
+    """
+    state = json.loads(read_capped(path, "governor state file", 1 << 20, "remove it"))
+    now = time.time() if now is None else now
+    alive = _alive(int(state.get("pid", 0)))
+    state["stale"] = not state.get("running", False) or not alive or now > float(state.get("stale_after", 0))
+    return state
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def journal_line(switch: Switch) -> str:
@@ -216,7 +258,7 @@ def run_governor(
     source: RateSource,
     interval_s: float,
     duration_s: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
     on_tick: Callable[[], None] | None = None,
 ) -> None:
     """Read the rate every ``interval_s`` and hand it to the governor, until ``duration_s`` (or forever).
@@ -224,18 +266,23 @@ def run_governor(
     Under a hardware session Ctrl-C and SIGTERM are only recorded; each tick
     is a safe point (before reading the rate and after the sleep), where the
     recorded signal is raised and the caller's hardware session restores the
-    device.
+    device. The sleep between ticks ends at the first signal, so however long
+    the interval, the first signal ends the loop at once.
     """
+    woken = threading.Event()
+    wait = sleep or woken.wait
     end = None if duration_s is None else time.monotonic() + duration_s
-    while end is None or time.monotonic() < end:
-        interrupts.check()
-        try:
-            rate = source.read()
-        except RateUnavailable as exc:
-            governor.fallback(str(exc))
-        else:
-            governor.observe(rate)
-        if on_tick is not None:
-            on_tick()
-        sleep(interval_s if end is None else max(0.0, min(interval_s, end - time.monotonic())))
-        interrupts.check()
+    with interrupts.listening(woken.set):
+        while end is None or time.monotonic() < end:
+            interrupts.check()
+            try:
+                rate = source.read()
+            except RateUnavailable as exc:
+                governor.fallback(str(exc))
+            else:
+                governor.observe(rate)
+            if on_tick is not None:
+                on_tick()
+            interrupts.check()
+            wait(interval_s if end is None else max(0.0, min(interval_s, end - time.monotonic())))
+            interrupts.check()

@@ -27,9 +27,10 @@ from tuner.records import is_feasible, recommended, tail_latency_ms, trial_recor
 from tuner.run_options import RunOptions
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
 from tuner.serve.policy import Band, BandPoint, BandProvenance, PlanPoint, Policy, stamp
+from tuner.serve.validate import MAX_PLAN_RATES, check_rate
 from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
-from tuner.study import default_storage, narrowed_space, open_study, run_study, study_name
+from tuner.study import check_same_space, default_storage, narrowed_space, open_study, run_study, study_name
 
 # The sampler a plan uses unless told: the roofline-guided default models
 # Offline physics, not queueing, and a plan runs a study per rate.
@@ -94,20 +95,33 @@ class RateResult:
 
 
 def parse_rates(text: str) -> list[float]:
-    """``50,100,200`` or ``start:stop:step`` (inclusive), in queries/s."""
+    """``50,100,200`` or ``start:stop:step`` (inclusive), in queries/s, each within the serving rate limits.
+
+    The count is checked before a list is made, so ``1:1e12:1`` is a one-line
+    error naming the limit, not a MemoryError.
+    """
+    example = "write e.g. 25:300:25 (start:stop:step) or 50,100,200"
     try:
         if ":" in text:
             start, stop, step = (float(x) for x in text.split(":"))
-            if step <= 0 or stop < start:
+            for value, what in ((start, "start"), (stop, "stop")):
+                check_rate(value, f"--rates {what}")
+            if not (math.isfinite(step) and step > 0) or stop < start:
                 raise ValueError
-            count = round((stop - start) / step) + 1
+            count = math.floor((stop - start) / step + 0.5) + 1
+            if count > MAX_PLAN_RATES:
+                raise UserError(f"--rates {text!r} names {count} rates, more than {MAX_PLAN_RATES}: use a larger step")
             rates = [start + i * step for i in range(count)]
         else:
             rates = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"cannot read --rates {text!r}: write e.g. 25:300:25 (start:stop:step) or 50,100,200") from None
-    if not rates or any(not r > 0 for r in rates):
+        raise UserError(f"cannot read --rates {text!r}: {example}") from None
+    if not rates:
         raise UserError(f"--rates {text!r} must be positive arrival rates, e.g. 25:300:25")
+    if len(rates) > MAX_PLAN_RATES:
+        raise UserError(f"--rates {text!r} names {len(rates)} rates, more than {MAX_PLAN_RATES}: plan fewer")
+    for rate in rates:
+        check_rate(rate, "--rates")
     return sorted(set(rates))
 
 
@@ -124,9 +138,14 @@ def plan_rates(
     space = serving_space(
         narrowed_space(device, options.knobs, options.batch_sizes), window_for(options.window, "server", 1.0)
     )
-    for rate in options.rates:
-        window = window_for(options.window, "server", rate)
-        name = study_name(options.model, device, label(window), options.max_latency_ms)
+    names = [
+        study_name(options.model, device, label(window_for(options.window, "server", r)), options.max_latency_ms)
+        for r in options.rates
+    ]
+    for name in names:  # before anything is measured: a study tuned over another space is never reused
+        if name in existing:
+            check_same_space(open_study(name, storage), space)
+    for rate, name in zip(options.rates, names, strict=True):
         best = band_trial(open_study(name, storage), options.max_latency_ms) if name in existing else None
         measured = False
         if best is None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tuner import __version__
+from tuner import __version__, atomicfile
 from tuner.errors import UserError
 from tuner.scenario import TIMEOUT_KNOB
 from tuner.space import Config
@@ -42,9 +42,9 @@ class BandPoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rate_qps: float = Field(gt=0)
-    j_per_query: float = Field(gt=0)
-    latency_ms: float
+    rate_qps: float = Field(gt=0, allow_inf_nan=False)
+    j_per_query: float = Field(gt=0, allow_inf_nan=False)
+    latency_ms: float = Field(ge=0)  # infinite where the plan measured no latency
 
 
 class Band(BaseModel):
@@ -57,14 +57,14 @@ class Band(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min_qps: float = Field(ge=0)
-    max_qps: float = Field(gt=0)
-    knobs: dict[str, Any]
+    min_qps: float = Field(ge=0, allow_inf_nan=False)
+    max_qps: float = Field(gt=0, allow_inf_nan=False)
+    knobs: dict[str, Any] = Field(min_length=1)
     batch_size: int = Field(gt=0)
-    batch_timeout_ms: float = Field(ge=0)
-    j_per_query: float
-    latency_ms: float
-    avg_w: float
+    batch_timeout_ms: float = Field(ge=0, allow_inf_nan=False)
+    j_per_query: float = Field(gt=0, allow_inf_nan=False)
+    latency_ms: float = Field(ge=0, allow_inf_nan=False)
+    avg_w: float = Field(gt=0, allow_inf_nan=False)
     provenance: BandProvenance
     measured: list[BandPoint] = Field(default_factory=list)
 
@@ -106,9 +106,9 @@ class Policy(BaseModel):
     device: str
     device_kind: str
     twin: bool
-    scenario: str = "server"
-    percentile: str
-    max_latency_ms: float
+    scenario: Literal["server"] = "server"
+    percentile: Literal["p50", "p90", "p99"]
+    max_latency_ms: float = Field(gt=0, allow_inf_nan=False)
     bands: list[Band] = Field(min_length=1)
     points: list[PlanPoint] = Field(default_factory=list)
     created_at: str = ""
@@ -141,16 +141,17 @@ def stamp() -> str:
 
 
 def write_policy(policy: Policy, path: Path) -> None:
+    """Write the policy atomically: a full disk or a refused folder leaves the old policy as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# powertune serving policy: arrival-rate bands -> configuration"
     if policy.twin:
         header += " (planned on a digital twin, not hardware)"
-    path.write_text(header + "\n" + yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False))
+    atomicfile.write_text(path, header + "\n" + yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False))
 
 
 def load_policy(path: Path) -> Policy:
     """Read a policy; a missing, corrupt or foreign file is a one-line user error."""
-    return load_yaml_model(path, Policy, "serving policy", "re-create it with tune plan")
+    return load_yaml_model(path, Policy, "serving policy", "re-create it with tune plan", version=POLICY_VERSION)
 
 
 def check_policy(policy: Policy, device_kind: str, model: str | None = None) -> None:

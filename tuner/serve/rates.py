@@ -21,9 +21,12 @@ highest-throughput band.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import math
 import os
+import re
 import socket
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -33,9 +36,21 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from tuner.errors import UserError
+from tuner.readfile import read_tail
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+# Every read is bounded: an endpoint has this long in all to answer (a server
+# that trickles a byte a second would otherwise hold the governor past a
+# signal) and this many bytes; of a rate file only the tail is read; a
+# datagram longer than a rate can be is refused, not cut.
 HTTP_TIMEOUT_S = 2.0
+MAX_HTTP_BYTES = 8 << 20
+FILE_TAIL_BYTES = 4096
+MAX_DATAGRAM = 256
+MAX_DRAIN = 10_000  # datagrams taken per read; the newest of them wins
+MAX_SOCKET_PATH = 108  # sun_path, with its terminating zero byte (Linux)
+# A Prometheus text sample: name, optional {labels}, value, optional timestamp.
+SAMPLE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(\S+)(?:\s+-?\d+)?")
 
 
 class RateUnavailable(Exception):
@@ -61,7 +76,11 @@ def _parse_rate(text: str, where: str) -> float:
 
 
 class FileRate:
-    """The last non-empty line of a file the serving process rewrites.
+    """The last non-empty line of a file the serving process rewrites (or appends to).
+
+    Only the file's last ``FILE_TAIL_BYTES`` are read, so a file that grows
+    without end costs no more than a short one; it must be a regular file (a
+    named pipe would block the governor past a signal).
 
     A server that rewrites the file in place (``echo 250 > rate``) truncates
     it before it writes, and a read in between finds it empty; on a loaded
@@ -84,9 +103,10 @@ class FileRate:
     def read(self) -> float:
         for attempt in range(self.retries + 1):
             try:
-                lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-            except OSError as exc:
-                raise RateUnavailable(f"cannot read {self.path}: {exc.strerror}") from None
+                tail = read_tail(self.path, "rate file", FILE_TAIL_BYTES)
+            except UserError as exc:
+                raise RateUnavailable(str(exc)) from None
+            lines = [line for line in tail.decode(errors="replace").splitlines() if line.strip()]
             if lines:
                 return _parse_rate(lines[-1].split(",")[-1], str(self.path))
             if attempt < self.retries:
@@ -98,33 +118,56 @@ class FileRate:
 
 
 class SocketRate:
-    """A unix datagram socket the governor owns; the newest datagram received is the rate."""
+    """A unix datagram socket the governor creates and owns; the newest rate received is the rate.
 
-    def __init__(self, path: Path, stale_s: float = 60.0) -> None:
+    The socket is created only at a path where nothing exists, and removed
+    at the end only if it is still the one this governor created: a second
+    governor refused on the same path never deafens the first. A datagram
+    longer than ``MAX_DATAGRAM`` bytes, or one that is not a rate, is refused
+    (and reported through ``warn``); the last good rate is kept.
+    """
+
+    def __init__(self, path: Path, stale_s: float = 60.0, warn: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.stale_s = stale_s
+        self.warn = warn
         self.description = f"unix socket {path}"
         self.last: float | None = None
         self.last_at = 0.0
-        with contextlib.suppress(FileNotFoundError):
-            if path.is_socket():
-                path.unlink()
+        if len(os.fsencode(path)) >= MAX_SOCKET_PATH:
+            raise UserError(f"unix socket path {path} is longer than {MAX_SOCKET_PATH - 1} bytes: pick a shorter path")
+        if os.path.lexists(path):
+            raise UserError(
+                f"cannot listen on unix socket {path}: something exists there (another governor's socket?); "
+                "remove it if nothing uses it, or pick another path"
+            )
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             self.sock.bind(str(path))
+            info = os.lstat(path)
         except OSError as exc:
             self.sock.close()
-            raise UserError(f"cannot listen on unix socket {path}: {exc.strerror}; pick a writable path") from None
+            reason = exc.strerror or str(exc)
+            raise UserError(f"cannot listen on unix socket {path}: {reason}; pick a writable path") from None
+        self.identity = (info.st_dev, info.st_ino)
         self.sock.setblocking(False)
 
     def read(self) -> float:
-        while True:
+        for _ in range(MAX_DRAIN):  # a sender flooding the socket cannot hold the loop
             try:
-                data = self.sock.recv(256)
+                data = self.sock.recv(MAX_DATAGRAM + 1)
             except BlockingIOError:
                 break
-            self.last = _parse_rate(data.decode(errors="replace"), self.description)
-            self.last_at = time.monotonic()
+            try:
+                if len(data) > MAX_DATAGRAM:
+                    raise RateUnavailable(
+                        f"{self.description}: a message of more than {MAX_DATAGRAM} bytes is not a rate"
+                    )
+                self.last = _parse_rate(data.decode(errors="replace"), self.description)
+                self.last_at = time.monotonic()
+            except RateUnavailable as exc:
+                if self.warn is not None:
+                    self.warn(f"{exc}; ignored, keeping the last good rate")
         if self.last is None:
             raise RateUnavailable(f"nothing received yet on {self.path}")
         if time.monotonic() - self.last_at > self.stale_s:
@@ -132,9 +175,12 @@ class SocketRate:
         return self.last
 
     def close(self) -> None:
+        """Close the socket, and remove its path only if it is still the socket this governor created."""
         self.sock.close()
         with contextlib.suppress(OSError):
-            os.unlink(self.path)
+            info = os.lstat(self.path)
+            if (info.st_dev, info.st_ino) == self.identity and stat.S_ISSOCK(info.st_mode):
+                os.unlink(self.path)
 
 
 class PrometheusRate:
@@ -148,24 +194,44 @@ class PrometheusRate:
         self.previous: tuple[float, float] | None = None
 
     def _value(self) -> float:
-        try:
-            with urllib.request.urlopen(self.url, timeout=HTTP_TIMEOUT_S) as response:
-                text = response.read().decode(errors="replace")
-        except (urllib.error.URLError, OSError) as exc:
-            raise RateUnavailable(f"cannot read {self.url}: {getattr(exc, 'reason', exc)}") from None
+        text = self._fetch()
         total, found = 0.0, False
         for line in text.splitlines():
             if line.startswith("#") or not line.strip():
                 continue
-            name = line.split("{", 1)[0].split()[0]
-            if name != self.metric:
+            match = SAMPLE.fullmatch(line.strip())
+            if match is None:
+                if line.split("{", 1)[0].split(" ", 1)[0] == self.metric:
+                    raise RateUnavailable(f"{self.url}: cannot read the line {line.strip()[:60]!r} as a sample")
                 continue
-            value = line.rsplit("}", 1)[-1].split()[0] if "}" in line else line.split()[1]
-            total += _parse_rate(value, self.description)
+            if match.group(1) != self.metric:
+                continue
+            total += _parse_rate(match.group(2), self.description)
             found = True
         if not found:
             raise RateUnavailable(f"{self.url} has no metric {self.metric}")
         return total
+
+    def _fetch(self) -> str:
+        """The endpoint's answer, within ``HTTP_TIMEOUT_S`` in all and ``MAX_HTTP_BYTES`` in size."""
+        deadline = time.monotonic() + HTTP_TIMEOUT_S
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with urllib.request.urlopen(self.url, timeout=HTTP_TIMEOUT_S) as response:
+                while True:
+                    if time.monotonic() > deadline:
+                        raise RateUnavailable(f"{self.url} did not answer within {HTTP_TIMEOUT_S:g} s")
+                    chunk = response.read1(65536)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > MAX_HTTP_BYTES:
+                        raise RateUnavailable(f"{self.url} answered more than {MAX_HTTP_BYTES >> 20} MiB")
+                    chunks.append(chunk)
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            raise RateUnavailable(f"cannot read {self.url}: {getattr(exc, 'reason', exc)}") from None
+        return b"".join(chunks).decode(errors="replace")
 
     def read(self) -> float:
         value, now = self._value(), time.monotonic()
@@ -180,11 +246,22 @@ class PrometheusRate:
         """Nothing held open between reads."""
 
 
-def open_rate_source(spec: str) -> RateSource:
-    """Open ``--rate-source``; one that cannot work at all is a user error before anything is applied."""
+def open_rate_source(spec: str, warn: Callable[[str], None] | None = None) -> RateSource:
+    """Open ``--rate-source``; one that cannot work at all is a user error before anything is applied.
+
+    A file or endpoint is read once here: one that exists but does not hold a
+    rate (binary data, another metric) is refused now rather than sending the
+    governor to its safe band for good.
+    """
     if spec.startswith(("http://", "https://")):
         url, _, metric = spec.partition("#")
-        host = urlsplit(url).hostname or ""
+        try:
+            parts = urlsplit(url)
+            host, _port = parts.hostname or "", parts.port
+        except ValueError as exc:
+            raise UserError(
+                f"cannot read the rate source URL {url!r} ({exc}): write http://127.0.0.1:PORT/metrics#METRIC"
+            ) from None
         if host not in LOOPBACK and f"[{host}]" not in LOOPBACK:
             raise UserError(f"the Prometheus endpoint must be on loopback, not {host!r}: use http://127.0.0.1:PORT/...")
         if not metric:
@@ -197,8 +274,14 @@ def open_rate_source(spec: str) -> RateSource:
                 raise UserError(f"unreadable rate source: {exc}") from None
         return source
     if spec.startswith("unix:"):
-        return SocketRate(Path(spec[len("unix:") :]))
+        return SocketRate(Path(spec[len("unix:") :]), warn=warn)
     path = Path(spec[len("file:") :] if spec.startswith("file:") else spec)
-    if not path.is_file():
+    if not os.path.exists(path):
         raise UserError(f"unreadable rate source: no file {path}; the serving process must write its rate there")
-    return FileRate(path)
+    source = FileRate(path)
+    try:
+        source.read()
+    except RateUnavailable as exc:
+        if not str(exc).endswith("is empty"):
+            raise UserError(f"unreadable rate source: {exc}") from None
+    return source

@@ -64,10 +64,12 @@ from tuner.devices.queueing import (
 )
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
-from tuner.serve.policy import Band, Policy, check_policy
+from tuner.serve.policy import Band, Policy
 from tuner.serve.switching import SwitchCosts, switch_power_w, switch_seconds
+from tuner.serve.validate import MAX_RATE_QPS, MAX_REPLAY_STEPS, MAX_TRACE_BYTES, MAX_TRACE_ROWS, check_policy_for
 from tuner.space import Config
 
 SIM_CAP_S = 20.0
@@ -95,20 +97,59 @@ class Trace:
         return np.diff(np.append(self.times, self.times[-1] + step))
 
 
+TRACES = Path(__file__).parent / "traces"
+
+
+def shipped_traces() -> list[str]:
+    """The names of the traces that ship with the tool (tuner/serve/traces/), for ``--trace NAME``."""
+    return sorted(p.stem for p in TRACES.glob("*.csv"))
+
+
+def trace_path(spec: str) -> Path:
+    """``--trace``: a CSV file, or the bare name of a shipped trace (``diurnal``); a miss lists the shipped ones."""
+    path = Path(spec)
+    if path.exists():
+        return path
+    name = path.name.removesuffix(".csv")
+    if path.parent == Path(".") and name in shipped_traces():
+        return TRACES / f"{name}.csv"
+    raise UserError(
+        f"no trace {spec}: give a CSV file of t_s,rate_qps, or a shipped trace by name: "
+        f"{', '.join(shipped_traces())} (in {TRACES})"
+    )
+
+
 def load_trace(path: Path, scale: float = 1.0) -> Trace:
-    """Read ``t_s,rate_qps`` rows; a bad file is a one-line user error."""
+    """Read ``t_s,rate_qps`` rows; a bad file, or one asking for more work than the limits allow, is one line.
+
+    Times must be finite and increasing and rates (after ``scale``) within
+    the serving rate limits (tuner/serve/validate.py); the file's size and
+    rows are capped before they are parsed.
+    """
+    fix = "give a CSV file of t_s,rate_qps rows"
+    raw = read_capped(path, "trace", MAX_TRACE_BYTES, fix)
     try:
-        with open(path, newline="") as fh:
-            rows = [row for row in csv.DictReader(line for line in fh if not line.startswith("#"))]
-    except OSError as exc:
-        raise UserError(f"cannot read trace {path}: {exc.strerror}; check the path") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"trace {path} is not UTF-8 text: {fix}") from None
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    if len(lines) > MAX_TRACE_ROWS + 1:
+        raise UserError(f"trace {path} has more than {MAX_TRACE_ROWS} rows: use coarser steps")
     try:
+        rows = list(csv.DictReader(lines))
         times = np.array([float(r["t_s"]) for r in rows])
         rates = np.array([float(r["rate_qps"]) for r in rows]) * scale
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, csv.Error):
         raise UserError(f"trace {path} must be CSV with columns t_s,rate_qps and numbers in every row") from None
-    if len(times) < 2 or np.any(np.diff(times) <= 0) or np.any(rates < 0) or not np.all(np.isfinite(rates)):
-        raise UserError(f"trace {path} needs two or more rows, increasing t_s and non-negative rates")
+    with np.errstate(over="ignore", invalid="ignore"):
+        steps = np.diff(times)
+    if len(times) < 2 or not np.all(np.isfinite(times)) or not np.all(np.isfinite(steps)) or np.any(steps <= 0):
+        raise UserError(f"trace {path} needs two or more rows with finite, increasing t_s")
+    if np.any(rates < 0) or not np.all(np.isfinite(rates)) or float(rates.max()) > MAX_RATE_QPS:
+        raise UserError(
+            f"trace {path}: rates (times --rate-scale) must be from 0 to {MAX_RATE_QPS:g} queries/s; "
+            f"the highest is {float(rates.max()):g}"
+        )
     return Trace(times=times, rates=rates, name=path.stem)
 
 
@@ -515,9 +556,15 @@ def replay(
     """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
-    check_policy(policy, device.kind)
-    if interval_s <= 0:
+    check_policy_for(policy, device)
+    if not (math.isfinite(interval_s) and interval_s > 0):
         raise UserError("--interval must be a positive number of seconds, e.g. 1")
+    steps = float(trace.durations.sum()) / interval_s
+    if not steps <= MAX_REPLAY_STEPS:
+        raise UserError(
+            f"trace {trace.name} spans {float(trace.durations.sum()):g} s: at --interval {interval_s:g} s that is "
+            f"more than {MAX_REPLAY_STEPS} governor steps; shorten the trace or raise --interval"
+        )
     replayer = Replayer(device, policy, seed, clocks=clocks, reaction_s=reaction_s)
     peak = float(trace.rates.max())
     static_index = policy.band_for(peak)
