@@ -1,22 +1,11 @@
-"""Search strategies beyond Optuna's stock samplers: ours (a model learned from the trials) and two-phase.
+"""The learned strategy: Gaussian processes of energy and latency fitted on the trials, the roofline as their prior.
 
-Both are Optuna samplers, so ``tune run`` drives them through the same study
-loop as the stock ones. They are bound to the (narrowed) space and the run's
-options by run_study before the first trial (``bind``): proposing a
-configuration needs the space's grid and the latency bound, which a sampler
-does not otherwise see. A proposal is returned for every parameter of the
-trial; when a strategy has nothing to propose, an inner model-based sampler
-does (GP where PyTorch is installed, multivariate TPE otherwise).
-
-Every trial a strategy proposes carries user attributes ``proposed_by`` (which
-model chose it) and ``why`` (in a line), so a run can be audited afterwards
-(trials.csv, ``tune status``); study-level notes (``strategy_notes``) say what
-the run could not use, e.g. a model without a per-layer profile.
+The default sampler of ``tune run``; docs/search.md describes its steps and
+what they were measured against.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from collections.abc import Callable
@@ -25,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from runners.profile import ModelProfile
 from tuner.models import model_profile
-from tuner.roofline import RooflineParams, features, fit_measurements, knob_roles
+from tuner.roofline import RooflineParams, features, fit_measurements
 from tuner.space import Config, Grid, SearchSpace
+from tuner.strategies.base import GuidedSampler, measured_trials, model_sampler, trial_config
 from tuner.surrogate import GaussianProcess, encode_grid
 
 _TABLES: dict[str, Table] = {}
@@ -49,167 +38,6 @@ def _normal_cdf(z: np.ndarray) -> np.ndarray:
 def _normal_pdf(z: np.ndarray) -> np.ndarray:
     """Standard normal density, in numpy: nothing to import."""
     return np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-
-
-def has_torch() -> bool:
-    """Optuna's GP sampler runs on PyTorch, which the core install leaves out."""
-    return importlib.util.find_spec("torch") is not None
-
-
-def model_sampler(seed: int | None, startup: int) -> optuna.samplers.BaseSampler:
-    """The model-based sampler that refines after a guided start: GP where it can run, TPE otherwise."""
-    if has_torch():
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup, deterministic_objective=False)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
-
-
-def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
-    """The Optuna distributions SearchSpace.suggest draws from (same names and ranges)."""
-    out: dict[str, BaseDistribution] = {}
-    for name in space.tuned_knobs:
-        knob = space.knobs[name]
-        if knob.ordered:
-            out[f"{name}_index"] = IntDistribution(0, len(knob.values) - 1)
-        else:
-            out[name] = CategoricalDistribution(knob.values)
-    if len(space.batch_sizes) > 1:
-        out["batch_size_index"] = IntDistribution(0, len(space.batch_sizes) - 1)
-    return out
-
-
-def measured_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Completed trials that measured (not reuses of an earlier measurement, not repeats)."""
-    return [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if "reused_from" not in t.user_attrs and "repeat_of" not in t.user_attrs and "qps" in t.user_attrs
-    ]
-
-
-def trial_config(t: optuna.trial.FrozenTrial) -> Config:
-    return Config(knobs=t.user_attrs["effective"], batch_size=t.user_attrs["batch_size"])
-
-
-def _draw(dist: BaseDistribution, rng: np.random.Generator) -> Any:
-    if isinstance(dist, IntDistribution):
-        return int(rng.integers(dist.low, dist.high + 1))
-    return dist.choices[int(rng.integers(len(dist.choices)))]
-
-
-class GuidedSampler(optuna.samplers.BaseSampler):
-    """A sampler that proposes whole configurations when it can, and otherwise asks a model-based sampler."""
-
-    def __init__(self, seed: int | None = None) -> None:
-        self.seed = seed
-        self.inner = model_sampler(seed, startup=10)
-        self.space: SearchSpace | None = None
-        self.device: Any = None
-        self.reason: tuple[str, str] = ("", "")
-        self.model = ""
-        self.bound_ms = float("inf")
-        self.percentile = "p99"
-
-    def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
-        self.device = device
-        self.space = space
-        self.model = model
-        self.bound_ms = max_latency_ms
-        self.percentile = percentile
-
-    def propose(self, study: optuna.Study) -> Config | None:
-        raise NotImplementedError
-
-    def infer_relative_search_space(
-        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return distributions(self.space) if self.space is not None else {}
-
-    def sample_relative(
-        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
-        if self.space is None:
-            return {}
-        if "fixed_params" in trial.system_attrs:
-            return {}
-        self.reason = ("", "")
-        config = self.propose(study)
-        if config is not None:
-            self._log(study, trial, *self.reason)
-            return self.space.params_for(config)
-        self._log(study, trial, type(self.inner).__name__, self.reason[1] or "the strategy had nothing to propose")
-        inner_space = self.inner.infer_relative_search_space(study, trial)
-        params = self.adjust(self.inner.sample_relative(study, trial, inner_space))
-        return self._unmeasured(study, params) if len(params) == len(search_space) else params
-
-    @staticmethod
-    def _log(study: optuna.Study, trial: optuna.trial.FrozenTrial, proposed_by: str, why: str) -> None:
-        """Store who proposed the trial and why in its user attributes (exported with trials.csv)."""
-        study._storage.set_trial_user_attr(trial._trial_id, "proposed_by", proposed_by)
-        study._storage.set_trial_user_attr(trial._trial_id, "why", why)
-
-    def _unmeasured(self, study: optuna.Study, params: dict[str, Any]) -> dict[str, Any]:
-        """Replace a proposal that repeats a measured configuration by a random unmeasured one.
-
-        Pinning parameters behind the inner sampler's back makes it propose
-        the same point again and again; a measured point teaches it nothing.
-        """
-        done = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
-        rng = np.random.default_rng(len(done) if self.seed is None else self.seed + len(done))
-        dists = distributions(self.space)
-        candidate = params
-        for _ in range(50):
-            key = json.dumps(self.space.effective(self._config_of(candidate)).key())
-            if key not in done:
-                return candidate
-            candidate = self.adjust({name: _draw(d, rng) for name, d in dists.items()})
-        return params
-
-    def _config_of(self, params: dict[str, Any]) -> Config:
-        knobs = {}
-        for name, knob in self.space.knobs.items():
-            if name not in self.space.tuned_knobs:
-                knobs[name] = knob.default
-            elif knob.ordered:
-                knobs[name] = knob.values[params[f"{name}_index"]]
-            else:
-                knobs[name] = params[name]
-        batches = self.space.batch_sizes
-        return Config(knobs=knobs, batch_size=batches[params["batch_size_index"]] if len(batches) > 1 else batches[0])
-
-    def adjust(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Hook for strategies that pin some parameters while the inner sampler explores the rest."""
-        return params
-
-    def sample_independent(
-        self,
-        study: optuna.Study,
-        trial: optuna.trial.FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        pinned = self.adjust({}).get(param_name)
-        if pinned is not None:
-            return pinned
-        return self.inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(
-        self,
-        study: optuna.Study,
-        trial: optuna.trial.FrozenTrial,
-        state: optuna.trial.TrialState,
-        values: list[float] | None,
-    ) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def _fresh(self, study: optuna.Study, config: Config) -> Config | None:
-        """The effective configuration if it has not been measured yet, else None."""
-        effective = self.space.effective(config)
-        key = json.dumps(effective.key())
-        done = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
-        return None if key in done else effective
 
 
 @dataclass
@@ -231,67 +59,61 @@ def space_table(space: SearchSpace) -> Table:
 
 
 class LearnedSampler(GuidedSampler):
-    """Ours: a Gaussian-process model learned from the trials, with the roofline as a prior it can lose.
+    """GPs of log energy and log latency learned from the trials, with the roofline as a prior it can lose.
 
-    Trials 1-2 are the baseline: the default configuration at the largest and
-    the smallest batch size (what a user gets untuned, and the two ends of
-    the strongest knob); trial 3 is the centre of the space (every ordered
-    knob and the batch size at its middle value), so the models see the
-    knobs move away from their defaults before they extrapolate from one
-    corner (on the Orin Nano twin with a loose bound the search otherwise
-    stayed at the largest batch and top GPU clock). From then on two models of log energy per query and
-    log tail latency are fitted on every measured trial, both GPs over every
-    tuned knob whatever its name plus the batch size: ``gp+roofline``, whose
-    prior mean is a linear function of the batch size and of the fitted
-    roofline's prediction (Pagoda's form, when the model has a per-layer
-    profile), and ``gp``, whose prior mean uses the batch size alone. Before
-    each refit both are scored on the trials measured since they last
-    predicted (prospective error). The roofline is in misfit when its own
-    prospective error exceeds three times the measurement noise; trust then
-    goes to whichever GP predicted the new trials better, and ``gp`` is
-    preferred unless the roofline-based one is clearly (20%) better.
+    Trials 1-2 measure the default configuration at the largest and smallest
+    batch size, trial 3 the centre of the space. From then on two GP pairs
+    are fitted on every measured trial, ``gp+roofline`` (prior mean linear in
+    the batch size and the fitted roofline) and ``gp`` (batch size alone);
+    each is scored on trials it had not seen, and trust moves to ``gp`` when
+    the roofline is in misfit. Proposals alternate a global step (expected
+    improvement times P(meets the bound with a noise margin)^pf_power) and a
+    local step around the best feasible configurations that first probes a
+    knob direction no trial has tried.
 
-    Proposals alternate between a global step (constrained expected
-    improvement: expected improvement of log energy times the squared
-    probability of meeting the bound with a margin of two noise standard
-    deviations) and a local step (the same score over the unmeasured
-    neighbours of the incumbent and of the next-best feasible configurations:
-    one step either way in every ordered knob and in the batch size, any
-    other value of an unordered one). The local step first takes a move of
-    the incumbent along an ordered knob in a direction no trial near its
-    batch size has tried (``_untested``), if the latency model does not rule it out: the
-    models only extrapolate there, and a prior wrong about a direction is
-    otherwise never corrected. Scoring the whole grid every trial
-    would cost most of a quick start on a small machine, so each step scores
-    a candidate set: a fresh random sample of the grid, every configuration
-    in a box of a few steps around the incumbent, and its neighbours. Before
-    the best is declared, the run re-measures the top candidates (tuner.remeasure,
-    for every strategy, best first), so the export is judged on a mean.
-
-    Why the margin and the square: a configuration whose true latency is
-    within the noise of the bound is a poor proposal either way. Measured
-    over the bound it teaches little; measured under it by luck it becomes
-    an incumbent that is truly infeasible, which then anchors the search and
-    fails the re-measurement. Both were seen in traces of tuning boards
-    (gen:5, gen:9) under plain expected improvement x P(bound).
+    Parameters: ``local_around`` best feasible configurations whose
+    neighbours a local step scores; every ``global_every``-th step is global;
+    the roofline is in misfit when its error exceeds ``misfit_factor`` x the
+    noise over the last ``recent`` trials; each step scores ``sample`` random
+    configurations plus up to ``box_sample`` within ``box_steps`` steps of the
+    incumbent; ``pf_power`` and ``pf_margin`` (noise standard deviations)
+    shape the feasibility term; ``center`` measures the centre as trial 3;
+    ``probe`` enables direction probes, skipped below ``probe_min_prob``
+    P(bound), judged over ``probe_batches`` neighbouring batch sizes.
     """
 
-    local_around = 3
-    global_every = 2
-    misfit_factor = 3.0
-    recent = 5
-    sample = 3000
-    box_steps = 2
-    box_sample = 1000
-    pf_power = 2.0
-    center = True
-    pf_margin = 2.0
-    probe = True
-    probe_min_prob = 0.2
-    probe_batches = 1
-
-    def __init__(self, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        seed: int | None = None,
+        *,
+        local_around: int = 3,
+        global_every: int = 2,
+        misfit_factor: float = 3.0,
+        recent: int = 5,
+        sample: int = 3000,
+        box_steps: int = 2,
+        box_sample: int = 1000,
+        pf_power: float = 2.0,
+        center: bool = True,
+        pf_margin: float = 2.0,
+        probe: bool = True,
+        probe_min_prob: float = 0.2,
+        probe_batches: int = 1,
+    ) -> None:
         super().__init__(seed)
+        self.local_around = local_around
+        self.global_every = global_every
+        self.misfit_factor = misfit_factor
+        self.recent = recent
+        self.sample = sample
+        self.box_steps = box_steps
+        self.box_sample = box_sample
+        self.pf_power = pf_power
+        self.center = center
+        self.pf_margin = pf_margin
+        self.probe = probe
+        self.probe_min_prob = probe_min_prob
+        self.probe_batches = probe_batches
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
         self.profile_note = ""
@@ -313,7 +135,7 @@ class LearnedSampler(GuidedSampler):
 
     def notes(self) -> list[str]:
         """What this run's strategy could and could not use (shown by tune run, stored with the study)."""
-        return [f"ours: {self.profile_note}"]
+        return [f"learned: {self.profile_note}"]
 
     def propose(self, study: optuna.Study) -> Config | None:
         if self.steps == 0 and self.space is not None:
@@ -577,7 +399,7 @@ class LearnedSampler(GuidedSampler):
         never corrected unless one trial goes and looks. Unordered knobs
         (precision, a power mode) have no direction and are not probed:
         probing their other values too cost three trials in median on the
-        measured H200 board (benchmarks/results/search.md). Counting the neighbouring
+        measured H200 board (docs/search.md). Counting the neighbouring
         batch sizes too keeps a move of the incumbent to the next batch size
         from opening every direction again (at its own batch size alone, a
         12-trial run on the Orin Nano twin spent its last trials on that).
@@ -643,75 +465,3 @@ class LearnedSampler(GuidedSampler):
                 if i is not None and i not in out:
                     out.append(i)
         return out
-
-
-class TwoPhaseSampler(GuidedSampler):
-    """PolyThrottle-style: CPU knobs first (others at their defaults), then GPU, memory and batch jointly.
-
-    Phase one measures a spread of CPU settings at the default device knobs
-    and the middle batch size and keeps the cheapest feasible one (the
-    fastest if none meets the bound). Phase two pins the CPU knobs there and
-    lets the GP sampler search the remaining knobs and the batch size.
-    """
-
-    def __init__(self, seed: int | None = None, phase_one: int = 6) -> None:
-        super().__init__(seed)
-        self.phase_one = phase_one
-        self.pinned: dict[str, Any] = {}
-
-    def _cpu_knobs(self) -> list[str]:
-        roles = knob_roles(self.space)
-        return [
-            k for k in (roles.get("cpu_mhz"), roles.get("cpu_cores")) if k is not None and k in self.space.tuned_knobs
-        ]
-
-    def _phase_one_configs(self) -> list[Config]:
-        cpu = self._cpu_knobs()
-        base = self.space.default_config(self.space.batch_sizes[len(self.space.batch_sizes) // 2])
-        if not cpu:
-            return []
-        axes = [self.space.knobs[k].values for k in cpu]
-        picks = np.linspace(0, 1, self.phase_one)
-        configs = []
-        for j, frac in enumerate(picks):
-            knobs = dict(base.knobs)
-            for a, (name, values) in enumerate(zip(cpu, axes, strict=True)):
-                spread = frac if a == 0 else (picks[(j * 2 + 1) % len(picks)])
-                knobs[name] = values[round(spread * (len(values) - 1))]
-            configs.append(self.space.effective(Config(knobs=knobs, batch_size=base.batch_size)))
-        return configs
-
-    def propose(self, study: optuna.Study) -> Config | None:
-        plan = self._phase_one_configs()
-        done = measured_trials(study)
-        if len(done) < len(plan):
-            for config in plan:
-                fresh = self._fresh(study, config)
-                if fresh is not None:
-                    self.reason = ("two-phase:cpu", "phase one: a spread of CPU settings at the default device knobs")
-                    return fresh
-        if not self.pinned and plan:
-            phase = done[: len(plan)]
-            feasible = [t for t in phase if t.constraints and all(c <= 0 for c in t.constraints.values())]
-            pick = (
-                min(feasible, key=lambda t: t.value)
-                if feasible
-                else min(phase, key=lambda t: t.user_attrs[f"{self.percentile}_ms"])
-            )
-            params = self.space.params_for(trial_config(pick))
-            self.pinned = {k: v for k, v in params.items() if k.removesuffix("_index") in self._cpu_knobs()}
-        self.reason = ("", "phase two: the inner sampler searches the device knobs, CPU knobs pinned")
-        return None
-
-    def adjust(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {**params, **self.pinned}
-
-
-def proposal_counts(study: optuna.Study) -> dict[str, int]:
-    """How many trials each model proposed in this study (from the trials' ``proposed_by``)."""
-    counts: dict[str, int] = {}
-    for t in study.get_trials(deepcopy=False):
-        who = t.user_attrs.get("proposed_by")
-        if who is not None:
-            counts[who] = counts.get(who, 0) + 1
-    return counts
