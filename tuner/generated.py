@@ -1,40 +1,13 @@
 """Generated boards for the search benchmark: random, physically plausible devices (``--device gen:SEED``).
 
-A strategy tuned on our own twins can learn their physics instead of how to
-search. These boards have other physics, drawn at random per seed, so a
-strategy can be tuned on some seeds and judged on seeds it never saw.
-
-Each board is a plugin device (the protocol of tuner/devices/base.py, opened
-through the ``powertune.devices`` entry point ``gen``) with 2-6 knobs under
-names drawn from several vendors' vocabularies, 5-8 batch sizes and 1,000 to
-50,000 distinct configurations. It declares three workloads of its own
-(``wl-conv``, ``wl-mlp``, ``wl-attn``) with per-layer profiles, as a plugin
-may (``models()``, ``profile()``).
-
-The physics (per batch of b samples), each piece a behaviour seen on real
-boards (docs/search.md says which):
-
-- two pipelined stages: a host stage (pre-processing on the online CPU cores
-  with an Amdahl fraction, plus per-layer launch cycles) and an accelerator
-  stage (per layer the larger of compute and memory time, plus a kernel
-  floor); the period is the slower stage plus a share of the faster one,
-  the latency is both stages plus a tail;
-- one stage is made the bottleneck at the default configuration: the host,
-  the compute units or the memory;
-- compute utilisation rises with the batch (b / (b + b_half));
-- a cache cliff: once a batch's activations exceed the on-chip cache, their
-  traffic is multiplied (1.5-3x);
-- power modes gate compute units (25-100%), cap clocks and set their own
-  base power;
-- voltage follows the clock above a floor (flat below a knee), so slow
-  clocks stop saving dynamic energy while static power keeps costing time;
-- power: base, accelerator leakage (x voltage x powered units) and dynamic
-  C V^2 f x activity, memory static (x clock) and energy per byte, CPU
-  leakage per online core and dynamic power of the busy ones;
-- 1-3% lognormal noise on time, 1% on power, a jittered tail.
-
-What they do not model: thermal throttling, power-limit firmware, DVFS
-governors, precision or layout knobs, contention between processes.
+A strategy tuned on the project's own twins can learn their physics instead
+of how to search; these boards draw other physics per seed, so a strategy is
+tuned on some seeds and judged on seeds it never saw. Each is a plugin
+device (entry point ``gen``) with 2-6 knobs named from several vendors'
+vocabularies, 5-8 batch sizes, 1,000-50,000 configurations and three
+workloads of its own with per-layer profiles. The physics (pipelined host and
+accelerator stages, a cache cliff, gated power modes, a voltage floor, 1-3%
+noise) and what is not modelled are listed in docs/search.md.
 """
 
 from __future__ import annotations
@@ -189,7 +162,7 @@ class GeneratedBoard(VirtualBoard):
             knobs[mode_knob] = Knob(values=names, default="MAX", ordered=False)
         return SearchSpace(
             kind=f"gen-{self.seed}",
-            description=f"generated board {self.seed} (tuner/landscapes.py)",
+            description=f"generated board {self.seed} (tuner/generated.py)",
             source="random draw, not a real device",
             knobs=knobs,
             batch_sizes=batches,
@@ -434,7 +407,7 @@ def _profile(
         model=name,
         task="generated",
         input_shape=[1],
-        generated_by="tuner.landscapes (synthetic)",
+        generated_by="tuner.generated (synthetic)",
         layers=[
             LayerProfile(
                 name=f"layer{i}",
