@@ -8,8 +8,9 @@ batch-1 energy against the GPU clock (PolyThrottle).
 
 from __future__ import annotations
 
+from twin_calibration import ORIN_MAXN, ORIN_MAXQ
+
 from runners.profile import load_profile
-from tuner.calibration import ORIN_MAXN, ORIN_MAXQ
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
 from tuner.space import Config

@@ -1,10 +1,10 @@
 """Calibration rows (published or measured), the op-class microbenchmark fit, and the twin's error on each row.
 
 Shared by scripts/calibrate_twin.py (which fits parameters), docs/twin.md and
-the tests that hold the twin to its calibration. Rows carry the machine they
+the tests that hold the twin to its calibration; not part of the package. Rows carry the machine they
 were measured on (``host``): eager launch cost depends on the host CPU, which
 differs between the machines the H200 rows came from, so each machine has one
-host-speed factor (tuner/calibration_data/hosts.json).
+host-speed factor (scripts/calibration_data/hosts.json).
 """
 
 from __future__ import annotations
