@@ -391,21 +391,13 @@ class LearnedSampler(GuidedSampler):
     def _untested(self, table: Table, cand: np.ndarray, is_local: np.ndarray, incumbent: int) -> np.ndarray:
         """Local candidates that move the incumbent along one ordered knob in a direction no measured trial went.
 
-        Untried means: no measured trial at the incumbent's batch size or
-        within ``probe_batches`` batch steps of it has that knob on that
-        side of the incumbent's value. There the models only extrapolate,
-        and a prior that is wrong about the direction (the roofline charged
-        a higher memory clock more energy than it saved on the H200 twin) is
-        never corrected unless one trial goes and looks. Unordered knobs
-        (precision, a power mode) have no direction and are not probed:
-        probing their other values too cost three trials in median on the
-        measured H200 board (docs/search.md). Counting the neighbouring
-        batch sizes too keeps a move of the incumbent to the next batch size
-        from opening every direction again (at its own batch size alone, a
-        12-trial run on the Orin Nano twin spent its last trials on that).
-        Returned as a priority (-inf: not such a move): minus the number of
-        distinct values of the moved knob measured at those batch sizes, so
-        the least explored knob is looked at first.
+        Untried: no measured trial within ``probe_batches`` batch steps of the
+        incumbent has that knob on that side of its value. The models only
+        extrapolate there, and a prior wrong about the direction is never
+        corrected unless one trial looks. Unordered knobs have no direction and
+        are not probed. Returned as a priority (-inf: not such a move): minus
+        the number of distinct values of the moved knob measured nearby, so the
+        least explored knob comes first.
         """
         out = np.full(len(cand), -np.inf)
         if not self.probe or not self.scored:
