@@ -1,5 +1,6 @@
 import ast
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,14 @@ def test_the_cheapest_candidate_is_re_measured_first_even_near_the_bound():
         )
     _, attrs = next_repeat(study, space, top=1, repeats=2)
     assert attrs["repeat_of"] == 1
+
+
+def test_tune_run_accepts_the_old_name_of_the_learned_strategy(tmp_path):
+    from clirun import run_cli
+
+    r = run_cli(
+        *("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--trials", "3"),
+        *("--sampler", "ours", "--seed", "0", "--out", str(tmp_path), "--json"),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "baseline" in json.loads(r.stdout)["proposed_by"]

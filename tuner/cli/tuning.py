@@ -17,7 +17,7 @@ from tuner.devices.journal import hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
-from tuner.sampling import ALIASES, DEFAULT_SAMPLER, SAMPLERS, make_sampler
+from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, canonical, make_sampler
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
         check_count(heartbeat, "--heartbeat", 10, maximum=3600)
         check_seconds(timeout, "--timeout", "600")
         bound = common.latency(max_latency)
-        common.choice(sampler, (*SAMPLERS, *ALIASES), "--sampler")
+        sampler = common.choice(canonical(sampler), SAMPLERS, "--sampler")
         check_meter(meter, device)
         url = common.run_storage(storage, out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
