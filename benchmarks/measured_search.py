@@ -1,4 +1,4 @@
-"""The default strategy against random search on a measured board (issue 12): a real card's windows replayed.
+"""The default strategy against random search on a measured board: a real card's windows replayed.
 
 Usage: PYTHONPATH=. python benchmarks/measured_search.py [--seeds 10] [--jobs 2] [--build-table]
        [--models resnet50,bert-base] [--bounds q25,q50,q75] [--out benchmarks/results]
@@ -36,6 +36,7 @@ from pathlib import Path
 
 from tuner.bench import BenchReport, BenchSettings, markdown, run_bench
 from tuner.measured import DATA, MeasuredBoard, table_from_raw
+from tuner.sampling import canonical
 
 RAW = Path(__file__).parent / "results" / "h200-observe"
 WITHIN = 40
@@ -110,7 +111,7 @@ def main() -> None:
     parser.add_argument("--random-trials", type=int, default=200)
     parser.add_argument("--models", default="resnet50,bert-base")
     parser.add_argument("--bounds", default="q25,q50,q75")
-    parser.add_argument("--strategies", default="ours,random")
+    parser.add_argument("--strategies", default="learned,random")
     parser.add_argument("--build-table", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
@@ -121,7 +122,7 @@ def main() -> None:
         devices=["measured:h200"],
         models=args.models.split(","),
         bounds=args.bounds.split(","),
-        strategies=args.strategies.split(","),
+        strategies=[canonical(s) for s in args.strategies.split(",")],
         seeds=args.seeds,
         trials=args.trials,
         random_trials=args.random_trials,

@@ -1,7 +1,7 @@
 """Run the search benchmark (the same code as ``tune bench``) and write search.json and search-tables.md.
 
 Usage: PYTHONPATH=. python benchmarks/search.py [--seeds 1] [--board-runs 1] [--jobs 2] [--quick]
-       [--devices sim:orin,...] [--models resnet50,...] [--strategies ours,random]
+       [--devices sim:orin,...] [--models resnet50,...] [--strategies learned,random]
        [--tune-boards 0-19] [--judge-boards 1000-1059] [--out DIR]
 
 BLAS is held to one thread per process: the models fitted per trial are
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from tuner.bench import BenchSettings, markdown, quick_settings, run_bench
-from tuner.landscapes import board_seeds
+from tuner.generated import board_seeds
 
 
 def main() -> None:

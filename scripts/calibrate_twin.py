@@ -4,7 +4,7 @@ Usage: python scripts/calibrate_twin.py [--write]
 
 1. Op classes (achieved fraction of peak compute per precision, of peak
    bandwidth, kernel floor in GPU cycles) come from the H200 microbenchmarks
-   (tuner/calibration_data/h200-opclass-microbench.json, -launch-microbench.json)
+   (scripts/calibration_data/h200-opclass-microbench.json, -launch-microbench.json)
    and transfer to the Orin twins unchanged: only the published peaks (per
    TPC and cycle, bytes per memory MHz) differ. Launch cost per layer by
    operator type comes from the same launch microbenchmark.
@@ -12,7 +12,7 @@ Usage: python scripts/calibrate_twin.py [--write]
    power) to the rows marked fitted: host-speed factors (one per machine) and
    power coefficients. Nothing in an op class is fitted to whole-model rows.
 3. With --write the parameters go to tuner/devices/twin_params/<kind>.json,
-   the host factors to tuner/calibration_data/hosts.json, and the residual of
+   the host factors to scripts/calibration_data/hosts.json, and the residual of
    every row (fitted and not) to docs/twin.md.
 """
 
@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
-
-from tuner.calibration import (
+from twin_calibration import (
     CALIBRATION_DIR,
     SOURCE_LIMITED_ROWS,
     all_rows,
@@ -34,6 +33,7 @@ from tuner.calibration import (
     params_with,
     twin_errors,
 )
+
 from tuner.devices.twin import TwinDevice, TwinParams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -343,7 +343,7 @@ def fit(twin: str, params: dict, rows: list, host_values: dict[str, float]) -> t
                 if e[key] is not None:
                     r = float(np.log1p(e[key]))
                     if e["row"] in SOURCE_LIMITED_ROWS and e["source"].startswith("h200_default"):
-                        r *= 0.5  # source-limited (tuner/calibration.py): half weight, no steep penalty
+                        r *= 0.5  # source-limited (scripts/twin_calibration.py): half weight, no steep penalty
                         out.append(r)
                         continue
                     out.append(r + 4.0 * np.sign(r) * max(0.0, abs(r) - 0.12))
@@ -427,7 +427,7 @@ def write_doc(rows: list, checks: list[str]) -> None:
         lines.append("")
     host = json.loads((CALIBRATION_DIR / "hosts.json").read_text())["factors"]
     lines += [
-        "Host factors of the machines other rows were measured on (tuner/calibration_data/hosts.json, fitted): "
+        "Host factors of the machines other rows were measured on (scripts/calibration_data/hosts.json, fitted): "
         + ", ".join(f"{k} {v:.3f}" for k, v in host.items()),
         "",
     ]
@@ -450,7 +450,7 @@ def write_params(kind: str, params: dict) -> None:
 
 
 def main() -> None:
-    from tuner.twin_checks import published_checks
+    from twin_checks import published_checks
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="write fitted parameters back")

@@ -1,8 +1,14 @@
 import os
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+
+# The twin's calibration tooling (scripts/twin_calibration.py, scripts/twin_checks.py) is not in the package.
+# Appended, not prepended: the installed tuner still comes first.
+sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))
 
 
 @pytest.fixture(autouse=True)

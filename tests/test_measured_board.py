@@ -83,7 +83,7 @@ def test_bench_scores_the_measured_board_at_quantile_bounds():
     assert [land.suite for land in lands] == ["measured", "measured"]
     assert lands[0].feasible_fraction == pytest.approx(0.25, abs=0.03)
     assert lands[1].feasible_fraction == pytest.approx(0.75, abs=0.03)
-    result = run_one(lands[1], 1, "ours", 0, 12, "p99")
+    result = run_one(lands[1], 1, "learned", 0, 12, "p99")
     assert result.measured == 12 and result.final_regret is not None and 0 <= result.violation <= 1
 
 

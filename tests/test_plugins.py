@@ -255,7 +255,7 @@ def test_tune_bench_on_plugin_device(plugin_path, tmp_path):
         "--bounds",
         "medium",
         "--strategies",
-        "random,ours",
+        "random,learned",
         "--seeds",
         "1",
         "--trials",
@@ -272,7 +272,7 @@ def test_tune_bench_on_plugin_device(plugin_path, tmp_path):
     assert r.returncode == 0, r.stderr
     payload = json.loads(r.stdout)
     assert payload["landscapes"] == 1 and payload["runs"] == 2
-    assert {row["strategy"] for row in payload["summary"]} == {"random", "ours"}
+    assert {row["strategy"] for row in payload["summary"]} == {"random", "learned"}
     assert (tmp_path / "out" / "bench" / "search.json").is_file()
 
 
@@ -283,7 +283,7 @@ def test_unknown_plugin_names_the_forms(tmp_path):
 
 
 def test_plugin_model_of_its_own_through_the_default_strategy(plugin_path):
-    """A board defined outside the repository, a model only it knows: ours fits its profile and finds the optimum."""
+    """A board defined outside the repository, a model only it knows: the learned strategy fits its profile."""
     dev = open_device("py:ownplug:OwnBoard")
     options = RunOptions(model="my-net", max_latency_ms=40, trials=14, seed=0, storage=MEMORY_STORAGE)
     study, summary = run_study(dev, options)

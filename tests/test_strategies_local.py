@@ -25,9 +25,9 @@ def _row(table, clock: int, mem: int, mode: str, batch: int) -> int:
     return table.grid.position(key)
 
 
-def _sampler(measured: list[int]) -> tuple[LearnedSampler, object]:
+def _sampler(measured: list[int], **settings) -> tuple[LearnedSampler, object]:
     space = _space()
-    sampler = LearnedSampler(seed=0)
+    sampler = LearnedSampler(seed=0, **settings)
     sampler.bind(space, "no-such-model", 10.0, "p99")
     sampler.scored = set(measured)
     return sampler, space_table(space)
@@ -47,7 +47,7 @@ def test_untried_directions_are_those_no_trial_at_the_incumbents_batch_went():
     # the batch size is not a direction; the other memory clock (tried only two batch steps away, at
     # batch 4) was not. The unordered mode has no direction: its other value is never a probe.
     assert untried == {"clock=300 mem=2 mode=a bs=1"}
-    sampler.probe_batches = 2
+    sampler, table = _sampler(measured, probe_batches=2)
     priority = sampler._untested(table, cand, np.ones(len(cand), dtype=bool), here)
     assert not np.isfinite(priority).any()
 
@@ -84,7 +84,7 @@ def test_the_local_step_probes_an_untried_direction_even_when_the_model_prefers_
     assert picked.label() == table.grid[mem_up].label()
     assert sampler.reason[1].startswith("untried direction of a knob")
 
-    sampler.probe = False
+    sampler, table = _sampler(measured, probe=False)
     sampler.steps = 1
     assert sampler._acquire(*args).label() != table.grid[mem_up].label()
 

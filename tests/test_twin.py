@@ -3,9 +3,7 @@ import json
 
 import numpy as np
 import pytest
-
-from runners.profile import load_profile
-from tuner.calibration import (
+from twin_calibration import (
     CALIBRATION_DIR,
     SOURCE_LIMITED_ROWS,
     fit_op_classes,
@@ -13,14 +11,16 @@ from tuner.calibration import (
     sweep_rows,
     twin_errors,
 )
+from twin_checks import clock_curve, maxq_saving, mode_ordering
+
+from runners.profile import load_profile
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice, load_params
 from tuner.errors import UserError
 from tuner.space import Config
-from tuner.twin_checks import clock_curve, maxq_saving, mode_ordering
 
 EXACT = WindowSettings(noise=False)
-# Launch-bound H200 reference rows no single launch-bound figure can meet (tuner/calibration.py): held to the
+# Launch-bound H200 reference rows no single launch-bound figure can meet (scripts/twin_calibration.py): held to the
 # source's own limit, sqrt(slowest / fastest) - 1 = 19.9%, plus 1% (docs/twin.md).
 KNOWN_MISSES = SOURCE_LIMITED_ROWS
 

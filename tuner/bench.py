@@ -1,40 +1,31 @@
 """The search benchmark behind ``tune bench``: how many trials each strategy needs to reach the optimum.
 
-A landscape is a model on a device under a latency bound. Its ground truth is
-the noise-free sweep (run_sweep/optimum, what ``tune sweep`` reports); bounds
-are quantiles of the sweep's own tail latencies (5%, 25%, 60%), so every
-landscape is feasible and tight ones are hard, but never closer than 15%, 50%
-and 200% above the fastest configuration: where a device is launch-bound,
-many configurations share the latency floor, and a bound inside the noise
-band of that floor would be decided by noise, not by search. Each strategy runs through run_study, the
-code path of ``tune run``, with in-memory storage and the device's seeded
-measurement noise. After every measured trial the configuration the strategy
-would report (its recommended trial so far) is scored by its TRUE noise-free
-energy; it counts as reached within x% only if it truly meets the bound and
-its true energy is within x% of the optimum. Trials are counted as a user
-counts them (a trial that confirms its window with more windows counts once,
-feasible or not; reused configurations are free). The exported best is
-re-measured with fresh noise to see how often it violates the bound.
+A landscape is a device, a model and a latency bound. Its ground truth is the
+noise-free sweep; bounds are quantiles of the sweep's tail latencies (5%,
+25%, 60%), never closer than 15%, 50% and 200% above the fastest
+configuration, so that noise around a launch-bound floor does not decide the
+result. Each strategy runs through run_study (the code path of ``tune run``)
+with in-memory storage and the device's seeded noise; after every measured
+trial (a reused configuration is free; a trial that confirms its window
+with two more counts once) the configuration it would report (its
+recommended trial so far) is
+scored by its true energy: it reaches x% only if it truly meets the bound and
+is within x% of the optimum. The exported best is re-measured with fresh
+noise to count bound violations.
 
-Suites, reported separately: the twins (sim:orin, sim:h200,
-sim:orin-nano with the zoo models), measured boards (``measured:h200``,
-tuner/measured.py: a real card's windows replayed; bounds q25/q50/q75 make
-25/50/75% of its configurations feasible), and generated boards (tuner/landscapes.py,
-``gen:SEED``) split by seed into the boards the strategy was tuned on and the
-boards it is judged on (seeds it never saw while it was designed). A
-generated board contributes one landscape: its seed picks the workload and the
-bound, so the judged landscapes spread over every workload and bound.
+Suites, reported separately: the twins, measured boards (``measured:h200``,
+a real card's windows replayed; bounds q25/q50/q75) and generated boards
+(``gen:SEED``, tuner/generated.py), split into the boards the strategy was
+tuned on and the boards it is judged on. docs/search.md has the figures.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import multiprocessing
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import optuna
@@ -43,12 +34,11 @@ from pydantic import BaseModel, Field
 from tuner.devices.base import Device, WindowSettings
 from tuner.devices.registry import open_device
 from tuner.errors import UserError
-from tuner.landscapes import WORKLOADS
+from tuner.generated import WORKLOADS
 from tuner.records import recommended_of
 from tuner.run_options import RunOptions
-from tuner.sampling import available_samplers, make_sampler
+from tuner.sampling import available_samplers, canonical, make_sampler
 from tuner.space import Config
-from tuner.strategies import Table, space_table
 from tuner.study import MEMORY_STORAGE, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 
@@ -57,7 +47,7 @@ BOUND_QUANTILES = {"tight": 0.05, "medium": 0.25, "loose": 0.6, "q25": 0.25, "q5
 BOUND_FLOORS = {"tight": 1.15, "medium": 1.5, "loose": 3.0, "q25": 1.15, "q50": 1.15, "q75": 1.15}
 DEFAULT_BOUNDS = ("tight", "medium", "loose")
 GEN_BOUNDS = ("tight", "medium", "loose")
-STRATEGIES = ("random", "tpe", "gp", "two-phase", "ours")
+STRATEGIES = ("random", "tpe", "gp", "two-phase", "learned")
 DEFAULT_DEVICES = ("sim:orin", "sim:h200", "sim:orin-nano")
 DEFAULT_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
 TUNE_BOARDS = tuple(range(0, 20))
@@ -139,22 +129,6 @@ def truth(name: str, model: str, percentile: str) -> dict[str, tuple[float, floa
             if r.measurement is not None and r.measurement.valid
         }
     return _TRUTH[(name, model)]
-
-
-def true_logs(land: Landscape) -> tuple[Table, np.ndarray, np.ndarray]:
-    """The landscape's grid table and the noise-free log energy and log latency of every row (50 where invalid).
-
-    What the benchmark scripts that set the strategy's model against the
-    truth read (search_ceiling.py, search_model_error.py), row for row.
-    """
-    table = space_table(narrowed_space(device(land.device), None, None))
-    log_e = np.full(len(table.grid), 50.0)
-    log_l = np.full(len(table.grid), 50.0)
-    for key, (energy, latency) in truth(land.device, land.model, "p99").items():
-        row = table.grid.position(key)
-        if row is not None:
-            log_e[row], log_l[row] = np.log(energy), np.log(latency)
-    return table, log_e, log_l
 
 
 def build_landscapes(settings: BenchSettings, progress: Callable[[int, int], None] | None = None) -> list[Landscape]:
@@ -257,98 +231,6 @@ def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: 
     )
 
 
-def run_record(landscape: Landscape, result: RunResult) -> dict[str, object]:
-    """One run as the variant scripts under benchmarks/ store it, so their files pair run by run.
-
-    The landscape by device, suite, model and bound; trials to within 2%
-    (None: not within 40), how far the exported best is over the optimum and
-    how often it violates the bound in fresh windows.
-    """
-    return {
-        "device": landscape.device,
-        "suite": landscape.suite,
-        "model": landscape.model,
-        "bound": landscape.bound,
-        "reach": result.reach["2%"],
-        "final_regret": result.final_regret,
-        "violation": result.violation,
-    }
-
-
-def add_board_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every variant script under benchmarks/ takes for board_runs, with the development boards.
-
-    ``--seed`` (the run seed), ``--tune-boards`` and ``--judge-boards``
-    (gen:0-19 and gen:2000-2039 unless told: the boards variants are
-    compared on, never the judged gen:1000-1049) and ``--out`` (a JSON file).
-    """
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tune-boards", default="0-19")
-    parser.add_argument("--judge-boards", default="2000-2039")
-    parser.add_argument("--out", type=Path)
-
-
-def board_runs(
-    tune_boards: list[int],
-    judge_boards: list[int],
-    seed: int,
-    prepare: Callable[[int, Landscape], None] | None = None,
-) -> list[dict[str, object]]:
-    """The default strategy once on each generated board at one run seed, as run records.
-
-    The loop the variant scripts under benchmarks/ share, in this process so
-    that attributes they set on LearnedSampler hold. ``prepare`` is called
-    with each landscape (and its index) before its run, for a script whose
-    replaced model reads that landscape's truth (search_ceiling.py).
-    """
-    settings = BenchSettings(
-        devices=[], models=[], tune_boards=tune_boards, judge_boards=judge_boards, strategies=["ours"]
-    )
-    runs = []
-    for i, land in enumerate(build_landscapes(settings)):
-        if prepare is not None:
-            prepare(i, land)
-        runs.append(run_record(land, run_one(land, i, "ours", seed, settings.trials, settings.percentile)))
-    return runs
-
-
-def twin_runs(
-    device_name: str,
-    models: list[str],
-    seeds: list[int],
-    prepare: Callable[[int, Landscape], None] | None = None,
-    progress: Callable[[dict[str, object]], None] | None = None,
-) -> list[dict[str, object]]:
-    """The default strategy on a twin's landscapes (model x bound) at each run seed, as run records with their seed.
-
-    board_runs' counterpart for twins, in this process for the same reason;
-    ``prepare`` sees each landscape once before its runs, ``progress`` each
-    record as it is made (search_twin_seeds.py, search_model_error.py).
-    """
-    settings = BenchSettings(devices=[device_name], models=models, tune_boards=[], judge_boards=[], strategies=["ours"])
-    runs: list[dict[str, object]] = []
-    for i, land in enumerate(build_landscapes(settings)):
-        if prepare is not None:
-            prepare(i, land)
-        for seed in seeds:
-            result = run_one(land, i, "ours", seed, settings.trials, settings.percentile)
-            runs.append({**run_record(land, result), "seed": seed})
-            if progress is not None:
-                progress(runs[-1])
-    return runs
-
-
-def certifiable_optimum(table: dict, bound: float, margin: float) -> float:
-    """Lowest true energy per query whose noise-free latency, raised by a relative margin, meets the bound.
-
-    Where the optimum sits within the re-measurement's margin of the bound,
-    no run can certify it: this is the best an export that keeps its promise
-    can be (inf if nothing clears the margin). Used by the benchmark scripts
-    that split an export's distance to the optimum into promise and search.
-    """
-    return min((j for j, latency in table.values() if latency * (1 + margin) <= bound), default=math.inf)
-
-
 def true_ratio(trial: optuna.trial.FrozenTrial | None, table: dict, bound: float, opt: float) -> float:
     """True energy over the optimum of a reported configuration; infinite if none or truly infeasible."""
     if trial is None:
@@ -378,11 +260,11 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
     Twins run ``settings.seeds`` times each; a generated board runs
     ``settings.board_runs`` times (once by default: its seed already varies the
     landscape), each at its own run seed. One run per board is a noisy
-    figure: on the development boards the default strategy's mean trials to
-    2% moved by 3-5 between run seeds 0, 1 and 2 (search.md, fifth round), so
-    comparing two strategies wants several. ``progress(done, total, stage)`` is
-    called through both stages ("sweeps", then "runs").
+    figure (docs/search.md), so comparing two strategies wants several.
+    ``progress(done, total, stage)`` is called through both stages ("sweeps",
+    then "runs").
     """
+    settings = settings.model_copy(update={"strategies": [canonical(s) for s in settings.strategies]})
     unknown = [s for s in settings.strategies if s not in STRATEGIES]
     if unknown:
         raise UserError(f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}")

@@ -357,7 +357,7 @@ def _energy_prior(first: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarra
     traffic, and idle power fixed and by GPU, memory and CPU), with a relative
     weight of 0.3/sqrt(points) like the time fit's, falling as trials arrive.
     A term absent at the first point (a zero column) keeps a weak ridge
-    toward zero. Judged in benchmarks/results/search.md, ninth round.
+    toward zero. Judged in docs/search.md.
     """
     shares = np.array(ENERGY_SHARES)
     prior = np.where(first > 0, shares / np.maximum(first, 1e-30), 0.0)

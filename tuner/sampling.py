@@ -1,7 +1,8 @@
 """Sampler choice: which Optuna sampler explores the space.
 
 The dependency runs one way: this module builds samplers and imports the
-strategies; tuner.strategies never imports this module.
+strategies; tuner.strategies never imports this module. ``learned`` (the
+default) was called ``ours`` before; the old name is still accepted.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from tuner.errors import UserError
 from tuner.indexed import IndexedSampler
 from tuner.strategies import LearnedSampler, TwoPhaseSampler, has_torch
 
-SAMPLERS = ("auto", "ours", "gp", "tpe", "random", "two-phase")
+SAMPLERS = ("auto", "learned", "gp", "tpe", "random", "two-phase")
+ALIASES = {"ours": "learned"}
 DEFAULT_SAMPLER = "auto"
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "available_samplers", "has_torch", "make_sampler"]
+__all__ = ["ALIASES", "DEFAULT_SAMPLER", "SAMPLERS", "available_samplers", "canonical", "has_torch", "make_sampler"]
 
 
 def available_samplers() -> list[str]:
@@ -23,19 +25,25 @@ def available_samplers() -> list[str]:
     return [s for s in SAMPLERS if s != "auto" and (s != "gp" or has_torch())]
 
 
+def canonical(name: str) -> str:
+    """A sampler name in lower case with an old alias replaced by its current name (``ours`` -> ``learned``)."""
+    name = name.lower()
+    return ALIASES.get(name, name)
+
+
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     """Build a sampler that honours the latency constraint set with trial.set_constraint.
 
     Stock samplers are wrapped in IndexedSampler so they see the order of ordered knobs.
     """
-    name = name.lower()
+    name = canonical(name)
     if name == "auto":
-        name = "ours"
+        name = "learned"
     if name == "tpe":
         return IndexedSampler(optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True))
     if name == "random":
         return IndexedSampler(optuna.samplers.RandomSampler(seed=seed))
-    if name == "ours":
+    if name == "learned":
         return LearnedSampler(seed=seed)
     if name == "two-phase":
         return TwoPhaseSampler(seed=seed)

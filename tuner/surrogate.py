@@ -157,10 +157,6 @@ class GaussianProcess:
         """Fitted measurement noise (standard deviation, log units: relative)."""
         return float(np.sqrt(np.exp(self.log_noise)))
 
-    def relevance(self, columns: list[str]) -> dict[str, float]:
-        """Inverse length scale per input: which knobs the model finds the landscape depends on."""
-        return {c: round(float(np.exp(-s)), 3) for c, s in zip(columns, self.log_scales, strict=True)}
-
 
 def _kernel(a: np.ndarray, b: np.ndarray, log_scales: np.ndarray, log_signal: float) -> np.ndarray:
     scaled_a = a / np.exp(log_scales)

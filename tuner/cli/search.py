@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--strategies",
             "--sampler",
-            help="comma list of random, tpe, gp, two-phase, ours [default: every one this install can run]",
+            help="comma list of random, tpe, gp, two-phase, learned [default: every one this install can run]",
         ),
         tune_boards: str | None = typer.Option(
             None,
@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
         from tuner.bench import BenchSettings, default_strategies, markdown, quick_settings, run_bench, text_rows
-        from tuner.landscapes import board_seeds
+        from tuner.generated import board_seeds
 
         check_count(seeds, "--seeds", 3, maximum=1000)
         check_count(board_runs, "--board-runs", 1, maximum=1000)

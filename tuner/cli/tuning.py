@@ -18,7 +18,7 @@ from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
 from tuner.run_options import RunOptions
-from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, make_sampler
+from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, canonical, make_sampler
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
         sampler: str = typer.Option(
             DEFAULT_SAMPLER,
             "--sampler",
-            help="auto (= ours, roofline-guided), ours, gp, tpe, random, two-phase",
+            help="auto (= learned: GPs with a roofline prior), learned, gp, tpe, random, two-phase",
         ),
         storage: str | None = common.StorageOpt,
         out: Path = common.OutOpt,
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
         check_count(heartbeat, "--heartbeat", 10, maximum=3600)
         check_seconds(timeout, "--timeout", "600")
         bound = common.latency(max_latency)
-        common.choice(sampler, SAMPLERS, "--sampler")
+        sampler = common.choice(canonical(sampler), SAMPLERS, "--sampler")
         check_meter(meter, device)
         url = common.run_storage(storage, out)
         dev = open_for(device, allow_clock_changes, sysfs_root, space)
