@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 Q="name,driver_version,clocks.sm,clocks.mem,power.limit,persistence_mode,compute_mode"
 nvidia-smi --query-gpu=$Q --format=csv > $OUT/nvidia-smi.csv
 python3 benchmarks/serve_batching_h200.py --out $OUT/serve-batching.json --window ${WINDOW:-5} \
-  --budget ${BUDGET:-300} 2>&1 | tee $OUT/serve-batching.log
+  --budget ${BUDGET:-300} --modes ${MODES:-before,after,arrived-gc} 2>&1 | tee $OUT/serve-batching.log
 echo "measured at call second $SECONDS"
 timeout ${PLAN_S:-170} python3 -m tuner plan --model resnet50 --device cuda:0 --max-latency 20ms \
   --rates 500,4000,10000 --knobs precision,graph --batch-sizes 8,32,128 --trials 4 --refine 0 --window 2 \

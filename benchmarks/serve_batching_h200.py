@@ -175,7 +175,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--window", type=float, default=5.0)
     parser.add_argument("--budget", type=float, default=330.0, help="seconds; later windows are skipped")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     args = parser.parse_args()
+    modes = {name: MODES[name] for name in args.modes.split(",")}
     started = time.monotonic()
     dev = NvmlDevice(0)
     import torch
@@ -204,7 +206,7 @@ def main() -> None:
         prepare_s = time.monotonic() - t0
         points = [("server", r) for r in rates] + [("singlestream", None)]
         for scenario, rate in points:
-            for mode, options in MODES.items():
+            for mode, options in modes.items():
                 if mode == "arrived-gc" and rate != rates[0]:
                     continue
                 config = {"model": model, "precision": precision, "channels_last": channels_last, "graph": graph,

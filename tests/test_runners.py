@@ -67,9 +67,13 @@ class CountingModel(torch.nn.Module):
         super().__init__()
         self.linear = torch.nn.Linear(4, 2)
         self.batches: list[int] = []
+        self.threads: set[int] = set()
 
     def forward(self, x):
+        import threading
+
         self.batches.append(x.shape[0])
+        self.threads.add(threading.get_ident())
         return self.linear(x)
 
 
@@ -94,6 +98,15 @@ def test_eager_runs_the_batch_that_arrived_and_warms_every_size_before_a_window(
     assert model.batches == [1, 3, 8, 8]
     with pytest.raises(ValueError, match="maximum of 8"):
         runner.infer(9)
+    # Warm-ups and batches, whichever thread asks for them, run on the runner's one model thread,
+    # where per-thread kernel caches (cuDNN's execution plans) were warmed.
+    import threading
+
+    other = threading.Thread(target=runner.infer, args=(5,))
+    other.start()
+    other.join()
+    assert model.batches[-1] == 5 and model.threads == {runner._thread.ident}
+    runner.close()
 
 
 def test_graph_ladder_runs_the_smallest_prepared_size_and_is_kept_across_maxima(monkeypatch):

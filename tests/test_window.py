@@ -137,6 +137,23 @@ def test_server_batches_run_the_samples_that_arrived_and_latency_is_per_query(tm
     assert all(o <= lg for o, lg in zip(own, loadgen, strict=True))
 
 
+class SlowStartMeter(RecordingMeter):
+    """Starts only once its counter has moved, as the NVML energy meter waits for an update edge."""
+
+    def start(self) -> None:
+        time.sleep(0.15)
+        super().start()
+
+
+def test_server_starts_the_meter_before_the_first_query_arrives(tmp_path):
+    meter = SlowStartMeter()
+    settings = WindowSettings(window_s=0.5, warmup_s=0.0, scenario="server", options={"server_target_qps": 400.0})
+    result = run_window(SleepyRunner(0.001), 8, settings, tmp_path, meter=meter)
+    # no query waits for the meter: it was running before LoadGen issued the first one
+    assert meter.started <= result.start_monotonic < min(result.arrivals)
+    assert result.energy is not None and result.energy.duration_s >= result.duration_s
+
+
 def test_padded_server_batches_run_the_maximum(tmp_path):
     runner = SizeRecordingRunner()
     settings = WindowSettings(

@@ -199,10 +199,11 @@ class _BatchingSUT:
     runs from its own arrival, including any wait for the runner, as a user
     would see it.
 
-    The measured window is bracketed by the worker itself: monitors and meter
-    start just before the first batch runs and stop right after the batch at
-    which ``rule`` ends the window (or, in Offline, after the last issued
-    sample). LoadGen's own start-up (building and handing over the samples)
+    The measured window is bracketed by the worker itself: in Offline monitors
+    and meter start just before the first batch runs (in Server and
+    SingleStream just before LoadGen starts, so that no arriving query waits
+    for the meter to start) and stop right after the batch at which ``rule``
+    ends the window (or after the last issued sample). LoadGen's own start-up (building and handing over the samples)
     and tear-down (writing its logs) stay outside the energy and the queries.
     Samples still queued when the window ends are completed at once without
     running the model, so LoadGen can finish; they are counted as skipped and
@@ -451,8 +452,9 @@ def run_window(
 ) -> WindowResult:
     """Warm up, then run one LoadGen test with the meter bracketing exactly the measured batches.
 
-    The meter starts just before the first batch and stops right after the
-    last measured one, so energy and queries cover the same interval;
+    The meter starts just before the first batch (Server and SingleStream:
+    just before LoadGen starts issuing) and stops right after the last
+    measured one, so energy and queries cover the same interval;
     monitors (telemetry) start before the meter and stop after it. In Offline
     the window ends after ``settings.window_s``, or earlier when adaptive
     (see :class:`WindowSettings`); why it ended and the interval it reached
@@ -565,6 +567,11 @@ def _run_once(
     sut_state.run()
     with interrupts.listening(sut_state.abort):
         try:
+            if scenario != "offline":
+                # Queries arrive on LoadGen's schedule: a meter that waits for its
+                # counter's next update (NVML's, up to 100 ms) must do so before the
+                # first one arrives, or that query and those behind it wait too.
+                sut_state.open_window()
             _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
         finally:
             if freeze:
