@@ -8,12 +8,14 @@ precision, memory format and graph mode) so that a study returning to a
 configuration pays model copies, CUDA-graph capture and torch.compile once,
 in prepare(), never inside a measured window.
 
-Every warm-up and every batch that launches kernels op by op (eager and
-compiled) runs on one thread the runner owns, whichever thread calls
-``infer``: PyTorch keeps cuDNN's execution plans per thread, so a shape
-warmed on one thread costs its plan search again (40-90 ms for resnet50 on
-an H200) the first time another thread runs it. A captured graph replays
-from the caller's thread; it holds no such state.
+On a GPU every warm-up and every batch that launches kernels op by op
+(eager and compiled) runs on one thread the runner owns, whichever thread
+calls ``infer``: PyTorch keeps cuDNN's execution plans per thread, so a
+shape warmed on one thread costs its plan search again (40-90 ms for
+resnet50 on an H200) the first time another thread runs it. A captured graph
+replays from the caller's thread; it holds no such state. On the CPU the
+caller's thread runs everything (no per-thread plans to keep warm, and a
+hand-off per batch costs a busy host more than it saves).
 """
 
 from __future__ import annotations
@@ -203,6 +205,7 @@ class TorchRunner:
         model: str | ModelSource,
         device: str = "cpu",
         weights: str | Path | None = None,
+        model_thread: bool | None = None,
     ) -> None:
         self._source = model if isinstance(model, ModelSource) else zoo_source(model)
         self.name = self._source.name
@@ -214,7 +217,8 @@ class TorchRunner:
         self._variants: OrderedDict[RunSettings, _Variant] = OrderedDict()
         self._active: _Variant | None = None
         self.compiles = 0
-        self._thread = _ModelThread(self.name)
+        use_thread = self._cuda if model_thread is None else model_thread
+        self._thread = _ModelThread(self.name) if use_thread else None
 
     @property
     def _cuda(self) -> bool:
@@ -242,7 +246,7 @@ class TorchRunner:
                 self._variants.popitem(last=False)
             variant = _Variant(self._new_model(run), batch_size, {}, exact=run.graph == "eager")
         try:
-            self._thread.call(lambda: self._add_sizes(variant, run))
+            self._on_model_thread(lambda: self._add_sizes(variant, run))
         except torch.cuda.OutOfMemoryError:
             self._release()
             raise UserError(
@@ -347,8 +351,11 @@ class TorchRunner:
             shape.graph.replay()
             self._sync()
         else:
-            self._thread.call(lambda: self._run(variant, n, executed))
+            self._on_model_thread(lambda: self._run(variant, n, executed))
         return executed
+
+    def _on_model_thread(self, call: Callable[[], Any]) -> Any:
+        return call() if self._thread is None else self._thread.call(call)
 
     def _run(self, variant: _Variant, n: int, executed: int) -> None:
         """One op-by-op batch on the model thread: n rows of the smallest prepared inputs that hold them."""
@@ -371,4 +378,6 @@ class TorchRunner:
 
     def close(self) -> None:
         self._release()
-        self._thread.close()
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None

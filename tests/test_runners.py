@@ -77,17 +77,16 @@ class CountingModel(torch.nn.Module):
         return self.linear(x)
 
 
-def _counting_runner():
+def _counting_runner(model_thread: bool | None = None):
     from runners.torch_runner import ModelSource
 
     model = CountingModel()
     source = ModelSource("counting", lambda: model, lambda batch, dtype: (torch.zeros(batch, 4, dtype=dtype),))
-    runner = TorchRunner(source)
-    return runner
+    return TorchRunner(source, model_thread=model_thread)
 
 
 def test_eager_runs_the_batch_that_arrived_and_warms_every_size_before_a_window():
-    runner = _counting_runner()
+    runner = _counting_runner(model_thread=True)  # as on a GPU
     runner.prepare(8, "fp32", {})
     model = runner._active.model
     # prepare() ran the maximum and every smaller size, so no size meets its first run inside a window

@@ -203,8 +203,9 @@ class _BatchingSUT:
     and meter start just before the first batch runs (in Server and
     SingleStream just before LoadGen starts, so that no arriving query waits
     for the meter to start) and stop right after the batch at which ``rule``
-    ends the window (or after the last issued sample). LoadGen's own start-up (building and handing over the samples)
-    and tear-down (writing its logs) stay outside the energy and the queries.
+    ends the window (or after the last issued sample). LoadGen's tear-down
+    (writing its logs) stays outside the energy and the queries, and in
+    Offline so does its start-up (building and handing over the samples).
     Samples still queued when the window ends are completed at once without
     running the model, so LoadGen can finish; they are counted as skipped and
     never as measured queries.
