@@ -5,6 +5,12 @@ runner options are runner knobs), then ``infer`` in a loop while the meter
 integrates energy. ``infer`` must block until the batch is done so that
 per-batch latency and the energy window cover the real work, not a queued
 kernel launch.
+
+The batch size is the largest batch a configuration runs. ``infer(n)`` runs
+the n samples a dynamic batch gathered: a runtime that takes any shape runs
+exactly n; one that runs prepared shapes (captured CUDA graphs, compiled
+specialisations) runs the smallest size of its :func:`ladder` that holds n.
+It returns the batch size it ran, so a window can report the padding.
 """
 
 from __future__ import annotations
@@ -42,13 +48,19 @@ class Runner(Protocol):
         """Build everything one batch needs; may be called again with new settings."""
         ...
 
-    def infer(self) -> None:
-        """Run one batch on the prepared input and wait for it to finish."""
+    def infer(self, size: int | None = None) -> int:
+        """Run ``size`` samples (default: the prepared batch size), wait for them; return the size that ran."""
         ...
 
     def close(self) -> None:
         """Free the model and any device memory."""
         ...
+
+
+def ladder(batch_size: int) -> list[int]:
+    """The batch sizes prepared for a maximum: powers of two below it, then the maximum itself."""
+    sizes = [1 << k for k in range(batch_size.bit_length()) if 1 << k < batch_size]
+    return [*sizes, batch_size]
 
 
 def _flag(name: str, value: Any) -> bool:

@@ -4,7 +4,10 @@ On ``cuda:N`` the CUDA execution provider runs the graph (onnxruntime-gpu),
 with inputs and outputs bound on the GPU so no host copies enter the window.
 
 The file fixes the arithmetic precision and layout, so the runner checks the
-requested precision against the graph rather than converting anything.
+requested precision against the graph rather than converting anything. The
+batch axis is dynamic: ``infer(n)`` runs exactly n samples, on a view of the
+inputs prepared at the maximum batch size (on the GPU, a binding of the first
+n rows of the same device buffer, so no copy enters the window).
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ class OnnxRunner:
             )
         self._feeds: dict[str, np.ndarray] | None = None
         self._binding: Any = None
+        self._values: dict[str, Any] = {}
+        self._batch_size = 0
+        self._bound = 0
 
     def _graph_precision(self) -> str:
         """The precision of the graph's floating inputs; fp32 when it takes none (token ids)."""
@@ -107,17 +113,29 @@ class OnnxRunner:
         for node in self._session.get_inputs():
             feeds[node.name] = self._synthetic(node, batch_size, rng)
         self._feeds = feeds
+        self._batch_size = batch_size
         self._binding = self._bind(feeds) if self._cuda_id is not None else None
         self.infer()
 
     def _bind(self, feeds: dict[str, np.ndarray]) -> Any:
         """Keep inputs and outputs on the GPU, so a window measures the model, not PCIe copies."""
+        self._values = {
+            name: self._ort.OrtValue.ortvalue_from_numpy(array, "cuda", self._cuda_id) for name, array in feeds.items()
+        }
+        self._bound = 0
         binding = self._session.io_binding()
-        for name, array in feeds.items():
-            binding.bind_ortvalue_input(name, self._ort.OrtValue.ortvalue_from_numpy(array, "cuda", self._cuda_id))
         for node in self._session.get_outputs():
             binding.bind_output(node.name, "cuda", self._cuda_id)
         return binding
+
+    def _bind_rows(self, n: int) -> None:
+        """Point the binding's inputs at the first n rows of the device buffers (a host-side call, no copy)."""
+        assert self._feeds is not None
+        for name, array in self._feeds.items():
+            self._binding.bind_input(
+                name, "cuda", self._cuda_id, array.dtype.type, [n, *array.shape[1:]], self._values[name].data_ptr()
+            )
+        self._bound = n
 
     def _synthetic(self, node: Any, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         if node.type not in _NUMPY_TYPES:
@@ -143,15 +161,23 @@ class OnnxRunner:
         # Zero is a valid index for any embedding table and a valid mask value.
         return np.zeros(shape, dtype=dtype)
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
+        """Run ``size`` samples (default: the prepared batch size) at exactly that batch size."""
         if self._feeds is None:
             raise RuntimeError("OnnxRunner.infer() before prepare()")
+        n = self._batch_size if size is None else size
+        if not 1 <= n <= self._batch_size:
+            raise ValueError(f"a batch of {n} samples does not fit the prepared maximum of {self._batch_size}")
         if self._binding is None:
-            self._session.run(None, self._feeds)
-            return
+            self._session.run(None, {name: array[:n] for name, array in self._feeds.items()})
+            return n
+        if n != self._bound:
+            self._bind_rows(n)
         self._session.run_with_iobinding(self._binding)
         self._binding.synchronize_outputs()
+        return n
 
     def close(self) -> None:
         self._feeds = None
         self._binding = None
+        self._values = {}

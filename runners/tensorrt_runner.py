@@ -8,10 +8,14 @@ Jetson images carry, so no pycuda is needed.
 - ``model.engine``/``model.plan``: a serialized engine. It fixes its
   precision: the precision knob must name its input type (fp32, fp16, int8),
   as with ONNX files.
-- ``model.onnx`` with ``--runtime tensorrt``: one engine is built per batch
-  size and precision (fp32, fp16, int8 where the GPU has fast paths for
-  them) and kept for the runner's life, so a study builds each once and
-  never inside a window. int8 without a calibration cache gets placeholder
+- ``model.onnx`` with ``--runtime tensorrt``: one engine is built per
+  maximum batch size and precision (fp32, fp16, int8 where the GPU has fast
+  paths for them), with an optimization profile spanning batch 1 to the
+  maximum (tuned for the maximum), and kept for the runner's life, so a study
+  builds each once and never inside a window.
+- ``infer(n)`` runs n samples: the context's input shape is set to n rows
+  of the buffers allocated at the maximum. An engine with a fixed batch axis
+  runs every batch at that size (padded). int8 without a calibration cache gets placeholder
   dynamic ranges, as ``trtexec --int8`` does: speed and energy are
   representative, outputs are not.
 
@@ -73,6 +77,10 @@ class TensorRTRunner:
         self._context: Any = None
         self._buffers: dict[str, Any] = {}
         self._stream: Any = None
+        self._batch_size = 0
+        self._dynamic = False
+        self._shapes: dict[str, list[int]] = {}
+        self._bound = 0
         self.builds = 0
 
     def _deserialize(self, blob: bytes) -> Any:
@@ -129,8 +137,8 @@ class TensorRTRunner:
                 )
             if any(d < 0 for d in shape[1:]):
                 raise UserError(f"input {tensor.name!r} of {self.name}.onnx has dynamic axes beyond the batch axis")
-            fixed = (batch_size, *shape[1:])
-            profile.set_shape(tensor.name, fixed, fixed, fixed)
+            rest = tuple(shape[1:])
+            profile.set_shape(tensor.name, (1, *rest), (batch_size, *rest), (batch_size, *rest))
         config.add_optimization_profile(profile)
         blob = builder.build_serialized_network(network, config)
         if blob is None:
@@ -186,16 +194,21 @@ class TensorRTRunner:
         context = engine.create_execution_context()
         device = torch.device(self.device)
         buffers: dict[str, Any] = {}
+        shapes: dict[str, list[int]] = {}
+        dynamic = False
         for name in self._inputs(engine):
             shape = list(engine.get_tensor_shape(name))
             if shape and shape[0] == -1:
+                dynamic = True
                 low, _, high = (s[0] for s in engine.get_tensor_profile_shape(name, 0))
                 if not low <= batch_size <= high:
                     raise UserError(f"{self.path.name} takes batch sizes {low}-{high}, not {batch_size}")
                 shape[0] = batch_size
             elif shape and shape[0] != batch_size:
                 raise UserError(f"{self.path.name} has a fixed batch size of {shape[0]}; use --batch-sizes {shape[0]}")
-            context.set_input_shape(name, tuple(shape))
+            if context.set_input_shape(name, tuple(shape)) is False:
+                raise UserError(f"{self.path.name} does not accept shape {tuple(shape)} for input {name!r}")
+            shapes[name] = shape
             kind = dtypes[engine.get_tensor_dtype(name)]
             if kind.is_floating_point:
                 buffers[name] = torch.randn(shape, device=device).to(kind)
@@ -210,13 +223,26 @@ class TensorRTRunner:
             context.set_tensor_address(name, tensor.data_ptr())
         self._context, self._buffers = context, buffers
         self._stream = torch.cuda.Stream(device)
+        self._batch_size, self._dynamic, self._shapes, self._bound = batch_size, dynamic, shapes, batch_size
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
+        """Run ``size`` samples (default: the prepared maximum); a fixed-batch engine runs its full batch."""
         if self._context is None:
             raise RuntimeError("TensorRTRunner.infer() before prepare()")
+        n = self._batch_size if size is None else size
+        if not 1 <= n <= self._batch_size:
+            raise ValueError(f"a batch of {n} samples does not fit the prepared maximum of {self._batch_size}")
+        if not self._dynamic:
+            n = self._batch_size
+        elif n != self._bound:
+            for name, shape in self._shapes.items():
+                if self._context.set_input_shape(name, (n, *shape[1:])) is False:
+                    raise RuntimeError(f"{self.name}: TensorRT refused batch {n} for input {name!r}")
+            self._bound = n
         if not self._context.execute_async_v3(self._stream.cuda_stream):
             raise RuntimeError(f"TensorRT failed to run {self.name}")
         self._stream.synchronize()
+        return n
 
     def close(self) -> None:
         self._context, self._buffers, self._stream = None, {}, None

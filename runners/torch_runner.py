@@ -7,14 +7,25 @@ A runner keeps the prepared variants of its model (one per batch size,
 precision, memory format and graph mode) so that a study returning to a
 configuration pays model copies, CUDA-graph capture and torch.compile once,
 in prepare(), never inside a measured window.
+
+On a GPU every warm-up and every batch that launches kernels op by op
+(eager and compiled) runs on one thread the runner owns, whichever thread
+calls ``infer``: PyTorch keeps cuDNN's execution plans per thread, so a
+shape warmed on one thread costs its plan search again (40-90 ms for
+resnet50 on an H200) the first time another thread runs it. A captured graph
+replays from the caller's thread; it holds no such state. On the CPU the
+caller's thread runs everything (no per-thread plans to keep warm, and a
+hand-off per batch costs a busy host more than it saves).
 """
 
 from __future__ import annotations
 
 import copy
+import queue
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +33,7 @@ import torch
 from torch import nn
 
 from runners import zoo
-from runners.base import RunSettings, check_settings
+from runners.base import RunSettings, check_settings, ladder
 from tuner.errors import UserError
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -55,13 +66,78 @@ def zoo_source(model: str) -> ModelSource:
 
 
 @dataclass
-class _Variant:
-    """One prepared configuration: the model copy, its static inputs and (maybe) a captured graph."""
+class _Shape:
+    """One prepared batch size of a variant: its static inputs and, under CUDA graphs, the graph replaying them."""
 
-    model: Any
     inputs: tuple[torch.Tensor, ...]
     graph: torch.cuda.CUDAGraph | None = None
     output: Any = None
+
+
+@dataclass
+class _Variant:
+    """One prepared configuration: the model copy and its prepared batch sizes (the ladder, or the maximum).
+
+    ``sizes`` maps a batch size to what runs it; ``infer(n)`` runs the
+    smallest prepared size that holds n. Eager runs slice the maximum's
+    inputs to n, so they run exactly the samples that arrived.
+    """
+
+    model: Any
+    batch_size: int
+    sizes: dict[int, _Shape]
+    exact: bool
+    warmed: set[int] = field(default_factory=set)
+
+    @property
+    def inputs(self) -> tuple[torch.Tensor, ...]:
+        return self.sizes[self.batch_size].inputs
+
+    def executed(self, n: int) -> int:
+        """The batch size that runs n samples: n itself (eager), or the smallest prepared size that holds n."""
+        if not 1 <= n <= self.batch_size:
+            raise ValueError(f"a batch of {n} samples does not fit the prepared maximum of {self.batch_size}")
+        return n if self.exact else min(s for s in self.sizes if s >= n)
+
+
+class _ModelThread:
+    """One daemon thread that runs the calls handed to it, in order, and hands back results or exceptions."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], threading.Event, list[Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=f"powertune-model-{name}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            call, done, box = job
+            try:
+                box.append((True, call()))
+            except BaseException as exc:  # handed to the calling thread
+                box.append((False, exc))
+            done.set()
+
+    def call(self, call: Callable[[], Any]) -> Any:
+        if threading.current_thread() is self._thread:
+            return call()
+        done, box = threading.Event(), []
+        self._jobs.put((call, done, box))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
 
 
 def _parse_device(device: str) -> torch.device:
@@ -129,6 +205,7 @@ class TorchRunner:
         model: str | ModelSource,
         device: str = "cpu",
         weights: str | Path | None = None,
+        model_thread: bool | None = None,
     ) -> None:
         self._source = model if isinstance(model, ModelSource) else zoo_source(model)
         self.name = self._source.name
@@ -140,6 +217,8 @@ class TorchRunner:
         self._variants: OrderedDict[RunSettings, _Variant] = OrderedDict()
         self._active: _Variant | None = None
         self.compiles = 0
+        use_thread = self._cuda if model_thread is None else model_thread
+        self._thread = _ModelThread(self.name) if use_thread else None
 
     @property
     def _cuda(self) -> bool:
@@ -157,15 +236,17 @@ class TorchRunner:
             )
         if run.graph == "cudagraphs" and not self._cuda:
             raise UserError("graph=cudagraphs needs a CUDA device; use graph=eager or compile on cpu")
-        if run in self._variants:
-            self._variants.move_to_end(run)
-            self._active = self._variants[run]
-            return
-        self._active = None
-        while len(self._variants) >= MAX_VARIANTS:
-            self._variants.popitem(last=False)
+        family = RunSettings(0, run.precision, run.channels_last, run.graph)
+        if family in self._variants:
+            self._variants.move_to_end(family)
+            variant = self._variants[family]
+        else:
+            self._active = None
+            while len(self._variants) >= MAX_VARIANTS:
+                self._variants.popitem(last=False)
+            variant = _Variant(self._new_model(run), batch_size, {}, exact=run.graph == "eager")
         try:
-            variant = self._build(run)
+            self._on_model_thread(lambda: self._add_sizes(variant, run))
         except torch.cuda.OutOfMemoryError:
             self._release()
             raise UserError(
@@ -177,35 +258,67 @@ class TorchRunner:
             culprits += [f"graph={run.graph}"] if run.graph != "eager" else []
             if not culprits:
                 raise
+            self._variants.pop(family, None)
             self._empty_cache()
             detail = str(exc).splitlines()[0] if str(exc) else ""
             raise UserError(
                 f"{self.name} failed to run with {' and '.join(culprits)} on {self.device} "
                 f"({type(exc).__name__}: {detail}); use fp32 and graph=eager"
             ) from None
-        self._variants[run] = variant
+        variant.batch_size = batch_size
+        self._variants[family] = variant
         self._active = variant
 
-    def _build(self, run: RunSettings) -> _Variant:
-        dtype = DTYPES[run.precision]
-        model = copy.deepcopy(self._base).to(device=self._device, dtype=dtype)
-        inputs = tuple(t.to(self._device) for t in self._source.make_batch(run.batch_size, dtype))
-        if run.channels_last and any(t.dim() == 4 and t.is_floating_point() for t in inputs):
+    def _new_model(self, run: RunSettings) -> Any:
+        model = copy.deepcopy(self._base).to(device=self._device, dtype=DTYPES[run.precision])
+        if run.channels_last:
             model = model.to(memory_format=torch.channels_last)
-            inputs = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs)
         if run.graph == "compile":
             model = torch.compile(model)
             self.compiles += 1
-        variant = _Variant(model, inputs)
-        self._warm_up(variant, run.graph == "cudagraphs")
-        return variant
+        return model
 
-    def _warm_up(self, variant: _Variant, capture: bool) -> None:
-        """Run a few batches (lazy init, autotuning, compilation), then capture a graph if asked."""
+    def _inputs(self, run: RunSettings, batch_size: int) -> tuple[torch.Tensor, ...]:
+        inputs = tuple(t.to(self._device) for t in self._source.make_batch(batch_size, DTYPES[run.precision]))
+        if run.channels_last:
+            inputs = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs)
+        return inputs
+
+    def _add_sizes(self, variant: _Variant, run: RunSettings) -> None:
+        """Prepare the batch sizes this maximum needs and the variant lacks, largest first.
+
+        Eager runs any size by slicing the maximum's inputs, so it needs only
+        the maximum's inputs, and runs every smaller size once here: a shape's
+        first run selects its kernels (cuDNN and cuBLAS heuristics, workspace),
+        which would otherwise stall a window's first batch of that size. CUDA
+        graphs and torch.compile run the ladder (1, 2, 4, ..., maximum): one
+        graph (or one specialisation) per size, captured or compiled here and
+        never inside a window; captures share one memory pool, since a window
+        replays one graph at a time.
+        """
+        sizes = [run.batch_size] if variant.exact else ladder(run.batch_size)
+        missing = sorted((b for b in sizes if b not in variant.sizes), reverse=True)
+        pool = torch.cuda.graph_pool_handle() if run.graph == "cudagraphs" and missing else None
+        for b in missing:
+            shape = _Shape(self._inputs(run, b))
+            self._warm_up(variant.model, shape, pool)
+            variant.sizes[b] = shape
+            variant.warmed.add(b)
+        if variant.exact:
+            inputs = variant.sizes[run.batch_size].inputs
+            with torch.inference_mode():
+                for n in range(1, run.batch_size):
+                    if n not in variant.warmed:
+                        variant.model(*(t[:n] for t in inputs))
+                        variant.warmed.add(n)
+            self._sync()
+
+    def _warm_up(self, model: Any, shape: _Shape, pool: Any) -> None:
+        """Run a few batches (lazy init, autotuning, compilation), then capture a graph if a pool is given."""
         with torch.inference_mode():
-            if not capture:
+            if pool is None:
                 for _ in range(WARMUP_BATCHES):
-                    variant.model(*variant.inputs)
+                    model(*shape.inputs)
                 self._sync()
                 return
             # Warm up on a side stream, as graph capture requires.
@@ -213,12 +326,12 @@ class TorchRunner:
             stream.wait_stream(torch.cuda.current_stream(self._device))
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_BATCHES):
-                    variant.model(*variant.inputs)
+                    model(*shape.inputs)
             torch.cuda.current_stream(self._device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                variant.output = variant.model(*variant.inputs)
-            variant.graph = graph
+            with torch.cuda.graph(graph, pool=pool):
+                shape.output = model(*shape.inputs)
+            shape.graph = graph
             graph.replay()
             self._sync()
 
@@ -226,15 +339,32 @@ class TorchRunner:
         if self._cuda:
             torch.cuda.synchronize(self._device)
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
+        """Run ``size`` samples (default: the prepared maximum) and return the batch size that ran them."""
         variant = self._active
         if variant is None:
             raise RuntimeError("TorchRunner.infer() before prepare()")
-        if variant.graph is not None:
-            variant.graph.replay()
+        n = variant.batch_size if size is None else size
+        executed = variant.executed(n)
+        shape = variant.sizes.get(executed)
+        if shape is not None and shape.graph is not None:
+            shape.graph.replay()
+            self._sync()
         else:
-            with torch.inference_mode():
-                variant.model(*variant.inputs)
+            self._on_model_thread(lambda: self._run(variant, n, executed))
+        return executed
+
+    def _on_model_thread(self, call: Callable[[], Any]) -> Any:
+        return call() if self._thread is None else self._thread.call(call)
+
+    def _run(self, variant: _Variant, n: int, executed: int) -> None:
+        """One op-by-op batch on the model thread: n rows of the smallest prepared inputs that hold them."""
+        with torch.inference_mode():
+            if variant.exact:
+                holder = variant.sizes[min(s for s in variant.sizes if s >= n)]
+                variant.model(*(t[:n] for t in holder.inputs))
+            else:
+                variant.model(*variant.sizes[executed].inputs)
         self._sync()
 
     def _empty_cache(self) -> None:
@@ -248,3 +378,6 @@ class TorchRunner:
 
     def close(self) -> None:
         self._release()
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None

@@ -41,6 +41,14 @@ PARAMS = ROOT / "tuner" / "devices" / "twin_params"
 MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py, calls 5 and 9; see docs/twin.md)"
 LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (call 6)"
 FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/twin.md"
+# sim:h200's cost of one CUDA-graph replay (tests/test_twin_graph.py checks it against the card's windows).
+GRAPH_REPLAY_US = 180.0
+GRAPH_REPLAY_SOURCE = (
+    "fitted (median |time error|) to the 180 cudagraphs windows of benchmarks/results/h200-observe "
+    "(resnet50 and bert-base, every precision, layout and batch 1-512, observe-only, 2026-11-30): one graph "
+    "replay's host launch and synchronisation plus what the GPU-side model misses at small batches; "
+    "not a microbenchmarked launch cost"
+)
 
 FREE = {
     "sim:h200": {
@@ -110,6 +118,7 @@ def h200_params(previous: dict | None) -> dict:
             "power_limit_w": "power_limit_w",
             "precision": "precision",
             "channels_last": "channels_last",
+            "graph": "graph",
         },
         "fixed": {"cpu_mhz": 3000.0, "cpu_cores": 16.0},
         "tpcs_max": 66,
@@ -120,6 +129,7 @@ def h200_params(previous: dict | None) -> dict:
         "module_overhead_us": overhead,
         "host_factor": keep.get("host_factor", 1.5),
         "host_ref_mhz": 3000.0,
+        "graph_replay_us": keep.get("graph_replay_us", GRAPH_REPLAY_US),
         "runtimes": {"pytorch": {"description": "eager PyTorch (the powertune TorchRunner)"}},
         "nchw_conv_eff": 0.38,
         "gpu_vf": {"v_min": 0.7, "v_max": 1.0, "f_knee_mhz": 900.0, "f_max_mhz": 1980.0},
@@ -142,6 +152,7 @@ def h200_params(previous: dict | None) -> dict:
             "peak_per_cycle_per_tpc": "Hopper SM: 4096 dense fp16/bf16 FLOP/cycle (989 TFLOP/s at 1.83 GHz over "
             "132 SMs); TF32 half, INT8 double; CUDA cores 128 FP32 lanes x 2 SMs x 2 (FMA)",
             "bytes_per_mem_mhz": "4.8 TB/s HBM3e at 3201 MHz (datasheet)",
+            "graph_replay_us": GRAPH_REPLAY_SOURCE,
             "op_classes": MICRO,
             "launch_us": LAUNCH,
             "module_overhead_us": "forward host time minus the sum of its layers' host times, per layer, median "

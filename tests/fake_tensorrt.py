@@ -161,20 +161,27 @@ class Builder:
         return _Profile()
 
     def build_serialized_network(self, network: _Network, config: _Config) -> bytes:
+        """An engine whose tensors are -1 on every axis the profile lets vary, as TensorRT reports them."""
         profile = config.profiles[0].shapes
         half = BuilderFlag.FP16 in config.flags
+
+        def engine_shape(low: tuple, high: tuple) -> list[int]:
+            return [lo if lo == hi else -1 for lo, hi in zip(low, high, strict=True)]
+
+        first = profile[network.inputs[0].name]
+        batch = engine_shape(first[0][:1], first[2][:1])
         record = {
             "flags": sorted(f.name for f in config.flags),
             "int8_ranges": all(
                 layer.get_output(j).dynamic_range for layer in network.layers for j in range(layer.num_outputs)
             ),
             "inputs": [
-                {"name": t.name, "shape": list(profile[t.name][1]), "dtype": t.dtype.name, "profile": profile[t.name]}
+                {"name": t.name, "shape": engine_shape(profile[t.name][0], profile[t.name][2]), "dtype": t.dtype.name,
+                 "profile": profile[t.name]}
                 for t in network.inputs
             ],
             "outputs": [
-                {"name": name, "shape": [profile[network.inputs[0].name][1][0], *shape[1:]],
-                 "dtype": "HALF" if half else "FLOAT"}
+                {"name": name, "shape": [*batch, *shape[1:]], "dtype": "HALF" if half else "FLOAT"}
                 for name, shape in network.output_spec
             ],
         }  # fmt: skip
@@ -188,8 +195,14 @@ class _Context:
         self.shapes: dict[str, tuple] = {}
         self.addresses: dict[str, int] = {}
         self.runs = 0
+        self.batches: list[int] = []
 
     def set_input_shape(self, name: str, shape: tuple) -> bool:
+        """False for a shape outside the engine's profile (or a fixed axis changed), as TensorRT returns."""
+        spec = self.engine.tensors[name]
+        low, _, high = spec.get("profile") or (spec["shape"],) * 3
+        if len(shape) != len(low) or not all(lo <= s <= hi for lo, s, hi in zip(low, shape, high, strict=True)):
+            return False
         self.shapes[name] = tuple(shape)
         return True
 
@@ -210,7 +223,12 @@ class _Context:
         missing = set(self.engine.tensors) - set(self.addresses)
         if missing:
             raise RuntimeError(f"unbound tensors {missing}")
+        inputs = [n for n, t in self.engine.tensors.items() if t["mode"] == TensorIOMode.INPUT]
+        unset = [n for n in inputs if -1 in self.engine.tensors[n]["shape"] and n not in self.shapes]
+        if unset:
+            raise RuntimeError(f"dynamic input shapes not set: {unset}")
         self.runs += 1
+        self.batches.append(self.get_tensor_shape(inputs[0])[0])
         return True
 
 

@@ -39,8 +39,9 @@ from tuner.study import RunOptions, run_study
 class SleepRunner:
     """Stands in for a model: one batch takes 2 ms."""
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
         time.sleep(0.002)
+        return size or 1
 
 
 def main() -> None:

@@ -25,8 +25,9 @@ class TinyRunner:
     def prepare(self, batch_size, precision, options) -> None:
         self.prepared = (batch_size, precision, options)
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
         time.sleep(0.001)
+        return size or 1
 
     def close(self) -> None: ...
 

@@ -237,8 +237,9 @@ class FakeRunner:
     def prepare(self, batch_size, precision, options) -> None:
         self.prepared = (batch_size, precision, options)
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
         time.sleep(0.002)
+        return size or 1
 
     def close(self) -> None:
         self.closed = True

@@ -55,9 +55,78 @@ def test_compiled_variants_are_compiled_once_per_configuration(monkeypatch):
     for batch in (1, 2, 1, 2, 1):
         runner.prepare(batch, "fp32", {"graph": "compile"})
         runner.infer()
-    assert len(compiled) == runner.compiles == 2
+    # One compiled model serves every maximum batch size; its ladder sizes are warmed in prepare().
+    assert len(compiled) == runner.compiles == 1
     runner.prepare(1, "fp32", {"graph": "eager"})
+    runner.prepare(2, "bf16", {"graph": "compile"})
     assert len(compiled) == 2
+
+
+class CountingModel(torch.nn.Module):
+    """Records the batch size of every forward call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.batches: list[int] = []
+        self.threads: set[int] = set()
+
+    def forward(self, x):
+        import threading
+
+        self.batches.append(x.shape[0])
+        self.threads.add(threading.get_ident())
+        return self.linear(x)
+
+
+def _counting_runner(model_thread: bool | None = None):
+    from runners.torch_runner import ModelSource
+
+    model = CountingModel()
+    source = ModelSource("counting", lambda: model, lambda batch, dtype: (torch.zeros(batch, 4, dtype=dtype),))
+    return TorchRunner(source, model_thread=model_thread)
+
+
+def test_eager_runs_the_batch_that_arrived_and_warms_every_size_before_a_window():
+    runner = _counting_runner(model_thread=True)  # as on a GPU
+    runner.prepare(8, "fp32", {})
+    model = runner._active.model
+    # prepare() ran the maximum and every smaller size, so no size meets its first run inside a window
+    assert set(model.batches) == set(range(1, 9))
+    model.batches.clear()
+    assert [runner.infer(n) for n in (1, 3, 8)] == [1, 3, 8]
+    assert runner.infer() == 8
+    assert model.batches == [1, 3, 8, 8]
+    with pytest.raises(ValueError, match="maximum of 8"):
+        runner.infer(9)
+    # Warm-ups and batches, whichever thread asks for them, run on the runner's one model thread,
+    # where per-thread kernel caches (cuDNN's execution plans) were warmed.
+    import threading
+
+    other = threading.Thread(target=runner.infer, args=(5,))
+    other.start()
+    other.join()
+    assert model.batches[-1] == 5 and model.threads == {runner._thread.ident}
+    runner.close()
+
+
+def test_graph_ladder_runs_the_smallest_prepared_size_and_is_kept_across_maxima(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)
+    runner = _counting_runner()
+    runner.prepare(12, "fp32", {"graph": "compile"})
+    variant = runner._active
+    assert sorted(variant.sizes) == [1, 2, 4, 8, 12]
+    variant.model.batches.clear()
+    assert [runner.infer(n) for n in (1, 3, 5, 9, 12)] == [1, 4, 8, 12, 12]
+    assert variant.model.batches == [1, 4, 8, 12, 12]
+    # A smaller maximum reuses the sizes already prepared; a larger one adds only its new sizes.
+    runner.prepare(4, "fp32", {"graph": "compile"})
+    assert runner._active is variant and runner.infer(3) == 4
+    variant.model.batches.clear()
+    runner.prepare(16, "fp32", {"graph": "compile"})
+    assert sorted(variant.sizes) == [1, 2, 4, 8, 12, 16] and set(variant.model.batches) == {16}
+    assert len(compiled) == 1
 
 
 def test_infer_before_prepare_is_a_bug():
@@ -84,7 +153,7 @@ def test_cpu_refuses_what_it_cannot_run(precision, options, message):
 def test_a_failing_precision_or_option_becomes_a_user_error(monkeypatch):
     runner = TorchRunner("tiny-cnn")
 
-    def broken(variant, capture):
+    def broken(model, shape, pool):
         raise RuntimeError("no kernel for this dtype")
 
     monkeypatch.setattr(runner, "_warm_up", broken)
@@ -235,6 +304,7 @@ def test_onnx_runner_feeds_images_with_the_batch_axis_set(tmp_path):
     runner.prepare(5, "fp32", {})
     assert runner._feeds["images"].shape == (5, 3, 32, 32)
     runner.infer()
+    assert runner.infer(2) == 2  # the batch axis is dynamic: a smaller batch runs at its own size
     with pytest.raises(UserError, match="fixes the precision"):
         runner.prepare(5, "bf16", {})
     with pytest.raises(UserError, match="does not support channels_last"):
@@ -464,13 +534,28 @@ def test_tensorrt_builds_one_engine_per_batch_size_and_precision(fake_trt, tmp_p
     runner.prepare(4, "fp16", {})
     runner.prepare(8, "fp32", {})
     assert runner.builds == 3 and fake_trt.Builder.built[-1]["flags"] == []
-    assert fake_trt.Builder.built[-1]["inputs"][0]["profile"] == ((8, 3, 8, 8),) * 3
+    assert fake_trt.Builder.built[-1]["inputs"][0]["profile"] == ((1, 3, 8, 8), (8, 3, 8, 8), (8, 3, 8, 8))
     for precision, options, message in [
         ("bf16", {}, "fp32, fp16 or int8"),
         ("fp16", {"graph": "cudagraphs"}, "does not support graph"),
     ]:
         with pytest.raises(UserError, match=message):
             runner.prepare(4, precision, options)
+
+
+def test_tensorrt_runs_the_arrived_batch_within_its_optimization_profile(fake_trt, tmp_path):
+    from runners.tensorrt_runner import TensorRTRunner
+
+    runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    runner.prepare(8, "fp16", {})
+    context = runner._context
+    assert [runner.infer(n) for n in (1, 3, 3, 8)] == [1, 3, 3, 8]
+    assert runner.infer() == 8
+    # prepare ran the maximum once; each batch then ran at the size that arrived, on the same buffers
+    assert context.batches == [8, 1, 3, 3, 8, 8] and runner.builds == 1
+    assert context.get_tensor_shape("logits") == (8, 10)
+    with pytest.raises(ValueError, match="maximum of 8"):
+        runner.infer(9)
 
 
 def test_tensorrt_refuses_int8_where_the_gpu_has_no_fast_path(fake_trt, tmp_path, monkeypatch):
@@ -544,15 +629,25 @@ class FakeOrt:
         from types import SimpleNamespace
 
         self.available, self.started, self.sessions = available, started, []
-        self.OrtValue = SimpleNamespace(ortvalue_from_numpy=lambda array, kind, index: (array, kind, index))
         fake = self
+        self.values: dict[int, tuple] = {}
+
+        def ortvalue_from_numpy(array, kind, index):
+            """A device copy of ``array``, found again by its data pointer as OrtValue.data_ptr() gives it."""
+            fake.values[id(array)] = (array, kind, index)
+            return SimpleNamespace(data_ptr=lambda: id(array))
+
+        self.OrtValue = SimpleNamespace(ortvalue_from_numpy=ortvalue_from_numpy)
 
         class Binding:
             def __init__(self) -> None:
                 self.inputs, self.outputs, self.synced = {}, {}, 0
 
-            def bind_ortvalue_input(self, name, value) -> None:
-                self.inputs[name] = value
+            def bind_input(self, name, kind, index, element_type, shape, buffer_ptr) -> None:
+                array, device, device_index = fake.values[buffer_ptr]
+                assert (device, device_index) == (kind, index) and element_type == array.dtype.type
+                assert list(shape[1:]) == list(array.shape[1:]) and shape[0] <= array.shape[0]
+                self.inputs[name] = (tuple(shape), kind, index)
 
             def bind_output(self, name, kind, index) -> None:
                 self.outputs[name] = (kind, index)
@@ -601,9 +696,12 @@ def test_onnx_on_a_gpu_runs_through_the_cuda_provider_with_bound_buffers(tmp_pat
     runner.prepare(2, "fp32", {})
     runner.infer()
     binding = runner._binding
-    assert binding.inputs["images"][0].shape == (2, 3, 4, 4) and binding.inputs["images"][1:] == ("cuda", 1)
+    assert binding.inputs["images"] == ((2, 3, 4, 4), "cuda", 1)
     assert binding.outputs == {"pooled": ("cuda", 1)}
     assert ort.sessions[0].runs == binding.synced == 2
+    # A smaller batch runs at its own size on the first rows of the same device buffer.
+    assert runner.infer(1) == 1 and binding.inputs["images"] == ((1, 3, 4, 4), "cuda", 1)
+    assert len(ort.values) == 1
 
 
 def test_onnx_on_a_gpu_refuses_a_silent_cpu_fallback(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, SampledPowerMeter
 from tuner.measure.session import build_measurement, measure_with
 from tuner.measure.settings import WindowSettings
-from tuner.measure.window import LoadGenSummary, WindowResult
+from tuner.measure.window import BatchRecord, LoadGenSummary, WindowResult
 
 
 class Meter:
@@ -31,7 +31,9 @@ def _window(duration=2.0, energy=100.0, queries=1000, valid=True, error="") -> W
         invalid_reasons=[] if valid else ["Min duration satisfied: NO"],
     )
     return WindowResult(
-        batch_latencies_ms=[float(i) for i in range(1, 101)],
+        # Batches of different sizes: percentiles over batches would differ from those over queries.
+        batch_latencies_ms=[1000.0] * 100,
+        query_latencies_ms=[float(i) for i in range(1, 101)],
         queries=queries,
         batches=100,
         start_monotonic=10.0,
@@ -44,6 +46,18 @@ def _window(duration=2.0, energy=100.0, queries=1000, valid=True, error="") -> W
         energy=reading,
         error=error,
     )
+
+
+def test_server_reports_loadgens_per_query_latency_beside_its_own_and_the_batch_sizes():
+    window = _window()
+    window.summary.scenario = "Server"
+    window.summary.latencies_ns = {f"{q:.2f} percentile latency": q * 1.1e6 for q in (50, 90, 99)}
+    window.batch_records = [BatchRecord(0.0, 0.001, 3, 4, 0.0), BatchRecord(0.1, 0.101, 4, 4, 0.1)]
+    m = build_measurement(window, Meter())
+    assert m.p99_ms == pytest.approx(108.9) and m.extra["sut_p99_ms"] == pytest.approx(99.01)
+    assert m.extra["latency_clock"] == "loadgen"
+    assert m.extra["batch_sizes_arrived"] == "3:1 4:1" and m.extra["batch_sizes_executed"] == "4:2"
+    assert m.extra["padding"] == pytest.approx(1 / 8)
 
 
 def test_energy_per_query_and_percentiles():
@@ -73,8 +87,9 @@ def test_untrustworthy_windows_are_invalid_with_a_reason(window, reason):
 
 
 class Sleepy:
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
         time.sleep(0.002)
+        return size or 1
 
 
 @pytest.mark.slow  # a LoadGen window on this CPU

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from tuner.errors import UserError
@@ -22,11 +23,12 @@ class SleepyRunner:
         self.calls: list[float] = []
         self.fail_after = fail_after
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
         self.calls.append(time.monotonic())
         if self.fail_after is not None and len(self.calls) > self.fail_after:
             raise RuntimeError("out of memory")
         time.sleep(self.delay_s)
+        return size or 1
 
 
 class RecordingMeter:
@@ -77,9 +79,10 @@ def test_offline_window_batches_samples_and_keeps_logs(tmp_path):
 class SpeedsUpRunner(SleepyRunner):
     """Slow while warming up, five times faster afterwards (as after autotuning)."""
 
-    def infer(self) -> None:
+    def infer(self, size: int | None = None) -> int:
         self.calls.append(time.monotonic())
         time.sleep(0.01 if len(self.calls) <= 4 else 0.002)
+        return size or 1
 
 
 def test_offline_window_is_rerun_when_the_warmup_undersized_it(tmp_path):
@@ -88,6 +91,78 @@ def test_offline_window_is_rerun_when_the_warmup_undersized_it(tmp_path):
     assert result.attempts == 2
     assert result.summary.valid, result.summary.invalid_reasons
     assert result.duration_s >= 0.5
+
+
+class SizeRecordingRunner(SleepyRunner):
+    """Records the batch size each call was asked for and runs it as a runtime with a graph ladder would."""
+
+    def __init__(self, ladder: tuple[int, ...] = ()) -> None:
+        super().__init__(delay_s=0.001)
+        self.ladder = ladder
+        self.asked: list[int | None] = []
+
+    def infer(self, size: int | None = None) -> int:
+        self.asked.append(size)
+        super().infer(size)
+        if size is None:
+            return 8
+        return min((b for b in self.ladder if b >= size), default=size)
+
+
+@pytest.mark.parametrize("ladder", [(), (1, 2, 4, 8)])
+def test_server_batches_run_the_samples_that_arrived_and_latency_is_per_query(tmp_path, ladder):
+    runner = SizeRecordingRunner(ladder)
+    settings = WindowSettings(window_s=0.5, warmup_s=0.0, scenario="server", options={"server_target_qps": 400.0})
+    result = run_window(runner, 8, settings, tmp_path)
+    records = result.batch_records
+    assert result.summary.valid, result.summary.invalid_reasons
+    measured = runner.asked[-len(records) :]
+    # every batch asked the runner for exactly the samples it held (no padding to the maximum)
+    assert measured == [r.size for r in records] and all(1 <= r.size <= 8 for r in records)
+    assert [r.executed for r in records] == [min((b for b in ladder if b >= r.size), default=r.size) for r in records]
+    assert sum(r.size for r in records) == result.queries
+    sizes = result.batch_sizes()
+    assert sum(k * v for k, v in sizes["arrived"].items()) == result.queries
+    assert (result.padding == 0.0) == all(r.executed == r.size for r in records)
+    # one latency per query, from its own arrival, never shorter than its batch's run
+    assert len(result.query_latencies_ms) == len(result.arrivals) == result.queries
+    ends = [r.done for r in records for _ in range(r.size)]
+    assert result.query_latencies_ms == pytest.approx(
+        [(d - a) * 1e3 for d, a in zip(ends, result.arrivals, strict=True)]
+    )
+    assert all(r.first_arrival <= r.start < r.done for r in records)
+    # LoadGen times each query from before it reaches the SUT to after the SUT completes it
+    own = np.percentile(result.query_latencies_ms, [50, 90, 99])
+    loadgen = [result.summary.latencies_ns[f"{q:.2f} percentile latency"] / 1e6 for q in (50, 90, 99)]
+    assert all(o <= lg for o, lg in zip(own, loadgen, strict=True))
+
+
+class SlowStartMeter(RecordingMeter):
+    """Starts only once its counter has moved, as the NVML energy meter waits for an update edge."""
+
+    def start(self) -> None:
+        time.sleep(0.15)
+        super().start()
+
+
+def test_server_starts_the_meter_before_the_first_query_arrives(tmp_path):
+    meter = SlowStartMeter()
+    settings = WindowSettings(window_s=0.5, warmup_s=0.0, scenario="server", options={"server_target_qps": 400.0})
+    result = run_window(SleepyRunner(0.001), 8, settings, tmp_path, meter=meter)
+    # no query waits for the meter: it was running before LoadGen issued the first one
+    assert meter.started <= result.start_monotonic < min(result.arrivals)
+    assert result.energy is not None and result.energy.duration_s >= result.duration_s
+
+
+def test_padded_server_batches_run_the_maximum(tmp_path):
+    runner = SizeRecordingRunner()
+    settings = WindowSettings(
+        window_s=0.5, warmup_s=0.0, scenario="server",
+        options={"server_target_qps": 400.0, "pad_batches": True},
+    )  # fmt: skip
+    result = run_window(runner, 8, settings, tmp_path)
+    assert {r.executed for r in result.batch_records} == {8}
+    assert result.padding == pytest.approx(1 - result.queries / (8 * len(result.batch_records)))
 
 
 def test_singlestream_window_runs(tmp_path):

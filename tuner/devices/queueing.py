@@ -6,8 +6,11 @@ them: when it is free and a query waits, it starts a batch as soon as the
 maximum batch size has queued or the oldest query has waited the batching
 timeout, whichever comes first, and then takes every waiting query up to the
 maximum (the policy of Triton's dynamic batcher and of ``_BatchingSUT`` in
-tuner/measure/window.py). A batch of n takes the twin's time per batch at
-batch size n, times the twin's run-to-run noise, plus exponential host jitter
+tuner/measure/window.py). The batch size knob is that maximum; a batch of n
+runs n samples (eager) or, with captured CUDA graphs (``graph=cudagraphs``),
+the smallest size of the runner's ladder (1, 2, 4, ..., maximum) that holds
+n, as the runners do. It takes the twin's time per batch at the size it
+runs, times the twin's run-to-run noise, plus exponential host jitter
 (mean ``p50_jitter_ms``); the board draws the twin's power at batch n while
 busy and its idle power between batches (static, leakage and memory
 background at the configured clocks: no dynamic power).
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from runners.base import ladder
 from tuner.devices.base import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config
@@ -184,9 +188,18 @@ def _react(reaction: Reaction, size: int, t: float, work_j: float, gap_s: float)
     return reaction.delay_s + rest, floor_w * reaction.delay_s + work_j * rest / t, reaction.delay_s
 
 
+def executed_sizes(config: Config) -> list[int]:
+    """The batch size that runs n samples, for n = 1..maximum: n, or its ladder size under captured graphs."""
+    n = list(range(1, config.batch_size + 1))
+    if str(config.knobs.get("graph", "eager")) != "cudagraphs":
+        return n
+    sizes = ladder(config.batch_size)
+    return [min(s for s in sizes if s >= k) for k in n]
+
+
 def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> ServingProfile:
-    """Time and power of every batch size up to the configuration's (maximum) batch size."""
-    sizes = list(range(1, config.batch_size + 1))
+    """Time and power of a batch of every size up to the configuration's (maximum) batch size, as it runs."""
+    sizes = executed_sizes(config)
     configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
     result = model.evaluate(profile, configs)
     p = model.params

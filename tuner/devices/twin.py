@@ -21,7 +21,11 @@ carrier board and the power supply's loss, as MLPerf Power measures. Where the
 device has a power limit, the clock is lowered until the board fits under it.
 
 A runtime profile (eager PyTorch, or TensorRT INT8 on sim:orin-trt) changes
-precision, which layers are fused away and the launch cost.
+precision, which layers are fused away and the launch cost. The ``graph``
+runner knob, where a twin maps it, replays a captured CUDA graph: no layer
+pays its host launch cost (nor the module overhead); each replay pays
+``graph_replay_us`` once and every kernel keeps its GPU time, whose floor
+(``kernel_min_cycles``) was measured on graph-replayed kernels.
 
 The evaluation is vectorized over configurations so that ``tune sweep`` can
 score every point of a space. Parameters and their sources are in
@@ -121,6 +125,7 @@ class TwinParams(BaseModel):
     host_ref_mhz: float
     host_cycles_per_sample: float = 0.0
     host_parallel_fraction: float = 0.8
+    graph_replay_us: float = 0.0
     runtimes: dict[str, Runtime]
     gpu_vf: VfCurve
     gpu_leak_w_per_v_tpc: float
@@ -159,6 +164,7 @@ class Operating:
     precision: np.ndarray
     power_limit_w: np.ndarray
     channels_last: np.ndarray
+    graphed: np.ndarray
 
 
 @dataclass
@@ -246,6 +252,7 @@ class TwinModel:
             precision=np.array(precision, dtype=object),
             power_limit_w=np.array(column("power_limit_w", np.inf), dtype=float) if n else np.zeros(0),
             channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], bool),
+            graphed=np.array([str(v) == "cudagraphs" for v in column("graph", "eager")], bool),
         )
 
     def _layers(self, profile: ModelProfile) -> list:
@@ -293,7 +300,7 @@ class TwinModel:
         launch = np.array([p.launch_us.get(layer.op, p.launch_us["default"]) for layer in layers])
         launch = launch * runtime.launch_scale + (p.module_overhead_us if runtime.module_overhead else 0.0)
         host_scale = p.host_factor * p.host_ref_mhz / op.cpu_mhz
-        t_launch = np.where(runs, launch[None, :] * 1e-6 * host_scale[:, None], 0.0)
+        t_launch = np.where(runs & ~op.graphed[:, None], launch[None, :] * 1e-6 * host_scale[:, None], 0.0)
         tensor = np.array([c in TENSOR_CLASSES for c in classes])
         return {
             "gpu": t_gpu,
@@ -311,7 +318,8 @@ class TwinModel:
         cpu_hz = op.cpu_mhz * 1e6
         workers = 1.0 + (op.cores - 1.0) * p.host_parallel_fraction
         t_host = op.batch * p.host_cycles_per_sample / cpu_hz / workers
-        time_s = np.maximum(t_gpu, t_launch).sum(axis=1) + t_host
+        t_replay = np.where(op.graphed, p.graph_replay_us * 1e-6, 0.0)
+        time_s = np.maximum(t_gpu, t_launch).sum(axis=1) + t_host + t_replay
 
         u_gpu = t_gpu.sum(axis=1) / time_s
         u_compute = lt["compute"].sum(axis=1) / time_s

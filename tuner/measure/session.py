@@ -61,8 +61,9 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
             f"window {reading.duration_s:.2f} s is shorter than meter {meter.name} needs "
             f"({meter.min_window_s:.2f} s): lengthen --window"
         )
-    lat = np.asarray(window.batch_latencies_ms or [float("nan")], dtype=float)
+    lat = np.asarray(window.query_latencies_ms or [float("nan")], dtype=float)
     p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99))
+    own = {"sut_p50_ms": p50, "sut_p90_ms": p90, "sut_p99_ms": p99}
     per_query = query_percentiles_ms(window)
     if per_query is not None:
         p50, p90, p99 = per_query
@@ -77,6 +78,10 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
         "loadgen_attempts": float(window.attempts),
         "meter_samples": float(reading.samples),
         "percentile": percentile,
+        **own,
+        "latency_clock": "loadgen" if per_query is not None else "sut-monotonic",
+        "padding": window.padding,
+        **batch_size_counts(window),
     }
     # Samples skipped after the window ended complete instantly and would inflate LoadGen's rate.
     if window.summary.samples_per_second is not None and not window.stop.get("skipped_queries"):
@@ -103,11 +108,24 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
     )
 
 
+def batch_size_counts(window: WindowResult) -> dict[str, str]:
+    """The executed batch-size distribution as ``size:count`` lists, beside latency and energy."""
+    sizes = window.batch_sizes()
+    return {
+        f"batch_sizes_{kind}": " ".join(f"{size}:{count}" for size, count in counts.items())
+        for kind, counts in sizes.items()
+    }
+
+
 def query_percentiles_ms(window: WindowResult) -> tuple[float, float, float] | None:
     """Server and SingleStream: LoadGen's own per-query p50, p90, p99 (issue to completion).
 
     In these scenarios queries arrive over time, so the latency a user sees is
-    LoadGen's per-sample one; Offline keeps the per-batch latencies above.
+    LoadGen's per-sample one, timed on LoadGen's clock from its scheduled issue
+    to the SUT's completion call: each query's interval holds the SUT's own
+    (arrival at the SUT to the end of its batch, on ``time.monotonic``), which
+    the measurement keeps beside it as ``sut_p*_ms``. Offline keeps the SUT's
+    per-query latencies (from each batch's issue).
     """
     if window.summary.scenario.replace(" ", "").lower() not in ("server", "singlestream"):
         return None

@@ -2,10 +2,13 @@
 
 LoadGen decides when queries are issued and checks that the run was long
 enough; the SUT here groups issued samples into batches, runs one
-``runner.infer()`` per batch on a worker thread and records each batch's
-completion latency, because LoadGen itself only reports per-sample latencies
-measured from a single Offline issue time, which would say nothing about a
-batch size's real latency.
+``runner.infer(n)`` per batch on a worker thread and records every query's
+latency, from its arrival at the SUT to the completion of its batch (on
+``time.monotonic``). The batch size is the maximum: a dynamic batch runs the
+n samples that arrived (the runner may round n up to a prepared size, which
+is recorded as padding), as a serving runtime's dynamic batcher does.
+In Offline LoadGen hands over every sample at once, so a query's latency
+there runs from the moment its batch is issued to the runner.
 
 TestSettings are set directly (no official 600 s config) so a trial costs
 seconds. A warm-up of ``settings.warmup_s`` runs ``runner.infer()`` outside
@@ -18,6 +21,7 @@ in tuner.measure.stopping is met.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import queue
@@ -63,7 +67,7 @@ SINGLESTREAM_MARGIN = 1.5
 class Runner(Protocol):
     """What a window needs from a runner (runners/base.py has the full protocol)."""
 
-    def infer(self) -> Any: ...
+    def infer(self, size: int | None = None) -> int: ...
 
 
 class Monitor(Protocol):
@@ -89,8 +93,25 @@ class LoadGenSummary:
 
 
 @dataclass
+class BatchRecord:
+    """One measured batch on the monotonic clock: when it started and ended, samples run and size executed."""
+
+    start: float
+    done: float
+    size: int
+    executed: int
+    first_arrival: float
+
+
+@dataclass
 class WindowResult:
-    """One window: per-batch latencies, queries done, its exact bracket and LoadGen's verdict."""
+    """One window: per-query and per-batch latencies, queries done, its exact bracket and LoadGen's verdict.
+
+    ``query_latencies_ms`` has one entry per measured query and ``arrivals``
+    the monotonic time each arrived, in the same order; ``batch_records`` one
+    entry per batch. ``batch_latencies_ms`` is each batch's latency from its
+    earliest query (Offline: from its issue).
+    """
 
     batch_latencies_ms: list[float]
     queries: int
@@ -107,6 +128,24 @@ class WindowResult:
     error: str = ""
     attempts: int = 1
     stop: dict[str, Any] = field(default_factory=dict)
+    query_latencies_ms: list[float] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    batch_records: list[BatchRecord] = field(default_factory=list)
+
+    def batch_sizes(self) -> dict[str, dict[int, int]]:
+        """How many batches ran each number of samples (``arrived``) and each executed size (``executed``)."""
+        arrived: dict[int, int] = {}
+        executed: dict[int, int] = {}
+        for record in self.batch_records:
+            arrived[record.size] = arrived.get(record.size, 0) + 1
+            executed[record.executed] = executed.get(record.executed, 0) + 1
+        return {"arrived": dict(sorted(arrived.items())), "executed": dict(sorted(executed.items()))}
+
+    @property
+    def padding(self) -> float:
+        """The fraction of executed batch slots that held no sample."""
+        slots = sum(r.executed for r in self.batch_records)
+        return 1.0 - sum(r.size for r in self.batch_records) / slots if slots else 0.0
 
     @property
     def duration_s(self) -> float:
@@ -147,19 +186,26 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
 class _BatchingSUT:
     """Groups LoadGen samples into batches, runs them on one worker thread, and brackets the window.
 
-    Per-batch latency: in Offline LoadGen hands over every sample in one call,
-    so counting from that call would measure queueing behind earlier batches,
-    an artefact of the scenario; a batch's latency there runs from the moment
-    the worker issues it to the runner (its samples are all present) to its
-    completion. In Server and SingleStream samples arrive over time, so the
-    latency runs from the arrival of the batch's earliest sample, including
-    any wait for the runner, as a user's query would see it.
+    A batch holds the samples waiting when the runner is free (after the
+    batching timeout, if any), up to the maximum batch size, and the runner
+    runs exactly those (``pad`` runs every batch at the maximum instead: the
+    behaviour of a server with one prepared shape, kept to measure against).
 
-    The measured window is bracketed by the worker itself: monitors and meter
-    start just before the first batch runs and stop right after the batch at
-    which ``rule`` ends the window (or, in Offline, after the last issued
-    sample). LoadGen's own start-up (building and handing over the samples)
-    and tear-down (writing its logs) stay outside the energy and the queries.
+    Latency per query: in Offline LoadGen hands over every sample in one call,
+    so counting from that call would measure queueing behind earlier batches,
+    an artefact of the scenario; a query's latency there runs from the moment
+    the worker issues its batch to the runner to the batch's completion. In
+    Server and SingleStream samples arrive over time, so each query's latency
+    runs from its own arrival, including any wait for the runner, as a user
+    would see it.
+
+    The measured window is bracketed by the worker itself: in Offline monitors
+    and meter start just before the first batch runs (in Server and
+    SingleStream just before LoadGen starts, so that no arriving query waits
+    for the meter to start) and stop right after the batch at which ``rule``
+    ends the window (or after the last issued sample). LoadGen's tear-down
+    (writing its logs) stays outside the energy and the queries, and in
+    Offline so does its start-up (building and handing over the samples).
     Samples still queued when the window ends are completed at once without
     running the model, so LoadGen can finish; they are counted as skipped and
     never as measured queries.
@@ -175,17 +221,22 @@ class _BatchingSUT:
         monitors: list[Monitor] | tuple[Monitor, ...] = (),
         rule: StopRule | None = None,
         timeout_s: float = 0.0,
+        pad: bool = False,
     ) -> None:
         self.lg = lg
         self.runner = runner
         self.batch_size = batch_size
         self.offline = scenario == "offline"
         self.timeout_s = 0.0 if self.offline else max(timeout_s, 0.0)
+        self.pad = pad
         self.meter = meter
         self.monitors = list(monitors)
         self.rule = rule
         self.inbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.latencies_ms: list[float] = []
+        self.query_latencies_ms: list[float] = []
+        self.arrivals: list[float] = []
+        self.records: list[BatchRecord] = []
         self.completed = 0
         self.queries = 0
         self.skipped = 0
@@ -318,16 +369,22 @@ class _BatchingSUT:
             self.outbox.put(batch)
 
     def _run_batch(self, batch: list[tuple[Any, float]], exhausted: bool) -> None:
+        """Run the samples that arrived (all of the maximum with ``pad``) and record every query's latency."""
         if not self.open:
             self.open_window()
         issued = time.monotonic()
+        executed = self.batch_size if self.pad else len(batch)
         try:
-            self.runner.infer()
+            executed = self.runner.infer(None if self.pad else len(batch))
         except Exception as exc:  # the samples must still complete or LoadGen waits forever
             self.error = f"{type(exc).__name__}: {exc}"
         done = time.monotonic()
-        since = issued if self.offline else min(t for _, t in batch)
+        arrivals = [t for _, t in batch]
+        since = issued if self.offline else min(arrivals)
         self.latencies_ms.append((done - since) * 1e3)
+        self.query_latencies_ms.extend((done - (issued if self.offline else t)) * 1e3 for t in arrivals)
+        self.arrivals.extend(arrivals)
+        self.records.append(BatchRecord(issued, done, len(batch), int(executed), since))
         self.queries += len(batch)
         if self.error:
             self.close_window("runner-error")
@@ -396,8 +453,9 @@ def run_window(
 ) -> WindowResult:
     """Warm up, then run one LoadGen test with the meter bracketing exactly the measured batches.
 
-    The meter starts just before the first batch and stops right after the
-    last measured one, so energy and queries cover the same interval;
+    The meter starts just before the first batch (Server and SingleStream:
+    just before LoadGen starts issuing) and stops right after the last
+    measured one, so energy and queries cover the same interval;
     monitors (telemetry) start before the meter and stop after it. In Offline
     the window ends after ``settings.window_s``, or earlier when adaptive
     (see :class:`WindowSettings`); why it ended and the interval it reached
@@ -491,7 +549,8 @@ def _run_once(
             energy_now=None if meter is None else energy_reader(meter),
         )
     timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
-    sut_state = _BatchingSUT(lg, runner, batch_size, scenario, meter, monitors, rule, timeout_s)
+    pad = bool(settings.options.get("pad_batches", False))
+    sut_state = _BatchingSUT(lg, runner, batch_size, scenario, meter, monitors, rule, timeout_s, pad)
     ts = _test_settings(lg, scenario, settings, qps, batch_size / qps)
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_path)
@@ -499,11 +558,25 @@ def _run_once(
     log_settings.enable_trace = False
     sut = lg.ConstructSUT(sut_state.issue, sut_state.flush)
     qsl = lg.ConstructQSL(QSL_SIZE, QSL_SIZE, _noop, _noop)
+    freeze = bool(settings.options.get("gc_freeze", True))
+    if freeze:
+        # A full collection walks every object the process holds (torch and the
+        # tuner: about a million) and stops every Python thread while it does.
+        # Collected and frozen here, the window's own garbage is all it meets.
+        gc.collect()
+        gc.freeze()
     sut_state.run()
     with interrupts.listening(sut_state.abort):
         try:
+            if scenario != "offline":
+                # Queries arrive on LoadGen's schedule: a meter that waits for its
+                # counter's next update (NVML's, up to 100 ms) must do so before the
+                # first one arrives, or that query and those behind it wait too.
+                sut_state.open_window()
             _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
         finally:
+            if freeze:
+                gc.unfreeze()
             sut_state.join()
             sut_state.close_window(STOP_LOADGEN)
             lg.DestroyQSL(qsl)
@@ -536,6 +609,9 @@ def _run_once(
         monitors=sut_state.telemetry,
         error=sut_state.error,
         stop=stop,
+        query_latencies_ms=sut_state.query_latencies_ms,
+        arrivals=sut_state.arrivals,
+        batch_records=sut_state.records,
     )
 
 
