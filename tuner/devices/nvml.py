@@ -398,6 +398,10 @@ class NvmlDevice:
             )
         return RaplMeter()
 
+    def read_power_w(self) -> float:
+        """Board power now as NVML reports it, in watts (the report samples it for its power-over-time figure)."""
+        return self._call("nvmlDeviceGetPowerUsage") / 1000.0
+
     def close_runner(self) -> None:
         self._runners.close()
 
