@@ -14,7 +14,7 @@ import sys
 import typer
 
 from tuner import __version__, interrupts
-from tuner.cli import deploy, fleet, report, results, search, serve, tuning
+from tuner.cli import deploy, fleet, meters, report, results, search, serve, tuning
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -52,6 +52,7 @@ fleet.register(app)
 search.register(app)
 serve.register(app)
 report.register(app)
+meters.register(app)
 
 
 def usage_line(exc: Exception) -> str:

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, NvmlEnergyMeter, RaplMeter, SampledPowerMeter
@@ -407,7 +408,7 @@ class NvmlDevice:
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
-        meter = self.make_meter(settings.meter)
+        meter = device_meter(settings.meter, self.make_meter)
         runner = self._runners.get(model, config, self.space(), settings.runtime)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         started = time.monotonic()
