@@ -143,3 +143,19 @@ def test_hardware_trace_is_sampled_power_over_one_window_and_the_state_is_restor
     assert trace.kind == "sampled" and len(trace.t_s) >= 2 and set(trace.watts) == {250.0}
     assert trace.t_s == sorted(trace.t_s) and "digital twin" not in trace.note
     assert dev.applied[0].batch_size == 8 and dev.restored == 1
+
+
+def test_every_committed_hardware_result_names_its_gpu_and_driver():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "studies"
+    files = list(root.rglob("pareto.json")) + list(root.rglob("best.yaml")) + list(root.rglob("*-run.json"))
+    assert files
+    for path in files:
+        data = yaml.safe_load(path.read_text())
+        if data.get("twin"):
+            continue
+        record = data["provenance"].get("measured_on", data["provenance"])
+        assert record["hardware"] and record["driver"] and record["twin"] is False, path
