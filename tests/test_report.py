@@ -159,3 +159,17 @@ def test_every_committed_hardware_result_names_its_gpu_and_driver():
             continue
         record = data["provenance"].get("measured_on", data["provenance"])
         assert record["hardware"] and record["driver"] and record["twin"] is False, path
+
+
+def test_report_on_hardware_runs_real_windows_and_says_hardware(rapl_at_15w, tmp_path):
+    out = tmp_path / "rep"
+    result = run_cli(
+        "report", "--model", "tiny-cnn", "--device", "cpu", "--batch-sizes", "1,4", "--window", "1", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = ReportData.model_validate_json((out / "report.json").read_text())
+    assert [p.source for p in data.points] == ["measured", "measured"] and all(p.ok for p in data.points)
+    assert data.devices[0].meters == ["rapl"] and not data.devices[0].twin
+    md = (out / "report.md").read_text()
+    assert "digital twin" not in md and "| cpu | hardware |" in md
+    assert "no instantaneous power" in md  # the CPU device has no power reading to trace
