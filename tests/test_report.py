@@ -173,3 +173,20 @@ def test_report_on_hardware_runs_real_windows_and_says_hardware(rapl_at_15w, tmp
     md = (out / "report.md").read_text()
     assert "digital twin" not in md and "| cpu | hardware |" in md
     assert "no instantaneous power" in md  # the CPU device has no power reading to trace
+
+
+def test_report_with_wall_power_names_the_analyzer_and_the_rails_read_beside_it(rapl_at_15w, tmp_path):
+    from fakeptd import FakePtd
+
+    fake = FakePtd(watts=80.0)
+    out = tmp_path / "rep"
+    result = run_cli(
+        "report", "--model", "tiny-cnn", "--device", "cpu", "--batch-sizes", "2", "--window", "1", "--out", str(out),
+        "--meter", f"ptd://127.0.0.1:{fake.port}?interval_ms=50&settle_s=0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = ReportData.model_validate_json((out / "report.json").read_text())
+    assert data.points[0].measurement.avg_w == 80.0 and data.devices[0].meters == ["ptd"]
+    details = data.devices[0].meter_details
+    assert details["analyzer"] == "YokogawaWT310" and details["objective"] == "ptd" and details["also"] == "rapl"
+    assert "analyzer YokogawaWT310" in (out / "report.md").read_text()

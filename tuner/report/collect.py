@@ -34,6 +34,8 @@ from tuner.space import Config, SearchSpace
 from tuner.sweep import run_sweep
 
 TRACE_PERIOD_S = 0.05
+# What an external meter says about itself (analyzer, ranges) and the device meter read beside it.
+METER_DETAILS = ("analyzer", "ptd_version", "amps_range", "volts_range", "objective", "also", "also_rails", "server")
 
 
 @dataclass(frozen=True)
@@ -213,14 +215,21 @@ def power_trace(device: Device, model: str, point: Point, settings: WindowSettin
 
 
 def device_info(device: Device, points: list[Point]) -> DeviceInfo:
-    """The device's provenance plus the meters and rails its measurements name."""
+    """The device's provenance plus the meters and rails its measurements name, and an outside meter's details."""
     measured = [p.measurement for p in points if p.measurement is not None]
+    details = {
+        key.removeprefix("meter_"): str(value)
+        for m in measured
+        for key, value in m.extra.items()
+        if key.removeprefix("meter_") in METER_DETAILS
+    }
     return DeviceInfo(
         device=device.name,
         twin=bool(device.simulated),
         provenance=provenance(device),
         meters=sorted({m.meter for m in measured}),
         rails=sorted({r for m in measured for r in m.rails}),
+        meter_details=details,
     )
 
 

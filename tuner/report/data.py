@@ -65,6 +65,7 @@ class DeviceInfo(BaseModel):
     provenance: dict[str, Any]
     meters: list[str] = Field(default_factory=list)
     rails: list[str] = Field(default_factory=list)
+    meter_details: dict[str, str] = Field(default_factory=dict)
 
 
 class ReportData(BaseModel):

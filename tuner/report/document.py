@@ -37,7 +37,7 @@ def provenance_table(data: ReportData) -> Table:
                 str(p.get("hardware") or "-"),
                 str(driver),
                 str(p.get("host") or "-"),
-                ", ".join(d.meters) or "-",
+                ", ".join(d.meters) + "".join(f"; {k} {v}" for k, v in d.meter_details.items()) or "-",
                 ", ".join(d.rails) or "-",
                 versions,
             ]
