@@ -65,8 +65,17 @@ STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
     "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}"
     "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f2f2f2}"
-    "td:first-child,th:first-child{text-align:left}img{max-width:100%}code{background:#f4f4f4}"
+    "td.t{text-align:left}img{max-width:100%}"
 )
+
+
+def _cell(text: str) -> str:
+    """Numbers right-aligned, text left-aligned."""
+    try:
+        float(text)
+    except ValueError:
+        return f'<td class="t">{html.escape(text)}</td>'
+    return f"<td>{html.escape(text)}</td>"
 
 
 def html_page(blocks: list[Block], folder: Path, title: str) -> str:
@@ -79,7 +88,7 @@ def html_page(blocks: list[Block], folder: Path, title: str) -> str:
             body.append(f"<p>{html.escape(b.text)}</p>")
         elif isinstance(b, Table):
             head = "".join(f"<th>{html.escape(c)}</th>" for c in b.columns)
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in b.rows)
+            rows = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in b.rows)
             body.append(f"<table><tr>{head}</tr>{rows}</table>")
         else:
             data = base64.b64encode((folder / b.file).read_bytes()).decode("ascii")
