@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve a local meter over TCP (named start/stop/read, token required) to a tuner on another host."""
         host, port = listen_address(listen)
+        make = meter_factory(meter, device)
         if token_file is not None:
             token = read_token(str(token_file))
         else:
@@ -70,8 +71,8 @@ def register(app: typer.Typer) -> None:
                 token = read_token()
             except UserError:
                 token = secrets.token_urlsafe(24)
-                common.err_console.print(f"token (give it to the tuner as ${TOKEN_ENV}): {token}")
-        server = MeterServer(meter_factory(meter, device), token, host, port)
+                typer.echo(f"token (give it to the tuner as ${TOKEN_ENV}): {token}", err=True)
+        server = MeterServer(make, token, host, port)
         shown = f"[{server.address[0]}]" if ":" in server.address[0] else server.address[0]
         typer.echo(f"serving {server.meter.name} on remote://{shown}:{server.address[1]}")
         thread = server.start_background()

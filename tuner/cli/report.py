@@ -65,7 +65,12 @@ def register(app: typer.Typer) -> None:
         ci: str = common.CiOpt,
         runtime: str = common.RuntimeOpt,
         percentile: str = common.PercentileOpt,
-        meter: str | None = common.MeterOpt,
+        meter: str | None = typer.Option(
+            None,
+            "--meter",
+            help="energy meter: the device's own (nvml-energy, rails, rapl, ...; default) or an outside one, "
+            "read with the device's: ptd://HOST:PORT, remote://HOST:PORT, py:module:Class (docs/meters.md)",
+        ),
         seed: int | None = typer.Option(None, "--seed", help="twins: add seeded measurement noise (default none)"),
         allow_clock_changes: bool = common.ClockOpt,
         sysfs_root: Path | None = common.SysfsOpt,
