@@ -159,6 +159,12 @@ def test_every_committed_hardware_result_names_its_gpu_and_driver():
             continue
         record = data["provenance"].get("measured_on", data["provenance"])
         assert record["hardware"] and record["driver"] and record["twin"] is False, path
+    reports = list(root.rglob("report.json"))
+    assert reports
+    for path in reports:
+        for device in ReportData.model_validate_json(path.read_text()).devices:
+            p = device.provenance
+            assert device.twin or (p["hardware"] and (p.get("driver") or p.get("l4t"))), path
 
 
 def test_report_on_hardware_runs_real_windows_and_says_hardware(rapl_at_15w, tmp_path):
