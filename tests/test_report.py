@@ -196,3 +196,23 @@ def test_report_with_wall_power_names_the_analyzer_and_the_rails_read_beside_it(
     details = data.devices[0].meter_details
     assert details["analyzer"] == "YokogawaWT310" and details["objective"] == "ptd" and details["also"] == "rapl"
     assert "analyzer YokogawaWT310" in (out / "report.md").read_text()
+
+
+def test_server_scenario_rows_are_one_per_maximum_batch_size_at_the_given_timeout():
+    from tuner.scenario import window_for
+
+    settings = window_for(WindowSettings(), "server", 50.0)
+    settings.options["batch_timeout_ms"] = 2.0
+    plans = plans_for([open_device("sim:orin")], settings, modes=["MAXN", "15W"], batch_sizes=[1, 8])
+    data = make_report(plans, ["resnet50"], settings, "test")
+    assert sorted((p.group, p.config.batch_size) for p in data.points) == [
+        ("15W", 1),
+        ("15W", 8),
+        ("MAXN", 1),
+        ("MAXN", 8),
+    ]
+    assert data.scenario == "server@50qps"
+    single = window_for(WindowSettings(), "singlestream", None)
+    plans = plans_for([open_device("sim:orin")], single, modes=["MAXN"])
+    points = make_report(plans, ["resnet50"], single, "test").points
+    assert [(p.group, p.config.batch_size) for p in points] == [("MAXN", 1)]

@@ -29,7 +29,6 @@ from tuner.records import representatives
 from tuner.report.analysis import recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, Trace
 from tuner.scenario import label as scenario_label
-from tuner.scenario import serving_space
 from tuner.space import Config, SearchSpace
 from tuner.sweep import run_sweep
 
@@ -70,7 +69,12 @@ def plan(
     batch_sizes: list[int] | None,
     settings: WindowSettings,
 ) -> Plan:
-    """The space a device is characterized over: its listed modes (all if none listed) times ``knobs``."""
+    """The space a device is characterized over: its listed modes (all if none listed) times ``knobs``.
+
+    SingleStream runs one sample per query, so its batch size is 1; Server
+    keeps the batching timeout fixed (the window's options), so a row is one
+    maximum batch size.
+    """
     space = device.space()
     tuned = list(knobs or [])
     if space.mode_knob is not None and space.mode_knob not in tuned:
@@ -86,8 +90,10 @@ def plan(
             update={"values": values, "default": values[0]}
         )
         tuned.insert(0, space.mode_knob)
-    space = serving_space(space.narrow(knobs=tuned, batch_sizes=batch_sizes), settings)
-    return Plan(device, space, [k for k in space.tuned_knobs if k in tuned])
+    space = space.narrow(knobs=tuned, batch_sizes=batch_sizes)
+    if settings.scenario == "singlestream":
+        space = space.narrow(batch_sizes=[1])
+    return Plan(device, space, tuned)
 
 
 def study_points(
