@@ -70,6 +70,10 @@ def test_ptd_urls_and_unreachable_directors_are_user_errors():
         check_external(f"ptd://127.0.0.1:{port}", "cpu")
     with pytest.raises(UserError, match="digital twin"):
         check_external(ptd_url(FakePtd()), "sim:orin")
+    other = FakePtd()
+    other._reply = lambda command: ["HTTP/1.1 400 Bad Request"]
+    with pytest.raises(UserError, match="is not PTDaemon"):
+        check_external(ptd_url(other), "cpu")
 
 
 def served(clock=None, watts: float = 42.0) -> MeterServer:
@@ -145,10 +149,15 @@ def test_a_wrong_token_is_refused_and_a_second_tuner_is_told_busy():
     first.start()
     with pytest.raises(MeterLost, match="busy"):
         RemoteMeter(*server.address, TOKEN).start()
-    first.stop()
+    first.close()  # gone mid-window, without stop: the server throws the window away and frees the meter
     second = RemoteMeter(*server.address, TOKEN)
-    second.start()
-    second.stop()
+    for _ in range(100):  # the server notices the hang-up on its own thread
+        try:
+            second.start()
+            break
+        except MeterLost:
+            time.sleep(0.05)
+    assert second.stop().avg_w == pytest.approx(42.0)
     server.close()
 
 
@@ -156,6 +165,8 @@ def test_the_server_listens_on_loopback_unless_told_otherwise():
     server = MeterServer(ConstantMeter, TOKEN)
     assert server.address[0] == "127.0.0.1"
     server.close()
+    shown = run_cli("meter-serve", "--help").stdout
+    assert "[default: 127.0.0.1:4951]" in " ".join(shown.split())
 
 
 def test_meter_serve_cli_serves_a_plugin_meter_on_loopback(tmp_path):

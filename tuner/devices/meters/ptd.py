@@ -96,12 +96,15 @@ class PtdMeter:
 
     def _connect(self) -> LineConnection:
         conn = LineConnection(self.host, self.port, f"PTDaemon at {self.host}:{self.port}", self.timeout_s)
-        reply = conn.ask("Hello")
-        if reply != HELLO:
+        try:
+            reply = conn.ask("Hello")
+            if reply != HELLO:
+                raise MeterLost(f"{self.host}:{self.port} is not PTDaemon (it answered Hello with {reply[:60]!r})")
+            self.identity = conn.ask("Identify")
+            self._ranges = _ranges(conn.ask("RR"))
+        except MeterLost:
             conn.close()
-            raise MeterLost(f"{self.host}:{self.port} is not PTDaemon (it answered Hello with {reply[:60]!r})")
-        self.identity = conn.ask("Identify")
-        self._ranges = _ranges(conn.ask("RR"))
+            raise
         return conn
 
     def probe(self) -> dict[str, str]:
@@ -127,6 +130,16 @@ class PtdMeter:
 
     def start(self) -> None:
         self._conn = conn = self._connect()
+        try:
+            self._go(conn)
+        except MeterLost:
+            conn.close()
+            self._conn = None
+            raise
+        self._t0 = time.monotonic()
+
+    def _go(self, conn: LineConnection) -> None:
+        """Ranges if asked (then the settling wait), then Go with this window's mark."""
         changed = False
         for which, value in (("A", self.amps), ("V", self.volts)):
             if value is not None:
@@ -137,9 +150,7 @@ class PtdMeter:
         self._mark = f"powertune-{uuid.uuid4().hex[:8]}-{next(_COUNTER)}"
         reply = conn.ask(f"Go,{self.interval_ms},0,{self._mark}")
         if not reply.startswith("Starting untimed measurement"):
-            conn.close()
             raise MeterLost(f"PTDaemon did not start measuring: {reply[:80]}")
-        self._t0 = time.monotonic()
 
     def stop(self) -> EnergyReading:
         conn = self._conn

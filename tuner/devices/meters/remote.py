@@ -111,13 +111,19 @@ class RemoteMeter:
 
     def probe(self) -> dict[str, str]:
         """Connect and hang up: a wrong address or token fails before anything is measured."""
-        self.connect()
-        self.close()
+        try:
+            self.connect()
+        finally:
+            self.close()
         return {"meter": self.name, "rails": ", ".join(self.rails)}
 
     def start(self) -> None:
-        self.connect()
-        self._ask({"op": "start"})
+        try:
+            self.connect()
+            self._ask({"op": "start"})
+        except MeterLost:
+            self.close()
+            raise
 
     def energy_now(self) -> tuple[float, float] | None:
         """The server meter's energy so far, its time moved onto this host's clock."""
