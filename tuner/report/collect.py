@@ -101,8 +101,9 @@ def study_points(
 ) -> dict[str, tuple[Measurement, str]]:
     """Measurements a study storage already holds for this device, model and scenario, by effective configuration.
 
-    Only completed trials that measured (not failed, not reused) count; a
-    re-measured configuration gives its latest repeat, which carries the mean.
+    Only completed trials that measured count (a failed trial has no figure; a
+    reused one copies a trial that is already counted); a re-measured
+    configuration gives its latest repeat, which carries the mean.
     """
     from tuner.study import open_study
 
@@ -122,7 +123,7 @@ def study_points(
         done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         for trial in representatives(done):
             a = trial.user_attrs
-            if "effective" not in a or any(k not in a for k in METRIC_KEYS) or "meter" not in a:
+            if "reused_from" in a or "effective" not in a or "meter" not in a or any(k not in a for k in METRIC_KEYS):
                 continue
             m = Measurement(**{k: a[k] for k in (*METRIC_KEYS, *ORIGIN_KEYS) if k in a})
             key = _key(Config(knobs=a["effective"], batch_size=int(a["batch_size"])))
