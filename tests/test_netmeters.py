@@ -233,3 +233,18 @@ def test_tune_measure_on_the_cpu_with_wall_power_from_ptd(rapl_at_15w, tmp_path)
     assert m["extra"]["meter_objective"] == "ptd" and m["extra"]["meter_also"] == "rapl"
     assert m["extra"]["meter_analyzer"] == "YokogawaWT310"
     assert m["extra"]["meter_also_avg_w"] == pytest.approx(15.0, rel=0.2)
+
+
+def test_an_installed_powertune_meters_entry_point_is_found_by_name(monkeypatch):
+    from tuner.devices.meters import registry
+
+    class Entry:
+        name, value = "usb", "fakemeter:ConstantMeter"
+
+        def load(self):
+            return ConstantMeter
+
+    monkeypatch.setattr(registry, "_entry_point", lambda name: Entry() if name == "usb" else None)
+    assert is_external("usb:/dev/ttyUSB0") and not is_external("rails")
+    meter = open_meter("usb:/dev/ttyUSB0")
+    assert isinstance(meter, ConstantMeter)
