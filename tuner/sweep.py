@@ -34,15 +34,16 @@ def run_sweep(
     model: str,
     settings: WindowSettings,
     progress: Callable[[int, int], None] | None = None,
+    configs: list[Config] | None = None,
 ) -> list[SweepRow]:
-    """Measure every effective configuration once.
+    """Measure every effective configuration once (or only ``configs``, some of the space's).
 
     Twins score the grid vectorized, in chunks so that ``progress`` advances
     (noise-free unless a seed is given; a seeded sweep draws chunk k's noise
     from seed + k); real devices apply and measure one point at a time under
     a hardware session, and a point that fails is kept with its error.
     """
-    configs = space.grid()
+    configs = space.grid() if configs is None else configs
     measure_many = getattr(device, "measure_many", None)
     if measure_many is not None:
         rows: list[SweepRow] = []

@@ -31,6 +31,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("plan", "Cheapest feasible Server configuration per arrival rate, as a policy (reuses existing studies)."),
     ("govern", "Follow the observed arrival rate through the policy's bands (hysteresis, dwell, journaled device)."),
     ("replay", "Replay an arrival-rate trace on a twin: default mode vs static peak-tuned vs the governor."),
+    ("report", "Measure models on devices across power modes and batch sizes; write report.md and report.html."),
+    ("meter-serve", "Serve a local meter over TCP (named start/stop/read, token required) to a tuner on another host."),
 )
 
 

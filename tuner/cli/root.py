@@ -14,7 +14,7 @@ import sys
 import typer
 
 from tuner import __version__, interrupts
-from tuner.cli import deploy, fleet, results, search, serve, tuning
+from tuner.cli import deploy, fleet, meters, report, results, search, serve, tuning
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -51,6 +51,8 @@ deploy.register(app)
 fleet.register(app)
 search.register(app)
 serve.register(app)
+report.register(app)
+meters.register(app)
 
 
 def usage_line(exc: Exception) -> str:

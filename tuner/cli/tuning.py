@@ -40,8 +40,12 @@ METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
 
 
 def check_meter(meter: str | None, device: str) -> None:
-    """Built-in devices take the built-in meters; a plugin may name meters of its own."""
+    """Built-in devices take the built-in meters, or an external one (docs/meters.md); a plugin may name its own."""
     from tuner.devices.jetson import DEVICE_KINDS
+    from tuner.devices.meters.registry import check_external, is_external
+
+    if meter is not None and is_external(meter):
+        return check_external(meter, device)
 
     builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
     if meter is not None and builtin:

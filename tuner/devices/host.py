@@ -12,6 +12,7 @@ import platform
 from typing import Any
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, RaplMeter
@@ -55,7 +56,7 @@ class HostDevice:
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
-        meter = self.make_meter(settings.meter)
+        meter = device_meter(settings.meter, self.make_meter)
         runner = self._runners.get(model, config, self.space(), settings.runtime)
         return measure_with(runner, meter, config.batch_size, settings)
 

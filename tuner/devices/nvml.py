@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, NvmlEnergyMeter, RaplMeter, SampledPowerMeter
@@ -398,12 +399,16 @@ class NvmlDevice:
             )
         return RaplMeter()
 
+    def read_power_w(self) -> float:
+        """Board power now as NVML reports it, in watts (the report samples it for its power-over-time figure)."""
+        return self._call("nvmlDeviceGetPowerUsage") / 1000.0
+
     def close_runner(self) -> None:
         self._runners.close()
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
-        meter = self.make_meter(settings.meter)
+        meter = device_meter(settings.meter, self.make_meter)
         runner = self._runners.get(model, config, self.space(), settings.runtime)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         started = time.monotonic()

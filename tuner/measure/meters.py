@@ -33,7 +33,11 @@ class EnergyReading:
     rails: list[str]
     samples: int
     warning: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float | str] = field(default_factory=dict)
+
+
+class MeterLost(Exception):
+    """The meter went away mid-window (a network meter's connection dropped): the window has no energy."""
 
 
 @runtime_checkable
@@ -69,7 +73,7 @@ def _reading(
     duration_s: float,
     samples: int,
     warning: str = "",
-    extra: dict[str, float] | None = None,
+    extra: dict[str, float | str] | None = None,
 ) -> EnergyReading:
     if duration_s > 0 and energy_j <= 0:
         raise UserError(

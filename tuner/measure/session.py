@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tuner.errors import UserError
-from tuner.measure.meters import Meter
+from tuner.measure.meters import Meter, MeterLost
 from tuner.measure.settings import WindowSettings
 from tuner.measure.window import Monitor, Runner, WindowResult, run_window
 from tuner.measurement import Measurement
@@ -39,8 +39,31 @@ def measure_with(
     if percentile not in PERCENTILES:
         raise UserError(f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
     folder = log_dir or settings.log_dir or tempfile.mkdtemp(prefix="powertune-loadgen-")
-    window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
+    try:
+        window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
+    except MeterLost as exc:
+        return lost_measurement(meter, str(exc))
     return build_measurement(window, meter, percentile)
+
+
+def lost_measurement(meter: Meter, why: str) -> Measurement:
+    """A window whose meter failed or went away: invalid, with no energy or rate at all (never a partial figure)."""
+    nan = float("nan")
+    return Measurement(
+        j_per_query=nan,
+        p50_ms=nan,
+        p90_ms=nan,
+        p99_ms=nan,
+        qps=nan,
+        avg_w=nan,
+        energy_j=nan,
+        queries=0,
+        duration_s=nan,
+        meter=meter.name,
+        rails=list(meter.rails),
+        valid=False,
+        reason=f"no energy for this window: {why}",
+    )
 
 
 def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99") -> Measurement:

@@ -34,6 +34,7 @@ from tuner.devices.jetson import sysfs
 from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover
 from tuner.devices.jetson.meters import JtopMeter, RailMeter
 from tuner.devices.jetson.restore import plan_restore
+from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measurement import Measurement
@@ -544,7 +545,7 @@ class JetsonDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """Run the real runner in a LoadGen window under the board's meter; abort when too hot."""
         self.check_thermal()
-        meter = self.make_meter(settings.meter)
+        meter = device_meter(settings.meter, self.make_meter)
         self._runtime = settings.runtime
         runner = self._runner_factory(model, config)
         measure_fn = self._measure_fn

@@ -1,0 +1,109 @@
+"""Turn a ``--meter`` that names a meter outside the device into a Meter.
+
+``ptd://host:port`` is PTDaemon, ``remote://host:port`` a ``tune meter-serve``,
+``py:package.module:Class`` any importable factory and a name registered in
+the ``powertune.meters`` entry-point group an installed plugin. A factory is
+called with the ``--meter`` string and must return a
+:class:`tuner.measure.meters.Meter`. Built-in names (nvml-energy, rails, ...)
+stay the device's to resolve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tuner.errors import UserError
+from tuner.measure.meters import Meter
+
+PLUGIN_GROUP = "powertune.meters"
+
+
+def _entry_point(name: str) -> Any:
+    from importlib.metadata import entry_points
+
+    return next((e for e in entry_points(group=PLUGIN_GROUP) if e.name == name), None)
+
+
+def is_external(spec: str | None) -> bool:
+    """Whether ``spec`` names a meter outside the device (a URL, a py: target or an installed meter plugin)."""
+    if not spec:
+        return False
+    return spec.startswith(("ptd://", "remote://", "py:")) or _entry_point(spec.split(":", 1)[0]) is not None
+
+
+def open_meter(spec: str) -> Meter:
+    """The meter ``spec`` names; a malformed or broken one is a one-line user error."""
+    if spec.startswith("ptd://"):
+        from tuner.devices.meters.ptd import PtdMeter
+
+        return PtdMeter.from_url(spec)
+    if spec.startswith("remote://"):
+        from tuner.devices.meters.remote import RemoteMeter
+
+        return RemoteMeter.from_url(spec)
+    if spec.startswith("py:"):
+        factory = _import_target(spec)
+    else:
+        entry = _entry_point(spec.split(":", 1)[0])
+        if entry is None:
+            raise UserError(f"unknown meter {spec!r}: see docs/meters.md")
+        try:
+            factory = entry.load()
+        except Exception as exc:
+            raise UserError(f"meter plugin {entry.name!r} ({entry.value}) failed to load: {exc}") from None
+    try:
+        meter = factory(spec)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise UserError(f"meter plugin {spec} failed to start: {type(exc).__name__}: {exc}") from None
+    if not isinstance(meter, Meter):
+        raise UserError(f"meter plugin {spec} did not return a Meter (name, rails, min_window_s, start, stop)")
+    return meter
+
+
+def _import_target(spec: str) -> Any:
+    """``py:package.module:Class`` to the object it names."""
+    import importlib
+
+    module_name, _, attr = spec[3:].partition(":")
+    if not module_name or not attr:
+        raise UserError(f"cannot read --meter {spec}: write py:package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import {module_name} for --meter {spec}: {exc}; check PYTHONPATH") from None
+    if not hasattr(module, attr):
+        raise UserError(f"{module_name} has no {attr!r} for --meter {spec}: check the name")
+    return getattr(module, attr)
+
+
+def check_external(spec: str, device: str) -> None:
+    """Before a command measures: the meter opens and, where it is on the network, answers."""
+    from tuner.measure.meters import MeterLost
+
+    if device.startswith("sim:"):
+        raise UserError(f"--meter {spec} reads real hardware; {device} is a digital twin: drop --meter")
+    meter = open_meter(spec)
+    probe = getattr(meter, "probe", None)
+    if probe is not None:
+        try:
+            probe()
+        except MeterLost as exc:
+            raise UserError(f"--meter {spec}: {exc}") from None
+
+
+def device_meter(choice: str | None, builtin: Callable[[str | None], Meter]) -> Meter:
+    """The meter a device's window uses: the external one paired with the device's own, or a built-in one."""
+    if not is_external(choice):
+        return builtin(choice)
+    from tuner.devices.meters.paired import PairedMeter
+
+    assert choice is not None
+    external = open_meter(choice)
+    try:
+        own = builtin(None)
+    except UserError:
+        return external
+    return PairedMeter(external, own)
