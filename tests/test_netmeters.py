@@ -130,10 +130,10 @@ def test_a_killed_server_fails_the_trial_with_a_clear_reason():
         start()
         windows.append(len(runner.calls))
 
-    def infer_then_kill():
+    def infer_then_kill(size: int | None = None) -> int:
         if windows and len(runner.calls) == windows[0] + 3:
             server.close()
-        infer()
+        return infer(size)
 
     remote.start, runner.infer = start_window, infer_then_kill
     m = measure_with(runner, remote, 4, WindowSettings(window_s=1.0, warmup_s=0.1))

@@ -130,7 +130,8 @@ def study_points(
             a = trial.user_attrs
             if "reused_from" in a or "effective" not in a or "meter" not in a or any(k not in a for k in METRIC_KEYS):
                 continue
-            m = Measurement(**{k: a[k] for k in (*METRIC_KEYS, *ORIGIN_KEYS) if k in a})
+            figures = {k: a[k] for k in (*METRIC_KEYS, *ORIGIN_KEYS) if k in a}
+            m = Measurement(**{**figures, "queries": round(figures["queries"])})  # a mean over windows
             key = _key(Config(knobs=a["effective"], batch_size=int(a["batch_size"])))
             found[key] = (m, f"study {summary.study_name} trial {trial.number}")
     return found
