@@ -53,7 +53,7 @@ class Knob(BaseModel):
     def _default_is_allowed(self) -> Knob:
         if len(self.values) > MAX_KNOB_VALUES:
             raise ValueError(f"{len(self.values)} values, more than {MAX_KNOB_VALUES}")
-        bad = [v for v in self.values if _is_numeric(v) and not (math.isfinite(v) and v > 0)]
+        bad = [v for v in self.values if _is_numeric(v) and not (math.isfinite(v) and (v > 0 or _is_none_of(v)))]
         if bad:
             raise ValueError(f"values must be positive numbers (a clock, a count, a limit), not {bad[0]!r}")
         if len({_norm(v) for v in self.values}) != len(self.values):
@@ -396,6 +396,11 @@ def _same(a: KnobValue, b: KnobValue) -> bool:
 def _is_numeric(value: object) -> bool:
     """int or float, but not bool (True is an int to Python, not a clock to us)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_none_of(value: object) -> bool:
+    """The integer 0: a count of nothing (no DLA beside the GPU), the one non-positive value a knob may take."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == 0
 
 
 def _norm(value: KnobValue) -> tuple[str, object]:

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runners.profile import ModelProfile, load_profile
 from tuner.devices.base import VirtualBoard, WindowSettings
+from tuner.devices.jetson.dla import without_dla
 from tuner.devices.queueing import server_measurement
 from tuner.errors import UserError
 from tuner.measurement import Measurement
@@ -462,7 +463,8 @@ class TwinDevice(VirtualBoard):
         self.name = f"sim:{short}"
         self.slug = f"sim-{short}"
         self.params = load_params(self.kind)
-        self._space = load_space(self.kind)
+        # The twins model the GPU alone: a space's DLA knobs are left out until they model the DLAs.
+        self._space = without_dla(load_space(self.kind))
         if space_file is not None:
             custom = load_space_file(Path(space_file))
             if custom.kind != self.kind or set(custom.knobs) - set(self._space.knobs):
