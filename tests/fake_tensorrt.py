@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -304,4 +305,35 @@ def module() -> SimpleNamespace:
         OnnxParser=OnnxParser,
         Runtime=Runtime,
         __version__="10.3.0-fake",
+    )
+
+
+def onnx_file(path: Path, batch: int = -1) -> Path:
+    """A model file this fake parses: an image input and a logits output, batch axis ``batch`` (-1: dynamic)."""
+    spec = {
+        "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
+        "output": {"name": "logits", "shape": [batch, 10]},
+    }
+    path.write_bytes(b"\x08" + json.dumps(spec).encode())  # the first byte of an ONNX protobuf
+    return path
+
+
+def cpu_torch() -> SimpleNamespace:
+    """PyTorch with every 'cuda' buffer on the CPU and a stream that only counts, for the fake engine."""
+    import torch
+
+    class Stream:
+        cuda_stream = 0
+
+        def __init__(self, device: object) -> None:
+            self.synced = 0
+
+        def synchronize(self) -> None:
+            self.synced += 1
+
+    names = ("float32", "float16", "int8", "int32", "int64", "bool", "randn", "zeros", "empty")
+    return SimpleNamespace(
+        **{n: getattr(torch, n) for n in names},
+        device=lambda name: torch.device("cpu"),
+        cuda=SimpleNamespace(Stream=Stream),
     )

@@ -381,7 +381,7 @@ def test_sigterm_mid_trial_restores_by_itself(board: FakeBoard, tmp_path: Path) 
 
 # -- DLAs ---------------------------------------------------------------------
 
-DLA_KNOBS = {"dla_cores": 2, "dla_mhz": 883.2, "dla_batch_size": 8}
+DLA_KNOBS = {"dla_cores": 2, "dla_mhz": 883.2, "dla_batch_size": 8, "precision": "int8"}
 DLA_BOARDS = [b for b in BOARDS if b[0] == "orin-agx"]
 
 
@@ -391,7 +391,7 @@ def _dla_files(board: FakeBoard) -> list[str]:
 
 def test_dla_knobs_appear_only_with_dlas_and_tensorrt(board: FakeBoard) -> None:
     dev = device(board)
-    assert not {"dla_cores", "dla_mhz", "dla_batch_size"} & set(dev.space().knobs)  # eager PyTorch uses no DLA
+    assert not {"dla_cores", "dla_mhz", "dla_batch_size", "precision"} & set(dev.space().knobs)  # eager PyTorch
     dev.use_runtime("tensorrt")
     knobs = dev.space().knobs
     if board.model == "orin-nano":  # no DLA on the board: nothing to offer, whatever the runtime
@@ -400,6 +400,7 @@ def test_dla_knobs_appear_only_with_dlas_and_tensorrt(board: FakeBoard) -> None:
             dev.apply(config(board, dla_mhz=883.2))
         return
     assert knobs["dla_cores"].values == [0, 1, 2] and knobs["dla_cores"].group == "runner"
+    assert knobs["precision"].values == ["int8"]  # TensorRT's own precision knob: a DLA runs no fp32
     assert knobs["dla_mhz"].values == [614.4, 883.2, 1369.6, 1600] and knobs["dla_mhz"].group == "device"
     caps = {name: mode.caps["dla_mhz"] for name, mode in dev.space().modes.items()}
     assert caps == {"MAXN": 1600, "15W": 614.4, "30W": 1369.6, "50W": 1369.6}  # the conf's DLA0_CORE caps
@@ -433,6 +434,17 @@ def test_the_dla_clock_is_journaled_applied_after_the_mode_and_restored(
     assert _dla_files(fake) == ["883200000", "883200000"]
     dev.apply(config(fake, nvpmodel="15W", **{**DLA_KNOBS, "dla_mhz": 1600}))
     assert _dla_files(fake) == ["614400000", "614400000"]  # MODE_15W caps the DLAs at 614.4 MHz
+    dev.restore(state)
+    assert fake.snapshot() == before
+
+
+def test_an_exported_dla_configuration_applies_without_naming_the_runtime(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.4")
+    before = fake.snapshot()
+    dev = device(fake)  # as ``tune apply`` opens it: no model, no runtime
+    state = dev.read_state()
+    dev.apply(config(fake, nvpmodel="MAXN", **DLA_KNOBS))
+    assert _dla_files(fake) == ["883200000", "883200000"]
     dev.restore(state)
     assert fake.snapshot() == before
 

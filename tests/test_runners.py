@@ -406,25 +406,8 @@ def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsy
 # ------------------------------------------------------------ TensorRT (fake)
 
 
-def _cpu_torch():
-    """PyTorch with every 'cuda' buffer on the CPU and a stream that only counts, for the fake engine."""
-    from types import SimpleNamespace
-
-    class Stream:
-        cuda_stream = 0
-
-        def __init__(self, device) -> None:
-            self.synced = 0
-
-        def synchronize(self) -> None:
-            self.synced += 1
-
-    names = ("float32", "float16", "int8", "int32", "int64", "bool", "randn", "zeros", "empty")
-    return SimpleNamespace(
-        **{n: getattr(torch, n) for n in names},
-        device=lambda name: torch.device("cpu"),
-        cuda=SimpleNamespace(Stream=Stream),
-    )
+from fake_tensorrt import cpu_torch as _cpu_torch  # noqa: E402
+from fake_tensorrt import onnx_file as _fake_onnx  # noqa: E402
 
 
 @pytest.fixture
@@ -434,17 +417,6 @@ def fake_trt(monkeypatch):
     module = fake_tensorrt.module()
     monkeypatch.setitem(sys.modules, "tensorrt", module)
     return module
-
-
-def _fake_onnx(path, batch=-1):
-    import json
-
-    spec = {
-        "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
-        "output": {"name": "logits", "shape": [batch, 10]},
-    }
-    path.write_bytes(b"\x08" + json.dumps(spec).encode())  # the first byte of an ONNX protobuf
-    return path
 
 
 def test_tensorrt_dla_engines_run_beside_the_gpu_one_per_core_batch_and_precision(fake_trt, tmp_path):

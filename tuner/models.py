@@ -31,7 +31,10 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
     storage was created. Twins model the zoo only. A device whose knobs depend
     on the runtime (a Jetson's DLAs need TensorRT) is told which one runs.
     """
-    resolved = check_runtime(model, runtime)
+    if simulated and runtime == "tensorrt" and model in profile_names():
+        resolved = runtime  # a TensorRT twin runs zoo models; the twin itself refuses a runtime it does not model
+    else:
+        resolved = check_runtime(model, runtime)
     use_runtime = getattr(device, "use_runtime", None)
     if use_runtime is not None:
         use_runtime(resolved)

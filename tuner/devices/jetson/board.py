@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.devices.jetson.dla import find_caps, without_dla
+from tuner.devices.jetson.dla import find_caps, for_runtime
 from tuner.devices.jetson.sysfs import inside, ints, is_file, read
 from tuner.errors import UserError
 from tuner.space import Knob, Mode, SearchSpace
@@ -452,15 +452,16 @@ def _mode_name(name: str) -> str:
     return name[len("MODE_") :] if name.startswith("MODE_") else name
 
 
-def board_space(base: SearchSpace, board: Board, dla: bool = True) -> tuple[SearchSpace, str | None]:
-    """The search space of this board: its own tables and modes; the YAML fills in the rest.
+def board_space(base: SearchSpace, board: Board, runtime: str | None = None) -> tuple[SearchSpace, str | None]:
+    """The search space of this board for a runtime: its own tables and modes; the YAML fills in the rest.
 
-    The DLA knobs stay only where the board has DLAs and ``dla`` is set (the
-    runtime can use them). Returns the space and, where the board disagrees
-    with the committed YAML, one line saying so (the board's values are used).
+    Knobs for another runtime are left out (the DLA knobs and the TensorRT
+    precision stay only with ``runtime="tensorrt"``), and the DLA knobs only
+    stay where the board has DLAs. Returns the space and, where the board
+    disagrees with the committed YAML, one line saying so (the board's values
+    are used).
     """
-    if not (dla and board.dla_caps):
-        base = without_dla(base)
+    base = for_runtime(base, runtime, dlas=bool(board.dla_caps))
     knobs = dict(base.knobs)
     differs: list[str] = []
     tables: dict[str, list[int | float]] = {

@@ -153,7 +153,7 @@ class JetsonDevice:
             lambda model, config: self._runners.get(model, config, self.space(), self._runtime)
         )
         self._measure_fn = measure_fn
-        self._base_space = load_space(kind)
+        self._base_space = load_space(kind, "tensorrt")
         if self._base_space.mode_knob is None:
             raise UserError(f"search space {kind} has no nvpmodel modes: it is not a Jetson space")
         detected = detect_kind(self.root)
@@ -162,7 +162,7 @@ class JetsonDevice:
                 f"this board is a Jetson {MODEL_NAMES[detected]} ({detected}), not {kind}: use --device {detected}"
             )
         self.board: Board = discover(self.root)
-        self._space, note = board_space(self._base_space, self.board, dla=False)
+        self._space, note = board_space(self._base_space, self.board)
         self.notes = [note] if note else []
         self.nvpmodel = _find_nvpmodel(nvpmodel or os.environ.get("TUNE_NVPMODEL") or "nvpmodel")
 
@@ -173,9 +173,9 @@ class JetsonDevice:
 
     def use_runtime(self, runtime: str) -> None:
         """The runtime the study runs the model with: only TensorRT can put work on the DLAs, so only it gets
-        the DLA knobs (and only on a board that has DLAs)."""
+        the DLA knobs (and only on a board that has DLAs) and its precision knob."""
         self._runtime = runtime
-        self._space, _ = board_space(self._base_space, self.board, dla=runtime == "tensorrt")
+        self._space, _ = board_space(self._base_space, self.board, runtime)
 
     def describe(self) -> dict[str, Any]:
         b = self.board
@@ -208,7 +208,7 @@ class JetsonDevice:
 
     def _dla_hz(self) -> list[int]:
         """The DLA clocks this board's space offers and its modes cap at, in Hz (what a journal may hold)."""
-        space, _ = board_space(self._base_space, self.board, dla=True)
+        space, _ = board_space(self._base_space, self.board, "tensorrt")
         if "dla_mhz" not in space.knobs:
             return []
         caps = [m.caps["dla_mhz"] for m in space.modes.values() if "dla_mhz" in m.caps]
@@ -273,6 +273,9 @@ class JetsonDevice:
     def targets(self, config: Config) -> dict[str, Any]:
         """What a configuration asks of the board after the mode's caps: mode id, cores, kHz, Hz."""
         space = self._space
+        if set(config.knobs) - set(space.knobs):
+            # A configuration a TensorRT study exported (DLA knobs) applied by a command that runs no model.
+            space, _ = board_space(self._base_space, self.board, "tensorrt")
         space.validate_config(config)
         mode = space.mode_of(config)
         assert mode is not None

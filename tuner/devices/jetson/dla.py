@@ -70,14 +70,6 @@ def find_caps(root: Path, conf_text: str | None) -> list[Path]:
     return caps
 
 
-def without_dla(space: SearchSpace) -> SearchSpace:
-    """The space less its DLA knobs (and the modes' DLA caps): a board, or a runtime, without DLAs."""
-    if not any(name in space.knobs for name in DLA_KNOBS):
-        return space
-    knobs = {n: k for n, k in space.knobs.items() if n not in DLA_KNOBS}
-    modes = {
-        name: m.model_copy(update={"caps": {k: v for k, v in m.caps.items() if k not in DLA_KNOBS}})
-        for name, m in space.modes.items()
-    }
-    tuned = [n for n in space.tuned if n not in DLA_KNOBS] if space.tuned is not None else None
-    return space.model_copy(update={"knobs": knobs, "modes": modes, "tuned": tuned})
+def for_runtime(space: SearchSpace, runtime: str | None, dlas: bool = True) -> SearchSpace:
+    """The space as ``runtime`` can use it; ``dlas=False`` (a board without DLA nodes) also drops the DLA knobs."""
+    return space.for_runtime(runtime, () if dlas else DLA_KNOBS)
