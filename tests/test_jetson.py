@@ -475,6 +475,17 @@ def test_kill_9_after_a_dla_write_then_restore_pending_puts_the_dla_clock_back(t
     assert fake.snapshot() == before and _dla_files(fake) == ["1369600000", "1369600000"]
 
 
+def test_sigterm_after_a_dla_write_restores_the_dla_clock_by_itself(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35", start="MAXN")
+    before = fake.snapshot()
+    proc = _child(fake, tmp_path, {"nvpmodel": "MAXN", **DLA_KNOBS})
+    assert _dla_files(fake) == ["883200000", "883200000"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert fake.snapshot() == before and _dla_files(fake) == ["1600000000", "1600000000"]
+    assert pending_journals() == []
+
+
 @pytest.mark.parametrize(
     ("dla", "reported"),
     [
