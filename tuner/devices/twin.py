@@ -468,11 +468,10 @@ class TwinDevice(VirtualBoard):
         # runtime's own knobs out of their spaces.
         tensorrt = runtime.startswith("tensorrt")
         self.dla = load_dla_params(self.kind) if tensorrt else None
-        self._space = for_runtime(
-            load_space(self.kind, "tensorrt"), "tensorrt" if tensorrt else None, self.dla is not None
-        )
+        own = "tensorrt" if tensorrt else None
+        self._space = for_runtime(load_space(self.kind, "tensorrt"), own, self.dla is not None)
         if space_file is not None:
-            custom = load_space_file(Path(space_file))
+            custom = for_runtime(load_space_file(Path(space_file)), own, self.dla is not None)
             if custom.kind != self.kind or set(custom.knobs) - set(self._space.knobs):
                 raise UserError(
                     f"{space_file} is a space for {custom.kind} with knobs {', '.join(custom.knobs)}: "
