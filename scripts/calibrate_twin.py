@@ -437,7 +437,14 @@ def dla_section() -> list[str]:
         mhz = space.effective(configs[list(published).index(mode)]).knobs["dla_mhz"]
         kind = "fitted" if mode in ("MAXN", "15W") else "held out"
         lines.append(f"| {mode} | {mhz} | {published[mode]} | {qps:.0f} | {qps / published[mode] - 1:+.1%} | {kind} |")
-    lines.append("")
+    lines += [
+        "",
+        "Not modelled, for want of a published figure: how a DLA's throughput changes with its batch size "
+        "(the twin takes it as constant; only the batch latency grows), the DRAM energy of the DLAs' own "
+        "traffic (inside the per-DLA watts), contention for the EMC between the GPU and the DLAs below MaxP, "
+        "and DLA throughput for any model but resnet50.",
+        "",
+    ]
     return lines
 
 
