@@ -24,7 +24,9 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # How a torch model is executed: op by op, replayed as one captured CUDA graph,
 # or compiled by torch.compile (inductor). Observe-only: nothing on the card changes.
 GRAPHS = ("eager", "cudagraphs", "compile")
-OPTIONS = ("channels_last", "graph")
+OPTIONS = ("channels_last", "graph", "dla_cores", "dla_batch_size")
+# A Jetson has at most two DLAs (AGX Orin, AGX Xavier); the DLA knobs reach only the TensorRT runner.
+MAX_DLA_CORES = 2
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class RunSettings:
     precision: str
     channels_last: bool = False
     graph: str = "eager"
+    dla_cores: int = 0
+    dla_batch_size: int = 1
 
 
 @runtime_checkable
@@ -86,4 +90,15 @@ def check_settings(batch_size: int, precision: str, options: dict[str, Any]) -> 
     graph = str(options.get("graph", "eager"))
     if graph not in GRAPHS:
         raise UserError(f"unknown graph mode {graph!r}: use one of {', '.join(GRAPHS)}")
-    return RunSettings(batch_size, precision, _flag("channels_last", options.get("channels_last", False)), graph)
+    dla_cores = _count("dla_cores", options.get("dla_cores", 0), 0, MAX_DLA_CORES)
+    dla_batch = _count("dla_batch_size", options.get("dla_batch_size", 1), 1, 1 << 16)
+    return RunSettings(
+        batch_size, precision, _flag("channels_last", options.get("channels_last", False)), graph, dla_cores, dla_batch
+    )
+
+
+def _count(name: str, value: Any, low: int, high: int) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise UserError(f"runner option {name} must be an integer from {low} to {high}, got {value!r}")
+    return int(text)

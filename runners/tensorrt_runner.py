@@ -18,12 +18,21 @@ Jetson images carry, so no pycuda is needed.
   runs every batch at that size (padded). int8 without a calibration cache gets placeholder
   dynamic ranges, as ``trtexec --int8`` does: speed and energy are
   representative, outputs are not.
+- On a Jetson with DLAs, ``dla_cores`` engines run beside the GPU's, one per
+  DLA core, each at ``dla_batch_size``: built with DLA as the default device
+  and GPU fallback for the layers DLA lacks, in fp16 or int8 (DLA runs no
+  fp32), as NVIDIA's TensorRT guide "Working with DLA" sets them up, and
+  cached per (engine, batch size, precision) like the GPU's. :meth:`lanes`
+  lists the engines, and the measurement window feeds them all from one
+  queue of samples, so each reports its own throughput.
 
 Not yet run on hardware: tested against a fake of the tensorrt API.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +43,20 @@ INSTALL_HINT = "TensorRT ships with JetPack (python3-libnvinfer); elsewhere pip 
 # A placeholder int8 range for every tensor, as trtexec uses without calibration data.
 INT8_RANGE = 4.0
 WORKSPACE_BYTES = 1 << 30
+
+
+@dataclass
+class _Bound:
+    """One engine ready to run: its execution context, I/O buffers and CUDA stream."""
+
+    engine: Any
+    batch_size: int
+    context: Any
+    buffers: dict[str, Any]
+    stream: Any
+    dynamic: bool
+    shapes: dict[str, list[int]]
+    rows: int
 
 
 def _import_trt() -> Any:
@@ -73,14 +96,8 @@ class TensorRTRunner:
         self.logger = self.trt.Logger(self.trt.Logger.WARNING)
         self.runtime = self.trt.Runtime(self.logger)
         self._prebuilt = None if path.suffix.lower() == ".onnx" else self._deserialize(path.read_bytes())
-        self._engines: dict[tuple[int, str], Any] = {}
-        self._context: Any = None
-        self._buffers: dict[str, Any] = {}
-        self._stream: Any = None
-        self._batch_size = 0
-        self._dynamic = False
-        self._shapes: dict[str, list[int]] = {}
-        self._bound = 0
+        self._engines: dict[tuple[str, int, str], Any] = {}
+        self._bound: dict[str, _Bound] = {}
         self.builds = 0
 
     def _deserialize(self, blob: bytes) -> Any:
@@ -105,10 +122,17 @@ class TensorRTRunner:
                 return types[kind]
         return "fp32"
 
-    def _build(self, batch_size: int, precision: str) -> Any:
-        """Parse the ONNX file and build an engine for one batch size and precision."""
+    def _build(self, batch_size: int, precision: str, dla_core: int = -1) -> Any:
+        """Parse the ONNX file and build an engine for one batch size and precision, on the GPU or a DLA core."""
         trt = self.trt
         builder = trt.Builder(self.logger)
+        if dla_core >= 0 and precision not in ("fp16", "int8"):
+            raise UserError(f"a DLA runs fp16 or int8 networks, not {precision}: use precision fp16 or int8 with DLAs")
+        if dla_core >= 0 and dla_core >= int(getattr(builder, "num_DLA_cores", 0)):
+            raise UserError(
+                f"this device has {int(getattr(builder, 'num_DLA_cores', 0))} DLA core(s), not {dla_core + 1}: "
+                "use fewer dla_cores (AGX Orin and Xavier have 2, Orin Nano none)"
+            )
         if precision == "fp16" and not builder.platform_has_fast_fp16:
             raise UserError(f"this GPU has no fast fp16 path in TensorRT: use precision fp32 for {self.name}")
         if precision == "int8" and not builder.platform_has_fast_int8:
@@ -127,6 +151,10 @@ class TensorRTRunner:
             config.set_flag(trt.BuilderFlag.INT8)
             config.set_flag(trt.BuilderFlag.FP16)
             self._placeholder_ranges(network)
+        if dla_core >= 0:
+            config.default_device_type = trt.DeviceType.DLA
+            config.DLA_core = dla_core
+            config.set_flag(trt.BuilderFlag.GPU_FALLBACK)
         profile = builder.create_optimization_profile()
         for i in range(network.num_inputs):
             tensor = network.get_input(i)
@@ -141,9 +169,12 @@ class TensorRTRunner:
             profile.set_shape(tensor.name, (1, *rest), (batch_size, *rest), (batch_size, *rest))
         config.add_optimization_profile(profile)
         blob = builder.build_serialized_network(network, config)
+        where = f" on DLA core {dla_core}" if dla_core >= 0 else ""
         if blob is None:
-            raise UserError(f"TensorRT failed to build {self.name} at batch {batch_size} in {precision}")
+            raise UserError(f"TensorRT failed to build {self.name} at batch {batch_size} in {precision}{where}")
         self.builds += 1
+        if dla_core >= 0:
+            self.runtime.DLA_core = dla_core
         return self._deserialize(bytes(blob))
 
     def _placeholder_ranges(self, network: Any) -> None:
@@ -169,16 +200,38 @@ class TensorRTRunner:
                 raise UserError(
                     f"{self.path.name} computes in {fixed}: the engine fixes the precision; use precision {fixed}"
                 )
+            if run.dla_cores:
+                raise UserError(
+                    f"{self.path.name} is a built engine, which fixes its device: give the .onnx file to use DLAs"
+                )
             engine = self._prebuilt
         else:
-            key = (batch_size, precision)
-            if key not in self._engines:
-                self._engines[key] = self._build(batch_size, precision)
-            engine = self._engines[key]
-        self._bind(engine, batch_size)
-        self.infer()
+            engine = self._engine("gpu", batch_size, precision, -1)
+        bound = {"gpu": self._bind(engine, batch_size)}
+        for core in range(run.dla_cores):
+            name = f"dla{core}"
+            bound[name] = self._bind(self._engine(name, run.dla_batch_size, precision, core), run.dla_batch_size)
+        self._bound = bound
+        for lane in self._bound.values():
+            self._run(lane)
 
-    def _bind(self, engine: Any, batch_size: int) -> None:
+    def _engine(self, name: str, batch_size: int, precision: str, dla_core: int) -> Any:
+        """The cached engine for (GPU or DLA core, batch size, precision), built on first use."""
+        key = (name, batch_size, precision)
+        if key not in self._engines:
+            self._engines[key] = self._build(batch_size, precision, dla_core)
+        return self._engines[key]
+
+    def lanes(self) -> list[tuple[str, int, Callable[[int | None], int]]]:
+        """The engines a window feeds from one queue when DLAs run beside the GPU; none when the GPU is alone."""
+        if len(self._bound) < 2:
+            return []
+        return [
+            (name, lane.batch_size, self.infer if name == "gpu" else self._fixed(lane))
+            for name, lane in self._bound.items()
+        ]
+
+    def _bind(self, engine: Any, batch_size: int) -> _Bound:
         """Allocate every I/O tensor on the GPU and point the execution context at them."""
         torch, trt = self.torch, self.trt
         dtypes = {
@@ -221,29 +274,43 @@ class TensorRTRunner:
                 buffers[name] = torch.empty(shape, dtype=dtypes[engine.get_tensor_dtype(name)], device=device)
         for name, tensor in buffers.items():
             context.set_tensor_address(name, tensor.data_ptr())
-        self._context, self._buffers = context, buffers
-        self._stream = torch.cuda.Stream(device)
-        self._batch_size, self._dynamic, self._shapes, self._bound = batch_size, dynamic, shapes, batch_size
+        return _Bound(engine, batch_size, context, buffers, torch.cuda.Stream(device), dynamic, shapes, batch_size)
+
+    def _fixed(self, lane: _Bound) -> Callable[[int | None], int]:
+        """A DLA lane's infer: its engine runs its whole batch, whatever arrived."""
+
+        def infer(size: int | None = None) -> int:
+            self._run(lane)
+            return lane.batch_size
+
+        return infer
+
+    def _run(self, lane: _Bound) -> None:
+        if not lane.context.execute_async_v3(lane.stream.cuda_stream):
+            raise RuntimeError(f"TensorRT failed to run {self.name}")
+        lane.stream.synchronize()
 
     def infer(self, size: int | None = None) -> int:
-        """Run ``size`` samples (default: the prepared maximum); a fixed-batch engine runs its full batch."""
-        if self._context is None:
+        """Run ``size`` samples on the GPU engine (default: the prepared maximum); the DLAs run through lanes.
+
+        A fixed-batch engine runs its full batch.
+        """
+        lane = self._bound.get("gpu")
+        if lane is None:
             raise RuntimeError("TensorRTRunner.infer() before prepare()")
-        n = self._batch_size if size is None else size
-        if not 1 <= n <= self._batch_size:
-            raise ValueError(f"a batch of {n} samples does not fit the prepared maximum of {self._batch_size}")
-        if not self._dynamic:
-            n = self._batch_size
-        elif n != self._bound:
-            for name, shape in self._shapes.items():
-                if self._context.set_input_shape(name, (n, *shape[1:])) is False:
+        n = lane.batch_size if size is None else size
+        if not 1 <= n <= lane.batch_size:
+            raise ValueError(f"a batch of {n} samples does not fit the prepared maximum of {lane.batch_size}")
+        if not lane.dynamic:
+            n = lane.batch_size
+        elif n != lane.rows:
+            for name, shape in lane.shapes.items():
+                if lane.context.set_input_shape(name, (n, *shape[1:])) is False:
                     raise RuntimeError(f"{self.name}: TensorRT refused batch {n} for input {name!r}")
-            self._bound = n
-        if not self._context.execute_async_v3(self._stream.cuda_stream):
-            raise RuntimeError(f"TensorRT failed to run {self.name}")
-        self._stream.synchronize()
+            lane.rows = n
+        self._run(lane)
         return n
 
     def close(self) -> None:
-        self._context, self._buffers, self._stream = None, {}, None
+        self._bound = {}
         self._engines.clear()

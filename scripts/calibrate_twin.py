@@ -409,6 +409,56 @@ def flat(params: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def dla_section() -> list[str]:
+    """docs/twin.md's DLA part: the parameters of twin_params/orin-agx-dla.json, its fitted and held-out rows."""
+    from tuner.devices.twin_dla import dla_lanes, load_dla_params
+    from tuner.space import Config, load_space
+
+    params = load_dla_params("orin-agx")
+    assert params is not None
+    space = load_space("orin-agx", "tensorrt")
+    lines = [
+        "## Parameters: Jetson AGX Orin DLAs (sim:orin-trt; tuner/devices/twin_params/orin-agx-dla.json)",
+        "",
+        "Twin figures. Not fitted by this script: each value is derived in the file's sources, quoted here.",
+        "",
+        "| parameter | value | source |",
+        "|---|---|---|",
+        f"| rail | {params.rail} | {params.sources['power']} |",
+    ]
+    for model, figures in params.models.items():
+        for key, value in figures.model_dump().items():
+            source = params.sources["gpu_fallback" if "fallback" in key else "throughput"]
+            lines.append(f"| models.{model}.{key} | {value} | {source} |")
+    lines.append(f"| power_w_per_dla | {params.power_w_per_dla} | {params.sources['power']} |")
+    lines.append(f"| (no EMC contention) | - | {params.sources['cross_check']} |")
+    published = {"MAXN": 2037, "50W": 1948, "30W": 1928, "15W": 1072}
+    configs = [
+        Config(knobs={**space.default_config().knobs, "nvpmodel": m, "dla_cores": 2}, batch_size=8) for m in published
+    ]
+    lanes = dla_lanes(params, space, "resnet50", configs)
+    lines += [
+        "",
+        "ResNet-50 INT8 on both DLAs (NVIDIA Deep-Learning-Accelerator-SW, bs 2, JetPack 5.1.1), images/s:",
+        "",
+        "| mode | DLA MHz | published | twin | error | rows |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode, qps in zip(published, lanes.qps, strict=True):
+        mhz = space.effective(configs[list(published).index(mode)]).knobs["dla_mhz"]
+        kind = "fitted" if mode in ("MAXN", "15W") else "held out"
+        lines.append(f"| {mode} | {mhz} | {published[mode]} | {qps:.0f} | {qps / published[mode] - 1:+.1%} | {kind} |")
+    lines += [
+        "",
+        "Not modelled, for want of a published figure: how a DLA's throughput changes with its batch size "
+        "(the twin takes it as constant; only the batch latency grows), the DRAM energy of the DLAs' own "
+        "traffic (inside the per-DLA watts), contention for the EMC between the GPU and the DLAs below MaxP, "
+        "and DLA throughput for any model but resnet50.",
+        "",
+    ]
+    return lines
+
+
 def write_doc(rows: list, checks: list[str]) -> None:
     """docs/twin.md: the model, each parameter with its source, and the error on every row."""
     lines = [(ROOT / "docs" / "twin-model.md").read_text().rstrip(), ""]
@@ -436,6 +486,7 @@ def write_doc(rows: list, checks: list[str]) -> None:
             source = sources.get(key) or sources.get(key.split(".")[0], "")
             lines.append(f"| {key} | {value} | {source} |")
         lines.append("")
+    lines += dla_section()
     host = json.loads((CALIBRATION_DIR / "hosts.json").read_text())["factors"]
     lines += [
         "Host factors of the machines other rows were measured on (scripts/calibration_data/hosts.json, fitted): "

@@ -8,12 +8,22 @@ execute_async_v3). An "ONNX file" for it is the protobuf tag byte 0x08 then JSON
 the inputs; an engine file is
 the JSON the fake builder serialises. It records what it was asked to do; it does not
 model kernels, layers, timing or precision loss.
+
+DLAs, as NVIDIA's TensorRT guide ("Working with DLA", "Building and Launching
+the Loadable") describes them: ``Builder.num_DLA_cores`` says how many the
+platform has (0 off Jetson; set it to 2 for an AGX Orin or Xavier);
+``IBuilderConfig.default_device_type = DeviceType.DLA`` with ``DLA_core`` picks
+one, and DLA builds take FP16 or INT8 only: an FP32 build, or a core the
+platform lacks, fails (``build_serialized_network`` returns None, as the real
+builder does after logging the error). ``BuilderFlag.GPU_FALLBACK`` is
+recorded; ``Runtime.DLA_core`` is the core a DLA engine is loaded on.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -35,6 +45,12 @@ class TensorIOMode(enum.Enum):
 class BuilderFlag(enum.Enum):
     FP16 = 0
     INT8 = 1
+    GPU_FALLBACK = 2
+
+
+class DeviceType(enum.Enum):
+    GPU = 0
+    DLA = 1
 
 
 class NetworkDefinitionCreationFlag(enum.IntEnum):
@@ -131,6 +147,8 @@ class _Config:
         self.flags: set[BuilderFlag] = set()
         self.profiles: list[_Profile] = []
         self.pool: dict = {}
+        self.default_device_type = DeviceType.GPU
+        self.DLA_core = -1
 
     def set_flag(self, flag: BuilderFlag) -> None:
         self.flags.add(flag)
@@ -146,6 +164,7 @@ class _Config:
 class Builder:
     platform_has_fast_fp16 = True
     platform_has_fast_int8 = True
+    num_DLA_cores = 0
     built: ClassVar[list[dict]] = []
 
     def __init__(self, logger: Logger) -> None:
@@ -164,6 +183,11 @@ class Builder:
         """An engine whose tensors are -1 on every axis the profile lets vary, as TensorRT reports them."""
         profile = config.profiles[0].shapes
         half = BuilderFlag.FP16 in config.flags
+        dla = config.default_device_type == DeviceType.DLA
+        if dla and not (half or BuilderFlag.INT8 in config.flags):
+            return None  # DLA runs FP16 and INT8 networks only
+        if dla and not 0 <= config.DLA_core < self.num_DLA_cores:
+            return None
 
         def engine_shape(low: tuple, high: tuple) -> list[int]:
             return [lo if lo == hi else -1 for lo, hi in zip(low, high, strict=True)]
@@ -171,6 +195,8 @@ class Builder:
         first = profile[network.inputs[0].name]
         batch = engine_shape(first[0][:1], first[2][:1])
         record = {
+            "device": config.default_device_type.name,
+            "dla_core": config.DLA_core if dla else -1,
             "flags": sorted(f.name for f in config.flags),
             "int8_ranges": all(
                 layer.get_output(j).dynamic_range for layer in network.layers for j in range(layer.num_outputs)
@@ -239,6 +265,7 @@ class _Engine:
         self.tensors.update({t["name"]: {**t, "mode": TensorIOMode.OUTPUT} for t in record["outputs"]})
         self.names = list(self.tensors)
         self.contexts: list[_Context] = []
+        self.dla_core = -1
 
     @property
     def num_io_tensors(self) -> int:
@@ -268,21 +295,27 @@ class _Engine:
 class Runtime:
     def __init__(self, logger: Logger) -> None:
         self.logger = logger
+        self.DLA_core = -1
 
     def deserialize_cuda_engine(self, blob: bytes) -> _Engine | None:
         try:
-            return _Engine(json.loads(blob))
+            engine = _Engine(json.loads(blob))
         except ValueError:
             return None
+        if engine.record.get("device") == "DLA":
+            engine.dla_core = self.DLA_core if self.DLA_core >= 0 else engine.record["dla_core"]
+        return engine
 
 
 def module() -> SimpleNamespace:
     """The fake as a module-like object to put in sys.modules['tensorrt']."""
     Builder.built = []
+    Builder.num_DLA_cores = 0
     return SimpleNamespace(
         DataType=DataType,
         TensorIOMode=TensorIOMode,
         BuilderFlag=BuilderFlag,
+        DeviceType=DeviceType,
         NetworkDefinitionCreationFlag=NetworkDefinitionCreationFlag,
         MemoryPoolType=MemoryPoolType,
         Logger=Logger,
@@ -290,4 +323,35 @@ def module() -> SimpleNamespace:
         OnnxParser=OnnxParser,
         Runtime=Runtime,
         __version__="10.3.0-fake",
+    )
+
+
+def onnx_file(path: Path, batch: int = -1) -> Path:
+    """A model file this fake parses: an image input and a logits output, batch axis ``batch`` (-1: dynamic)."""
+    spec = {
+        "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
+        "output": {"name": "logits", "shape": [batch, 10]},
+    }
+    path.write_bytes(b"\x08" + json.dumps(spec).encode())  # the first byte of an ONNX protobuf
+    return path
+
+
+def cpu_torch() -> SimpleNamespace:
+    """PyTorch with every 'cuda' buffer on the CPU and a stream that only counts, for the fake engine."""
+    import torch
+
+    class Stream:
+        cuda_stream = 0
+
+        def __init__(self, device: object) -> None:
+            self.synced = 0
+
+        def synchronize(self) -> None:
+            self.synced += 1
+
+    names = ("float32", "float16", "int8", "int32", "int64", "bool", "randn", "zeros", "empty")
+    return SimpleNamespace(
+        **{n: getattr(torch, n) for n in names},
+        device=lambda name: torch.device("cpu"),
+        cuda=SimpleNamespace(Stream=Stream),
     )

@@ -44,6 +44,15 @@ What it lays out:
   clocks, EMC cap; -1 means the table's maximum, a GPU minimum of 0 the
   table's minimum); ``-q`` prints ``NV Power Mode: NAME`` then the id, as the
   real tool does; the mode persists in /var/lib/nvpmodel/status.
+- DLAs (AGX Orin): one ``clk_cap/dla<n>_core`` file per DLA core, in Hz, where
+  NVIDIA's nvpmodel_p3701_0000.conf puts them (its DLA0_CORE/DLA1_CORE PARAM
+  sections: ``13e40000.host1x/15880000.nvdla0/acm/clk_cap`` on L4T 35,
+  ``bus@0/13e00000.host1x/15880000.nvdla0/clk_cap`` for L4T 36, the latter also
+  in a 36.5 board's ``nvpmodel -q --verbose``), and the conf's DLA caps per mode
+  (MAXN -1, MODE_15W 614400000, MODE_30W/50W 1369600000). nvpmodel writes -1
+  as the DLA's top clock, 1600 MHz (MLPerf's MaxP DLA clock, shared reference
+  orin-mlperf.md), as the EMC cap reads back 3199000000 after INT_MAX in the
+  same 36.5 log. The Orin Nano has no DLA node, as it has no DLA.
 - Starting state (``start``): the board boots with every core online and the
   full ranges, then nvpmodel sets the start mode, so a ``MODE_30W`` start
   leaves cluster 2 offline with limits nobody can write until it is online.
@@ -143,6 +152,8 @@ BOARDS: dict[str, dict[str, Any]] = {
             (2, "MODE_30W", 8, 1728000, 612000000, 3199000000, 240),
             (3, "MODE_50W", 12, 1497600, 816000000, 3199000000, 0),
         ],
+        "dla_caps": {0: -1, 1: 614400000, 2: 1369600000, 3: 1369600000},
+        "dla_max_hz": 1600000000,
         "default_mode": 2,
         "ina": {
             "1-0040": {1: "VDD_GPU_SOC", 2: "VDD_CPU_CV", 3: "VIN_SYS_5V0"},
@@ -189,6 +200,7 @@ LAYOUTS: dict[str, dict[str, str]] = {
         "conf_gpu": "/sys/devices/17000000.ga10b/devfreq/17000000.ga10b",
         "emc_cap": "sys/kernel/nvpmodel_emc_cap/emc_iso_cap",
         "host1x": "sys/devices/platform/13e40000.host1x",
+        "dla": "sys/devices/platform/13e40000.host1x/{unit}/acm/clk_cap",
     },
     "l4t36.3": {
         "release": "# R36 (release), REVISION: 3.0, GCID: 36191598, BOARD: generic, EABI: aarch64",
@@ -200,6 +212,7 @@ LAYOUTS: dict[str, dict[str, str]] = {
         "conf_gpu": "/sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu",
         "emc_cap": "sys/kernel/nvpmodel_clk_cap/emc",
         "host1x": "sys/devices/platform/bus@0/13e00000.host1x",
+        "dla": "sys/devices/platform/bus@0/13e00000.host1x/{unit}/clk_cap",
     },
     "l4t36.4": {
         "release": "# R36 (release), REVISION: 4.0, GCID: 37537400, BOARD: generic, EABI: aarch64",
@@ -211,6 +224,7 @@ LAYOUTS: dict[str, dict[str, str]] = {
         "conf_gpu": "/sys/devices/platform/17000000.gpu/devfreq_dev",
         "emc_cap": "sys/kernel/nvpmodel_clk_cap/emc",
         "host1x": "sys/devices/platform/13e00000.host1x",
+        "dla": "sys/devices/platform/bus@0/13e00000.host1x/{unit}/clk_cap",
     },
 }
 ALIASES = {"l4t36": "l4t36.4"}
@@ -328,6 +342,8 @@ def set_mode(mode_id):
             number = max(table)
         elif table and arg.startswith("MIN") and number == 0 and "devfreq" in str(path):
             number = min(table)
+        elif param.startswith("DLA") and number < 0:
+            number = EXTRA["dla_max_hz"]
         elif number < 0:
             number = 0
         write(path, number)
@@ -550,6 +566,8 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
     out += [f"FREQ_TABLE {lay['conf_gpu']}/available_frequencies"]
     out += [f"MAX_FREQ {lay['conf_gpu']}/max_freq", f"MIN_FREQ {lay['conf_gpu']}/min_freq"]
     out += ["", "< PARAM TYPE=CLOCK NAME=EMC >", f"MAX_FREQ /{lay['emc_cap']}", ""]
+    for core in range(2 if "dla_caps" in board else 0):
+        out += [f"< PARAM TYPE=CLOCK NAME=DLA{core}_CORE >", f"MAX_FREQ /{_dla_cap(lay, core)}", ""]
     for mode_id, name, cores, cpu_max, gpu_max, emc_cap, tpc in board["modes"]:
         out.append(f"< POWER_MODEL ID={mode_id} NAME={name} >")
         out += [f"CPU_ONLINE CORE_{c} {1 if c < cores else 0}" for c in range(cpus)]
@@ -558,9 +576,18 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
             if cluster[0] < cores:
                 out += [f"CPU_A78_{index} MIN_FREQ {board['cpu_min_khz']}", f"CPU_A78_{index} MAX_FREQ {cpu_max}"]
         out += ["GPU MIN_FREQ 0", f"GPU MAX_FREQ {gpu_max}", "GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto"]
-        out += [f"EMC MAX_FREQ {emc_cap}", ""]
+        out += [f"EMC MAX_FREQ {emc_cap}"]
+        if "dla_caps" in board:
+            out += [f"DLA{core}_CORE MAX_FREQ {board['dla_caps'][mode_id]}" for core in range(2)]
+        out += [""]
     out += ["# mandatory section to configure the default power mode", f"< PM_CONFIG DEFAULT={board['default_mode']} >"]
     return "\n".join(out) + "\n"
+
+
+def _dla_cap(lay: dict[str, str], core: int) -> str:
+    """Where DLA core ``core``'s clock cap sits in this layout (see the module docstring)."""
+    unit = ("15880000.nvdla0", "158c0000.nvdla1")[core]
+    return lay["dla"].format(unit=unit) + f"/dla{core}_core"
 
 
 def make_fake_board(
@@ -636,6 +663,8 @@ def make_fake_board(
             _link(cpu_base / f"cpu{cpu}" / "cpufreq", pol)
 
     _write(root / lay["emc_cap"], 0)
+    for core in range(2 if "dla_caps" in board else 0):
+        _write(root / _dla_cap(lay, core), board["dla_max_hz"])
     emc = root / "sys/kernel/debug/bpmp/debug/clk/emc"
     _write(emc / "rate", max(board["emc_khz"]) * 1000)
     _write(emc / "mrq_rate_locked", 0)
@@ -675,6 +704,8 @@ def make_fake_board(
         "emc_cap": lay["emc_cap"],
         "rails": rails,
         "modes": {name: mode_id for mode_id, name, *_ in board["modes"]},
+        "dla_max_hz": board.get("dla_max_hz", 0),
+        "dla_caps": [_dla_cap(lay, core) for core in range(2 if "dla_caps" in board else 0)],
     }
     tool_dir = root / "etc" / "fake-nvpmodel"
     tool_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ are checked; reads pass through. The rules, and where each comes from:
   attribute has no write op). Writable here are only the attributes listed in
   ``WRITABLE`` (cpufreq limits and governor, devfreq min/max/governor, CPU
   ``online``, the GPU's ``tpc_pg_mask``/``railgate_enable``/``power/control``,
-  the nvpmodel clock caps, the bpmp debugfs EMC ``rate``/``mrq_rate_locked``).
+  the nvpmodel clock caps including the DLAs' ``clk_cap/dla<n>_core``, the
+  bpmp debugfs EMC ``rate``/``mrq_rate_locked``).
 - Nothing can be created under /sys, /proc or debugfs (kernfs directories have
   no ``create`` inode operation: EACCES).
 - The limits and governor of a cpufreq policy whose CPUs are all offline are
@@ -54,6 +55,8 @@ WRITABLE = {
     "emc",
     "rate",
     "mrq_rate_locked",
+    "dla0_core",
+    "dla1_core",
 }
 KERNEL_TREES = ("sys/", "proc/")
 _ROOTS: set[str] = set()

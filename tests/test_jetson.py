@@ -326,7 +326,10 @@ def test_restore_brings_every_file_back_byte_for_byte(board: FakeBoard) -> None:
     assert board.snapshot() == before
 
 
-def _child(board: FakeBoard, tmp_path: Path) -> subprocess.Popen[str]:
+def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subprocess.Popen[str]:
+    """A tuner applying a configuration in a hardware session, then running a long trial; ``knobs`` add
+    to the board's test configuration (DLA knobs: the TensorRT runtime is selected for them)."""
+    runtime = "tensorrt" if knobs else "auto"
     script = tmp_path / "child.py"
     script.write_text(
         textwrap.dedent(f"""
@@ -338,8 +341,9 @@ def _child(board: FakeBoard, tmp_path: Path) -> subprocess.Popen[str]:
         dev = JetsonDevice(
             {board.model!r}, sysfs_root={str(board.root)!r}, nvpmodel={str(board.nvpmodel)!r}
         )
+        dev.use_runtime({runtime!r})
         with hardware_session(dev):
-            dev.apply(Config(knobs={config(board).knobs!r}, batch_size=8))
+            dev.apply(Config(knobs={config(board, **(knobs or {})).knobs!r}, batch_size=8))
             print("applied", flush=True)
             for _ in range(600):  # a trial: signals are acted on at safe points, at least once per batch
                 time.sleep(0.1)
@@ -374,6 +378,133 @@ def test_sigterm_mid_trial_restores_by_itself(board: FakeBoard, tmp_path: Path) 
     assert proc.wait(timeout=30) != 0
     assert board.snapshot() == before
     assert pending_journals() == []
+
+
+# -- DLAs ---------------------------------------------------------------------
+
+DLA_KNOBS = {"dla_cores": 2, "dla_mhz": 883.2, "dla_batch_size": 8, "precision": "int8"}
+DLA_BOARDS = [b for b in BOARDS if b[0] == "orin-agx"]
+
+
+def _dla_files(board: FakeBoard) -> list[str]:
+    return [board.read(rel) for rel in board.conf["dla_caps"]]
+
+
+def test_dla_knobs_appear_only_with_dlas_and_tensorrt(board: FakeBoard) -> None:
+    dev = device(board)
+    assert not {"dla_cores", "dla_mhz", "dla_batch_size", "precision"} & set(dev.space().knobs)  # eager PyTorch
+    dev.use_runtime("tensorrt")
+    knobs = dev.space().knobs
+    if board.model == "orin-nano":  # no DLA on the board: nothing to offer, whatever the runtime
+        assert not {"dla_cores", "dla_mhz", "dla_batch_size"} & set(knobs)
+        with pytest.raises(UserError, match="unknown knob 'dla_mhz'"):
+            dev.apply(config(board, dla_mhz=883.2))
+        return
+    assert knobs["dla_cores"].values == [0, 1, 2] and knobs["dla_cores"].group == "runner"
+    assert knobs["precision"].values == ["int8"]  # TensorRT's own precision knob: a DLA runs no fp32
+    assert knobs["dla_mhz"].values == [614.4, 883.2, 1369.6, 1600] and knobs["dla_mhz"].group == "device"
+    caps = {name: mode.caps["dla_mhz"] for name, mode in dev.space().modes.items()}
+    assert caps == {"MAXN": 1600, "15W": 614.4, "30W": 1369.6, "50W": 1369.6}  # the conf's DLA0_CORE caps
+    assert [Path(p) for p in dev.describe()["dla_caps"]] == [board.path(rel) for rel in board.conf["dla_caps"]]
+
+
+def test_an_agx_orin_whose_dla_nodes_are_missing_offers_no_dla_knob(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.4")
+    for rel in fake.conf["dla_caps"]:
+        fake.path(rel).unlink()
+    dev = device(fake)
+    dev.use_runtime("tensorrt")
+    assert not {"dla_cores", "dla_mhz", "dla_batch_size"} & set(dev.space().knobs)
+    assert "dla" not in dev.read_state()
+
+
+@pytest.mark.parametrize(("model", "layout", "grid"), DLA_BOARDS, ids=["-".join(b) for b in DLA_BOARDS])
+def test_the_dla_clock_is_journaled_applied_after_the_mode_and_restored(
+    tmp_path: Path, model: str, layout: str, grid: str
+) -> None:
+    fake = make_fake_board(tmp_path / "b", model, layout, grid=grid)
+    before = fake.snapshot()
+    dev = device(fake)
+    dev.use_runtime("tensorrt")
+    state = dev.read_state()
+    assert state["dla"] == {"0": "1369600000", "1": "1369600000"}  # MODE_30W's cap, saved before any write
+    steps = dev.plan_writes(config(fake, nvpmodel="MAXN", **DLA_KNOBS))
+    assert [w.value for w in steps[-2:]] == ["883200000", "883200000"]  # after nvpmodel, which resets the caps
+    assert all(w.path.endswith(("dla0_core", "dla1_core")) for w in steps[-2:])
+    dev.apply(config(fake, nvpmodel="MAXN", **DLA_KNOBS))
+    assert _dla_files(fake) == ["883200000", "883200000"]
+    dev.apply(config(fake, nvpmodel="15W", **{**DLA_KNOBS, "dla_mhz": 1600}))
+    assert _dla_files(fake) == ["614400000", "614400000"]  # MODE_15W caps the DLAs at 614.4 MHz
+    dev.restore(state)
+    assert fake.snapshot() == before
+
+
+def test_an_exported_dla_configuration_applies_without_naming_the_runtime(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.4")
+    before = fake.snapshot()
+    dev = device(fake)  # as ``tune apply`` opens it: no model, no runtime
+    state = dev.read_state()
+    dev.apply(config(fake, nvpmodel="MAXN", **DLA_KNOBS))
+    assert _dla_files(fake) == ["883200000", "883200000"]
+    dev.restore(state)
+    assert fake.snapshot() == before
+
+
+def test_a_dla_cap_the_board_did_not_take_fails_the_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35", start="MAXN")
+    dev = device(fake)
+    dev.use_runtime("tensorrt")
+    real_write = sysfs.write
+
+    def ignore_dla(root: Path, path: Path, value: str) -> None:
+        if not path.name.startswith("dla"):
+            real_write(root, path, value)
+
+    monkeypatch.setattr(sysfs, "write", ignore_dla)
+    with pytest.raises(ApplyError, match="dla0_core=1600000000 \\(wanted 883200000\\)"):
+        dev.apply(config(fake, nvpmodel="MAXN", **DLA_KNOBS))
+
+
+def test_kill_9_after_a_dla_write_then_restore_pending_puts_the_dla_clock_back(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.3")
+    before = fake.snapshot()
+    proc = _child(fake, tmp_path, {"nvpmodel": "30W", **DLA_KNOBS})
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _dla_files(fake) == ["883200000", "883200000"]
+    assert restore_pending(device(fake))
+    assert fake.snapshot() == before and _dla_files(fake) == ["1369600000", "1369600000"]
+
+
+def test_sigterm_after_a_dla_write_restores_the_dla_clock_by_itself(tmp_path: Path) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35", start="MAXN")
+    before = fake.snapshot()
+    proc = _child(fake, tmp_path, {"nvpmodel": "MAXN", **DLA_KNOBS})
+    assert _dla_files(fake) == ["883200000", "883200000"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert fake.snapshot() == before and _dla_files(fake) == ["1600000000", "1600000000"]
+    assert pending_journals() == []
+
+
+@pytest.mark.parametrize(
+    ("dla", "reported"),
+    [
+        ({"0": "99999999999"}, "dla0_core clk_cap=99999999999 is outside"),
+        ({"7": "883200000"}, "dla: core 7 is not a DLA of this board"),
+        ({"0": "fast"}, "dla0_core clk_cap='fast' is not a number"),
+        ("883200000", "dla: not a mapping"),
+    ],
+)
+def test_a_hostile_dla_journal_value_is_refused(tmp_path: Path, dla: object, reported: str) -> None:
+    fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t36.4")
+    dev = device(fake)
+    dev.use_runtime("tensorrt")
+    state = {**dev.read_state(), "dla": dla}
+    dev.apply(config(fake, nvpmodel="MAXN", **DLA_KNOBS))
+    with pytest.raises(RestoreIncomplete, match=re.escape(reported)):
+        dev.restore(state)
+    assert fake.mode_id() == 2
 
 
 # -- thermal guard -------------------------------------------------------------

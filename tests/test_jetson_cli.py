@@ -284,3 +284,78 @@ def test_a_value_the_kernel_refuses_mid_run_is_one_line_and_the_board_comes_back
     assert "scaling_max_freq" in errors[0] and "Operation not permitted" in errors[0] and "offline" in errors[0]
     monkeypatch.setattr("tuner.devices.jetson.sysfs.write", real_write)
     assert board.snapshot() == original
+
+
+# -- DLAs through the CLI: TensorRT engines on the GPU and both DLAs, on the fake TensorRT ----------
+
+
+@pytest.fixture
+def trt_board(tmp_path, monkeypatch):
+    """An AGX Orin whose TensorRT is the fake (2 DLA cores), here and in child processes; buffers on the CPU."""
+    import fake_tensorrt
+
+    from runners import tensorrt_runner
+
+    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36.3", seed=1, start="MAXN")
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FAKE_TENSORRT", "2")
+    module = fake_tensorrt.module()
+    module.Builder.num_DLA_cores = 2
+    monkeypatch.setitem(sys.modules, "tensorrt", module)
+    monkeypatch.setattr(tensorrt_runner, "_import_torch", fake_tensorrt.cpu_torch)
+    return fake
+
+
+def dla_run(model, *args):
+    return (
+        "run", "--model", str(model), "--device", "orin", "--runtime", "tensorrt", "--max-latency", "500ms",
+        "--knobs", "nvpmodel,dla_cores,dla_mhz,dla_batch_size", "--batch-sizes", "4", "--sampler", "random",
+        "--window", "1", *args,
+    )  # fmt: skip
+
+
+def test_dla_knobs_build_engines_run_from_one_queue_and_the_board_comes_back(trt_board, tmp_path):
+    import fake_tensorrt
+    from fake_tensorrt import onnx_file
+
+    original = trt_board.snapshot()
+    model = onnx_file(tmp_path / "net.onnx")
+    invoke(*dla_run(model, "--seed", "1", "--trials", "4", "--out", str(tmp_path / "s"), "--json"))
+    assert trt_board.snapshot() == original and pending_journals() == []
+    dla = [b for b in fake_tensorrt.Builder.built if b["device"] == "DLA"]
+    assert dla and all("GPU_FALLBACK" in b["flags"] and "INT8" in b["flags"] for b in dla)
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 's' / 'tune.db'}"
+    (summary,) = optuna.get_all_study_summaries(url)
+    trials = optuna.load_study(study_name=summary.study_name, storage=url).get_trials()
+    lanes = 0
+    for trial in trials:
+        engines = {k: v for k, v in trial.user_attrs["extra"].items() if k.startswith("engine_")}
+        cores = trial.user_attrs["config"]["dla_cores"]
+        if cores == 0:
+            assert engines == {}  # the GPU alone: one lane, nothing per engine
+            continue
+        lanes += 1
+        assert set(engines) == {"engine_gpu_qps", *(f"engine_dla{c}_qps" for c in range(cores))}
+        assert all(v > 0 for v in engines.values())
+        assert sum(engines.values()) == pytest.approx(trial.user_attrs["qps"], rel=1e-6)
+    assert lanes  # seed 1 draws DLA trials
+
+
+def test_kill_9_after_a_dla_write_then_tune_restore_puts_the_dla_clocks_back(trt_board, tmp_path):
+    from fake_tensorrt import onnx_file
+
+    original = trt_board.snapshot()
+    model = onnx_file(tmp_path / "net.onnx")
+    env = {**os.environ, "FAKE_MEASURE": "hang"}
+    cmd = [sys.executable, "-m", "tuner", *dla_run(model, "--seed", "0", "--trials", "1", "--out", str(tmp_path / "s"))]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    caps = trt_board.conf["dla_caps"]
+    wait_while_running(lambda: trt_board.read(caps[0]) != "1600000000", proc, timeout=90)  # a DLA write
+    proc.kill()
+    proc.wait(timeout=60)
+    assert [j.device for j in pending_journals()] == ["orin"]
+    assert "restored: orin" in invoke("restore").output
+    assert trt_board.snapshot() == original and [trt_board.read(c) for c in caps] == ["1600000000"] * 2

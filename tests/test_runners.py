@@ -478,25 +478,8 @@ def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsy
 # ------------------------------------------------------------ TensorRT (fake)
 
 
-def _cpu_torch():
-    """PyTorch with every 'cuda' buffer on the CPU and a stream that only counts, for the fake engine."""
-    from types import SimpleNamespace
-
-    class Stream:
-        cuda_stream = 0
-
-        def __init__(self, device) -> None:
-            self.synced = 0
-
-        def synchronize(self) -> None:
-            self.synced += 1
-
-    names = ("float32", "float16", "int8", "int32", "int64", "bool", "randn", "zeros", "empty")
-    return SimpleNamespace(
-        **{n: getattr(torch, n) for n in names},
-        device=lambda name: torch.device("cpu"),
-        cuda=SimpleNamespace(Stream=Stream),
-    )
+from fake_tensorrt import cpu_torch as _cpu_torch  # noqa: E402
+from fake_tensorrt import onnx_file as _fake_onnx  # noqa: E402
 
 
 @pytest.fixture
@@ -508,15 +491,32 @@ def fake_trt(monkeypatch):
     return module
 
 
-def _fake_onnx(path, batch=-1):
-    import json
+def test_tensorrt_dla_engines_run_beside_the_gpu_one_per_core_batch_and_precision(fake_trt, tmp_path):
+    from runners.tensorrt_runner import TensorRTRunner
 
-    spec = {
-        "inputs": [{"name": "images", "shape": [batch, 3, 8, 8]}],
-        "output": {"name": "logits", "shape": [batch, 10]},
-    }
-    path.write_bytes(b"\x08" + json.dumps(spec).encode())  # the first byte of an ONNX protobuf
-    return path
+    fake_trt.Builder.num_DLA_cores = 2  # an AGX Orin
+    runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
+    runner.prepare(16, "int8", {"dla_cores": 2, "dla_batch_size": 8})
+    built = {(b["device"], b["dla_core"], b["inputs"][0]["shape"][0]) for b in fake_trt.Builder.built}
+    assert built == {("GPU", -1, 16), ("DLA", 0, 8), ("DLA", 1, 8)}
+    dla = [b for b in fake_trt.Builder.built if b["device"] == "DLA"]
+    assert all("GPU_FALLBACK" in b["flags"] and "INT8" in b["flags"] for b in dla)
+    lanes = runner.lanes()
+    assert [(name, size) for name, size, _ in lanes] == [("gpu", 16), ("dla0", 8), ("dla1", 8)]
+    assert runner._bound["dla1"].engine.dla_core == 1
+    lanes[2][2]()
+    assert runner._bound["dla1"].context.runs == 2 and runner._bound["dla0"].context.runs == 1
+    runner.prepare(16, "int8", {"dla_cores": 1, "dla_batch_size": 8})
+    assert runner.builds == 3  # every engine was cached
+    runner.prepare(16, "int8", {"dla_cores": 1, "dla_batch_size": 2})
+    assert runner.builds == 4 and [n for n, _, _ in runner.lanes()] == ["gpu", "dla0"]
+    with pytest.raises(UserError, match="DLA runs fp16 or int8"):
+        runner.prepare(16, "fp32", {"dla_cores": 1, "dla_batch_size": 2})
+    fake_trt.Builder.num_DLA_cores = 0  # an Orin Nano
+    with pytest.raises(UserError, match="0 DLA core"):
+        runner.prepare(16, "fp16", {"dla_cores": 1, "dla_batch_size": 4})
+    with pytest.raises(UserError, match="dla_cores must be an integer from 0 to 2"):
+        runner.prepare(16, "fp16", {"dla_cores": 3})
 
 
 def test_tensorrt_builds_one_engine_per_batch_size_and_precision(fake_trt, tmp_path):
@@ -525,10 +525,12 @@ def test_tensorrt_builds_one_engine_per_batch_size_and_precision(fake_trt, tmp_p
     runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
     runner.prepare(4, "fp16", {})
     assert fake_trt.Builder.built[-1]["flags"] == ["FP16"]
-    assert runner._buffers["images"].shape == (4, 3, 8, 8) and runner._buffers["logits"].shape == (4, 10)
-    assert runner._context.addresses.keys() == {"images", "logits"}
+    gpu = runner._bound["gpu"]
+    assert gpu.buffers["images"].shape == (4, 3, 8, 8) and gpu.buffers["logits"].shape == (4, 10)
+    assert gpu.context.addresses.keys() == {"images", "logits"}
     runner.infer()
-    assert runner._context.runs == 2 and runner._stream.synced == 2  # prepare runs one batch
+    assert gpu.context.runs == 2 and gpu.stream.synced == 2  # prepare runs one batch
+    assert runner.lanes() == []  # the GPU alone: the window runs infer()
     runner.prepare(4, "int8", {})
     assert fake_trt.Builder.built[-1]["flags"] == ["FP16", "INT8"] and fake_trt.Builder.built[-1]["int8_ranges"]
     runner.prepare(4, "fp16", {})
@@ -583,7 +585,9 @@ def test_tensorrt_runs_a_prebuilt_engine_in_its_own_precision(fake_trt, tmp_path
     engine.write_text(json.dumps(record))
     runner = TensorRTRunner(engine, "cuda:0", trt=fake_trt, torch=_cpu_torch())
     runner.prepare(8, "fp16", {})
-    assert runner._buffers["x"].shape == (8, 16) and runner._buffers["x"].dtype == torch.float16
+    assert (
+        runner._bound["gpu"].buffers["x"].shape == (8, 16) and runner._bound["gpu"].buffers["x"].dtype == torch.float16
+    )
     assert runner.builds == 0
     with pytest.raises(UserError, match="computes in fp16"):
         runner.prepare(8, "fp32", {})

@@ -201,3 +201,80 @@ def test_unknown_twin_and_model():
         TwinDevice("sim:gameboy")
     with pytest.raises(UserError, match="resnet50"):
         load_profile("alexnet")
+
+
+# -- the DLAs on sim:orin-trt ---------------------------------------------------------------
+
+MAXQ_DLA = {
+    "nvpmodel": "MAXN", "gpu_mhz": 612, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 576.0, "precision": "int8",
+    "dla_cores": 2, "dla_mhz": 883.2, "dla_batch_size": 8,
+}  # fmt: skip
+MAXP_DLA = {
+    "nvpmodel": "MAXN", "gpu_mhz": 1300.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6, "precision": "int8",
+    "dla_cores": 2, "dla_mhz": 1600, "dla_batch_size": 2,
+}  # fmt: skip
+
+
+def _dla_measure(knobs: dict, model: str = "resnet50", batch: int = 64):
+    from tuner.devices.base import WindowSettings
+    from tuner.devices.twin import TwinDevice
+    from tuner.space import Config
+
+    return TwinDevice("sim:orin-trt").measure(
+        model, Config(knobs=knobs, batch_size=batch), WindowSettings(window_s=10, noise=False)
+    )
+
+
+def test_only_the_tensorrt_twin_of_a_board_with_dlas_offers_dla_knobs():
+    from tuner.devices.twin import TwinDevice
+
+    assert {"dla_cores", "dla_mhz", "dla_batch_size"} <= set(TwinDevice("sim:orin-trt").space().knobs)
+    for eager in ("sim:orin", "sim:orin-nano", "sim:h200"):
+        assert not {"dla_cores", "dla_mhz", "dla_batch_size"} & set(TwinDevice(eager).space().knobs)
+
+
+def test_the_dla_fit_reproduces_nvidias_published_dla_throughput():
+    """Deep-Learning-Accelerator-SW: 2x DLA ResNet-50 images/s per mode; 30W and 50W are held out of the fit."""
+    from tuner.devices.twin_dla import dla_lanes, load_dla_params
+    from tuner.space import Config, load_space
+
+    params = load_dla_params("orin-agx")
+    space = load_space("orin-agx", "tensorrt")
+    published = {"MAXN": 2037, "50W": 1948, "30W": 1928, "15W": 1072}
+    configs = [Config(knobs={**space.default_config().knobs, "nvpmodel": m, "dla_cores": 2}, batch_size=8)
+               for m in published]  # fmt: skip
+    lanes = dla_lanes(params, space, "resnet50", configs)
+    for (mode, images), qps in zip(published.items(), lanes.qps, strict=True):
+        assert qps == pytest.approx(images, rel=0.01 if mode in ("MAXN", "15W") else 0.02), mode
+
+
+def test_a_dla_starved_of_memory_bandwidth_slows_down():
+    fast, starved = _dla_measure({**MAXQ_DLA, "emc_mhz": 3199}), _dla_measure({**MAXQ_DLA, "emc_mhz": 204})
+    assert starved.extra["engine_dla0_qps"] < 0.2 * fast.extra["engine_dla0_qps"]
+
+
+def test_dla_lanes_add_their_throughput_and_their_power_on_the_cv_rail():
+    with_dlas, gpu_only = _dla_measure(MAXQ_DLA), _dla_measure({**MAXQ_DLA, "dla_cores": 0})
+    per_dla = 1 / ((569.5 / 883.2 + 0.6259 * 3199 / 2133) / 1e3)  # MaxQ: DLA 883.2 MHz, EMC 2133 MHz
+    assert with_dlas.qps == pytest.approx(gpu_only.qps + 2 * per_dla, rel=1e-3)
+    assert with_dlas.extra["engine_dla0_qps"] == pytest.approx(per_dla, rel=1e-6)
+    cv = "rail_w:VDD_CPU_CV"
+    assert with_dlas.extra[cv] - gpu_only.extra[cv] == pytest.approx(2 * (1.06 + (883.2 - 614.4) / 755.2 * 2.63), 1e-3)
+    assert with_dlas.j_per_query < gpu_only.j_per_query  # the DLAs are the cheaper engines
+    bert, bert_gpu = _dla_measure(MAXQ_DLA, "bert-base"), _dla_measure({**MAXQ_DLA, "dla_cores": 0}, "bert-base")
+    assert bert.qps == bert_gpu.qps  # no published DLA figure for BERT: NVIDIA runs it on the GPU alone
+
+
+def test_maxq_vs_maxp_throughput_with_dlas_is_within_15pct_of_mlperf():
+    """orin-mlperf.md v3.0 resnet50 Offline: MaxQ 3463 over MaxP 6438 samples/s, GPU plus both DLAs."""
+    ratio = _dla_measure(MAXQ_DLA).qps / _dla_measure(MAXP_DLA).qps
+    assert ratio == pytest.approx(3463 / 6438, rel=0.15)
+
+
+def test_runtime_tensorrt_is_refused_on_an_eager_twin_and_taken_by_the_tensorrt_one():
+    from tuner.models import check_model
+
+    with pytest.raises(UserError, match="sim:orin-trt"):
+        check_model("resnet50", "tensorrt", True, TwinDevice("sim:orin"))
+    check_model("resnet50", "tensorrt", True, TwinDevice("sim:orin-trt"))
+    check_model("resnet50", "auto", True, TwinDevice("sim:orin-trt"))  # the twin's own runtime, as before

@@ -76,6 +76,37 @@ def test_offline_window_batches_samples_and_keeps_logs(tmp_path):
     assert result.energy is not None and result.energy.meter == "recording"
 
 
+class TwoEngineRunner(SleepyRunner):
+    """A GPU lane at the study's batch size and a slower DLA lane at its own, as the TensorRT runner lists them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken: dict[str, int] = {"gpu": 0, "dla0": 0}
+
+    def lanes(self):
+        def run(name: str, delay_s: float):
+            def infer() -> None:
+                self.taken[name] += 1
+                time.sleep(delay_s)
+
+            return infer
+
+        return [("gpu", 4, run("gpu", 0.002)), ("dla0", 2, run("dla0", 0.004))]
+
+
+def test_offline_window_feeds_every_engine_from_one_queue(tmp_path):
+    runner = TwoEngineRunner()
+    settings = WindowSettings(window_s=0.5, warmup_s=0.05)
+    result = run_window(runner, 4, settings, tmp_path / "logs", meter=RecordingMeter())
+
+    assert result.error == ""
+    # both engines ran batches of their own size from the shared queue, and every sample counts once
+    assert result.lane_queries["gpu"] > 0 and result.lane_queries["dla0"] > 0
+    assert result.lane_queries["gpu"] % 4 == 0 or result.lane_queries["dla0"] % 2 == 0
+    assert sum(result.lane_queries.values()) == result.queries
+    assert result.batches == len(result.batch_latencies_ms)
+
+
 class SpeedsUpRunner(SleepyRunner):
     """Slow while warming up, five times faster afterwards (as after autotuning)."""
 

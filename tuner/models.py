@@ -28,9 +28,16 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
     Also checks that ``runtime`` can run it, so a wrong pairing fails before
     the device is opened; a text file named .onnx, or an ONNX file where
     onnxruntime is missing, is refused here rather than after the study
-    storage was created. Twins model the zoo only.
+    storage was created. Twins model the zoo only. A device whose knobs depend
+    on the runtime (a Jetson's DLAs need TensorRT) is told which one runs.
     """
-    resolved = check_runtime(model, runtime)
+    if simulated and runtime == "tensorrt" and model in profile_names():
+        resolved = runtime  # a TensorRT twin runs zoo models; the twin itself refuses a runtime it does not model
+    else:
+        resolved = check_runtime(model, runtime)
+    use_runtime = getattr(device, "use_runtime", None)
+    if use_runtime is not None:
+        use_runtime(resolved)
     is_file = not user_model.is_user_model(model) and Path(model).suffix.lower() in FILE_SUFFIXES
     if simulated and (is_file or user_model.is_user_model(model)):
         raise UserError(

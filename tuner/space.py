@@ -38,6 +38,8 @@ class Knob(BaseModel):
     modes, limits); ``runner`` knobs only change how the model is run
     (precision, CUDA graphs), so they are safe in observe-only mode.
     ``ordered`` knobs have an order that samplers see (tuner.indexed).
+    ``runtime`` names the only runtime that can use the knob (a Jetson's DLAs
+    and their precision need TensorRT); the device leaves it out otherwise.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -47,13 +49,14 @@ class Knob(BaseModel):
     group: Literal["device", "runner"] = "device"
     unit: str = ""
     ordered: bool = True
+    runtime: str | None = None
     description: str = ""
 
     @model_validator(mode="after")
     def _default_is_allowed(self) -> Knob:
         if len(self.values) > MAX_KNOB_VALUES:
             raise ValueError(f"{len(self.values)} values, more than {MAX_KNOB_VALUES}")
-        bad = [v for v in self.values if _is_numeric(v) and not (math.isfinite(v) and v > 0)]
+        bad = [v for v in self.values if _is_numeric(v) and not (math.isfinite(v) and (v > 0 or _is_none_of(v)))]
         if bad:
             raise ValueError(f"values must be positive numbers (a clock, a count, a limit), not {bad[0]!r}")
         if len({_norm(v) for v in self.values}) != len(self.values):
@@ -159,6 +162,20 @@ class SearchSpace(BaseModel):
         space.knobs[knob] = old.model_copy(update={"values": [value], "default": value})
         return space
 
+    def for_runtime(self, runtime: str | None, drop: tuple[str, ...] = ()) -> SearchSpace:
+        """The space less the knobs meant for another runtime only, and less ``drop``; modes lose their caps on them."""
+        gone = {n for n, k in self.knobs.items() if k.runtime is not None and k.runtime != runtime}
+        gone |= set(drop) & set(self.knobs)
+        if not gone:
+            return self
+        knobs = {n: k for n, k in self.knobs.items() if n not in gone}
+        modes = {
+            name: m.model_copy(update={"caps": {k: v for k, v in m.caps.items() if k not in gone}})
+            for name, m in self.modes.items()
+        }
+        tuned = [n for n in self.tuned if n not in gone] if self.tuned is not None else None
+        return self.model_copy(update={"knobs": knobs, "modes": modes, "tuned": tuned})
+
     def default_config(self, batch_size: int | None = None) -> Config:
         """Every knob at its default: the baseline a user gets without tuning."""
         return Config(
@@ -203,7 +220,8 @@ class SearchSpace(BaseModel):
             return config
         knobs = dict(config.knobs)
         for name, cap in mode.caps.items():
-            knobs[name] = _capped(self.knobs[name].values, knobs[name], cap)
+            if name in knobs:  # a configuration written before a knob existed (a DLA cap) keeps working
+                knobs[name] = _capped(self.knobs[name].values, knobs[name], cap)
         return Config(knobs=knobs, batch_size=config.batch_size)
 
     def suggest(self, trial: Any) -> Config:
@@ -413,6 +431,11 @@ def _is_numeric(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_none_of(value: object) -> bool:
+    """The integer 0: a count of nothing (no DLA beside the GPU), the one non-positive value a knob may take."""
+    return isinstance(value, int) and not isinstance(value, bool) and value == 0
+
+
 def _norm(value: KnobValue) -> tuple[str, object]:
     return ("n", round(float(value), 6)) if _is_numeric(value) else ("s", str(value))
 
@@ -479,7 +502,7 @@ def load_space_file(path: Path) -> SearchSpace:
     """
     space = _load_file(path)
     if space.kind in available_kinds():
-        _check_like(space, load_space(space.kind), path)
+        _check_like(space.for_runtime(None), load_space(space.kind), path)
     return space
 
 
@@ -512,12 +535,17 @@ def available_kinds() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("search_spaces").iterdir() if p.name.endswith(".yaml"))
 
 
-def load_space(kind: str) -> SearchSpace:
-    """Load the packaged space for a device kind, or a user's YAML file when given a path."""
+def load_space(kind: str, runtime: str | None = None) -> SearchSpace:
+    """Load the packaged space for a device kind, or a user's YAML file when given a path.
+
+    A packaged space comes as ``runtime`` can use it: knobs meant for another
+    runtime only (a Jetson's DLA knobs are TensorRT's) are left out unless
+    that runtime is named.
+    """
     if kind.endswith((".yaml", ".yml")) or "/" in kind:
         return load_space_file(Path(kind))
     resource = resources.files("search_spaces") / f"{kind}.yaml"
     if not resource.is_file():
         raise UserError(f"no search space for device kind {kind!r}: known kinds are {', '.join(available_kinds())}")
     with resources.as_file(resource) as path:
-        return _load_file(path)
+        return _load_file(path).for_runtime(runtime)

@@ -1,7 +1,8 @@
 """Child processes of the Jetson tests obey the fake kernel's rules (see tests/fakekernel.py).
 
 With FAKE_MEASURE=hang a child's Jetson window never ends, so a test can kill it mid-trial after
-the board was changed, without paying for a model and LoadGen in every child.
+the board was changed, without paying for a model and LoadGen in every child. With
+FAKE_TENSORRT=N a child imports tests/fake_tensorrt.py as ``tensorrt``, on a platform with N DLA cores.
 """
 
 import os
@@ -22,3 +23,9 @@ if os.environ.get("FAKE_MEASURE") == "hang":
         time.sleep(600)
 
     JetsonDevice.measure = _hang
+
+if os.environ.get("FAKE_TENSORRT", "").isdigit():
+    import fake_tensorrt
+
+    sys.modules["tensorrt"] = fake_tensorrt.module()
+    fake_tensorrt.Builder.num_DLA_cores = int(os.environ["FAKE_TENSORRT"])

@@ -45,7 +45,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runners.profile import ModelProfile, load_profile
 from tuner.devices.base import VirtualBoard, WindowSettings
+from tuner.devices.jetson.dla import for_runtime
 from tuner.devices.queueing import server_measurement
+from tuner.devices.twin_dla import dla_lanes, load_dla_params
 from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
@@ -470,9 +472,14 @@ class TwinDevice(VirtualBoard):
         self.name = f"sim:{short}"
         self.slug = f"sim-{short}"
         self.params = load_params(self.kind)
-        self._space = load_space(self.kind)
+        # A TensorRT twin of a board with DLAs models them (tuner.devices.twin_dla); other twins leave a
+        # runtime's own knobs out of their spaces.
+        tensorrt = runtime.startswith("tensorrt")
+        self.dla = load_dla_params(self.kind) if tensorrt else None
+        own = "tensorrt" if tensorrt else None
+        self._space = for_runtime(load_space(self.kind, "tensorrt"), own, self.dla is not None)
         if space_file is not None:
-            custom = load_space_file(Path(space_file))
+            custom = for_runtime(load_space_file(Path(space_file)), own, self.dla is not None)
             if custom.kind != self.kind or set(custom.knobs) - set(self._space.knobs):
                 raise UserError(
                     f"{space_file} is a space for {custom.kind} with knobs {', '.join(custom.knobs)}: "
@@ -491,7 +498,7 @@ class TwinDevice(VirtualBoard):
             return server_measurement(self.model, profile, config, settings)
         result = self.model.evaluate(profile, [config])
         rng = np.random.default_rng(settings.seed) if settings.noise else None
-        return self.model.measurement(result, 0, config.batch_size, rng, settings.window_s)
+        return self._measurements(model, result, [config], rng, settings.window_s)[0]
 
     def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
         """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap.
@@ -507,8 +514,57 @@ class TwinDevice(VirtualBoard):
         for start in range(0, len(configs), SWEEP_CHUNK):
             chunk = configs[start : start + SWEEP_CHUNK]
             result = self.model.evaluate(profile, chunk)
-            window = settings.window_s
-            out += [self.model.measurement(result, i, c.batch_size, rng, window) for i, c in enumerate(chunk)]
+            out += self._measurements(model, result, chunk, rng, settings.window_s)
+        return out
+
+    def use_runtime(self, runtime: str) -> None:
+        """Refuse ``--runtime tensorrt`` on a twin that models eager PyTorch (sim:orin-trt is the TensorRT one).
+
+        Any other runtime leaves the twin's own profile in place, as before runtimes were named.
+        """
+        if runtime == "tensorrt" and not self.model.runtime.startswith("tensorrt"):
+            raise UserError(f"{self.name} models eager PyTorch, not TensorRT: use a TensorRT twin (sim:orin-trt)")
+
+    def _measurements(
+        self, model: str, result: TwinResult, configs: list[Config], rng: np.random.Generator | None, window_s: float
+    ) -> list[Measurement]:
+        """The GPU's result, with the DLA lanes of each configuration added where the twin models DLAs."""
+        if self.dla is None:
+            return [self.model.measurement(result, i, c.batch_size, rng, window_s) for i, c in enumerate(configs)]
+        lanes = dla_lanes(self.dla, self._space, model, configs)
+        batch = np.array([c.batch_size for c in configs], dtype=float)
+        gpu_qps = batch / result.time_s
+        latency = np.maximum(result.time_s, lanes.batch_s)
+        rails = {**result.rails_w, self.dla.rail: result.rails_w[self.dla.rail] + lanes.power_w}
+        power = result.power_w + lanes.power_w
+        merged = TwinResult(latency, power, result.gpu_mhz, result.throttled, rails, self.model.wall(power))
+        out = []
+        for i, c in enumerate(configs):
+            m = self.model.measurement(merged, i, c.batch_size, rng, window_s)
+            if lanes.cores[i] == 0:
+                out.append(m)
+                continue
+            # The window's samples are shared by the lanes: per batch latency, the GPU and the DLAs together
+            # finish (gpu + dla images per second) x latency samples, not one GPU batch.
+            share = (gpu_qps[i] + lanes.qps[i]) * latency[i] / c.batch_size
+            queries = max(1, round(m.queries * share))
+            noise = m.qps * latency[i] / c.batch_size  # the seeded time noise, as a rate factor
+            extra = dict(m.extra)
+            extra["engine_gpu_qps"] = float(gpu_qps[i]) * noise
+            for core in range(int(lanes.cores[i])):
+                extra[f"engine_dla{core}_qps"] = float(lanes.per_dla_qps[i]) * noise
+            if "wall_w" in extra:
+                extra["wall_j_per_query"] = float(extra["wall_w"]) * m.duration_s / queries
+            out.append(
+                m.model_copy(
+                    update={
+                        "j_per_query": m.energy_j / queries,
+                        "qps": queries / m.duration_s,
+                        "queries": queries,
+                        "extra": extra,
+                    }
+                )
+            )
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -110,6 +110,9 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
     if window.summary.samples_per_second is not None and not window.stop.get("skipped_queries"):
         extra["loadgen_samples_per_s"] = window.summary.samples_per_second
     extra.update({key: value for key, value in window.stop.items() if value is not None})
+    if len(window.lane_queries) > 1 and window.duration_s > 0:
+        # Per-engine throughput when the GPU and the DLAs share the window's queue.
+        extra.update({f"engine_{name}_qps": count / window.duration_s for name, count in window.lane_queries.items()})
     if reading.warning:
         extra["meter_warning"] = reading.warning
     extra.update({f"meter_{k}": v for k, v in reading.extra.items()})

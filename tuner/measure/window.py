@@ -70,6 +70,21 @@ class Runner(Protocol):
     def infer(self, size: int | None = None) -> int: ...
 
 
+Lane = tuple[str, int, Callable[[int | None], int]]
+
+
+def lanes_of(runner: Runner, batch_size: int) -> list[Lane]:
+    """The engines that pull batches from the window's one queue: ``(name, batch size, infer)`` each.
+
+    A runner with several engines (the GPU and the DLAs beside it) lists them
+    in ``lanes()``; any other runner is one lane, ``main``, at the study's
+    batch size.
+    """
+    lanes = getattr(runner, "lanes", None)
+    listed = list(lanes()) if callable(lanes) else []
+    return listed or [("main", batch_size, runner.infer)]
+
+
 class Monitor(Protocol):
     """Something sampled alongside the meter during the window (telemetry)."""
 
@@ -128,6 +143,7 @@ class WindowResult:
     error: str = ""
     attempts: int = 1
     stop: dict[str, Any] = field(default_factory=dict)
+    lane_queries: dict[str, int] = field(default_factory=dict)
     query_latencies_ms: list[float] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     batch_records: list[BatchRecord] = field(default_factory=list)
@@ -171,16 +187,20 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
     (allocation, kernel selection) that would undersize the LoadGen run.
     Every iteration is a safe point for a recorded Ctrl-C or SIGTERM.
     """
-    runner.infer()
-    start = time.monotonic()
-    deadline = start + max(warmup_s, 0.0)
-    iters = 0
-    while iters < MIN_WARMUP_ITERS - 1 or time.monotonic() < deadline:
-        interrupts.check()
-        runner.infer()
-        iters += 1
-    elapsed = time.monotonic() - start
-    return batch_size * iters / elapsed if elapsed > 0 else float(batch_size) * 1e3
+    lanes = lanes_of(runner, batch_size)
+    total = 0.0
+    for _name, size, infer in lanes:
+        infer()
+        start = time.monotonic()
+        deadline = start + max(warmup_s, 0.0) / len(lanes)
+        iters = 0
+        while iters < MIN_WARMUP_ITERS - 1 or time.monotonic() < deadline:
+            interrupts.check()
+            infer()
+            iters += 1
+        elapsed = time.monotonic() - start
+        total += size * iters / elapsed if elapsed > 0 else float(size) * 1e3
+    return total
 
 
 class _BatchingSUT:
@@ -209,6 +229,11 @@ class _BatchingSUT:
     Samples still queued when the window ends are completed at once without
     running the model, so LoadGen can finish; they are counted as skipped and
     never as measured queries.
+
+    A runner with several engines (:func:`lanes_of`) gets one worker per
+    engine, each taking its own batch size from the one queue as soon as it
+    is free, as MLPerf's Offline harness feeds the GPU and the DLAs; what each
+    engine ran is counted per lane.
     """
 
     def __init__(
@@ -251,7 +276,17 @@ class _BatchingSUT:
         self.telemetry: list[Any] = []
         self._started: list[Monitor] = []
         self.outbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
-        self.thread = threading.Thread(target=self._work, name="powertune-sut", daemon=True)
+        self.lanes = lanes_of(runner, batch_size)
+        self.lane_queries = {name: 0 for name, _, _ in self.lanes}
+        self.pending: deque[tuple[Any, float]] = deque()
+        self.running = 0
+        self.drained = False
+        self._take = threading.Lock()
+        self._count = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._work, args=(lane,), name=f"powertune-sut-{lane[0]}", daemon=True)
+            for lane in self.lanes
+        ]
         self.completer = threading.Thread(target=self._complete, name="powertune-complete", daemon=True)
 
     def abort(self) -> None:
@@ -259,13 +294,15 @@ class _BatchingSUT:
         self.aborted = True
 
     def run(self) -> None:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         self.completer.start()
 
     def join(self) -> None:
         """Stop the worker, then the completer once every finished batch has been reported."""
         self.inbox.put(None)
-        self.thread.join()
+        for thread in self.threads:
+            thread.join()
         self.outbox.put(None)
         self.completer.join()
 
@@ -317,14 +354,15 @@ class _BatchingSUT:
     def flush(self) -> None:
         """Nothing is held back between issues, so there is nothing to flush."""
 
-    def _fill(self, pending: deque[tuple[Any, float]]) -> bool:
+    def _fill(self, size: int) -> bool:
         """Dynamic batching: wait for more samples until the batch is full or the oldest waited the timeout.
 
         Returns False if the end-of-test marker arrived while waiting (the
         caller puts it back so the loop ends after this batch).
         """
+        pending = self.pending
         deadline = pending[0][1] + self.timeout_s
-        while len(pending) < self.batch_size and not self.aborted:
+        while len(pending) < size and not self.aborted:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -337,13 +375,15 @@ class _BatchingSUT:
             pending.extend(item)
         return True
 
-    def _work(self) -> None:
-        pending: deque[tuple[Any, float]] = deque()
+    def _next(self, size: int) -> list[tuple[Any, float]] | None:
+        """A lane's next batch from the shared queue (called under the take lock); None at the end of the test."""
+        pending = self.pending
         while True:
             if not pending:
                 item = self.inbox.get()
                 if item is None:
-                    return
+                    self.inbox.put(None)  # every lane must see the end
+                    return None
                 pending.extend(item)
             while True:
                 try:
@@ -359,41 +399,58 @@ class _BatchingSUT:
                 self.outbox.put(list(pending))
                 pending.clear()
                 continue
-            if not self._fill(pending):
+            if not self._fill(size):
                 self.inbox.put(None)
-            batch = [pending.popleft() for _ in range(min(self.batch_size, len(pending)))]
+            batch = [pending.popleft() for _ in range(min(size, len(pending)))]
+            self.running += 1
+            self.drained = not pending and self.inbox.empty()
+            return batch
+
+    def _work(self, lane: Lane) -> None:
+        name, size, infer = lane
+        while True:
+            with self._take:
+                batch = self._next(size)
+            if batch is None:
+                return
             try:
-                self._run_batch(batch, exhausted=not pending and self.inbox.empty())
+                self._run_batch(batch, name, infer)
             except BaseException as exc:  # re-raised on the caller's thread once LoadGen returns
                 self.failure = exc
             self.outbox.put(batch)
 
-    def _run_batch(self, batch: list[tuple[Any, float]], exhausted: bool) -> None:
-        """Run the samples that arrived (all of the maximum with ``pad``) and record every query's latency."""
-        if not self.open:
-            self.open_window()
+    def _run_batch(self, batch: list[tuple[Any, float]], lane: str, infer: Callable[[int | None], int]) -> None:
+        """Run the samples that arrived on one lane (all of its maximum with ``pad``); record each query's latency."""
+        with self._count:
+            if not self.open:
+                self.open_window()
         issued = time.monotonic()
         executed = self.batch_size if self.pad else len(batch)
         try:
-            executed = self.runner.infer(None if self.pad else len(batch))
+            executed = infer(None if self.pad else len(batch))
         except Exception as exc:  # the samples must still complete or LoadGen waits forever
             self.error = f"{type(exc).__name__}: {exc}"
         done = time.monotonic()
         arrivals = [t for _, t in batch]
         since = issued if self.offline else min(arrivals)
-        self.latencies_ms.append((done - since) * 1e3)
-        self.query_latencies_ms.extend((done - (issued if self.offline else t)) * 1e3 for t in arrivals)
-        self.arrivals.extend(arrivals)
-        self.records.append(BatchRecord(issued, done, len(batch), int(executed), since))
-        self.queries += len(batch)
-        if self.error:
-            self.close_window("runner-error")
-            return
-        reason = self.rule.observe(done, self.queries) if self.rule is not None else None
-        if reason is None and exhausted and self.offline:
-            reason = STOP_EXHAUSTED
-        if reason is not None:
-            self.close_window(reason)
+        with self._count:
+            self.running -= 1
+            if self.closed:
+                return  # another lane ended the window while this batch ran: it is not part of it
+            self.latencies_ms.append((done - since) * 1e3)
+            self.query_latencies_ms.extend((done - (issued if self.offline else t)) * 1e3 for t in arrivals)
+            self.arrivals.extend(arrivals)
+            self.records.append(BatchRecord(issued, done, len(batch), int(executed), since))
+            self.queries += len(batch)
+            self.lane_queries[lane] += len(batch)
+            if self.error:
+                self.close_window("runner-error")
+                return
+            reason = self.rule.observe(done, self.queries) if self.rule is not None else None
+            if reason is None and self.drained and self.running == 0 and self.offline:
+                reason = STOP_EXHAUSTED
+            if reason is not None:
+                self.close_window(reason)
 
 
 def _test_settings(
@@ -612,6 +669,7 @@ def _run_once(
         query_latencies_ms=sut_state.query_latencies_ms,
         arrivals=sut_state.arrivals,
         batch_records=sut_state.records,
+        lane_queries=sut_state.lane_queries,
     )
 
 

@@ -17,6 +17,8 @@ Nothing here is assumed from a table written in advance:
   ``/etc/nvpmodel/``, followed inside the sysfs root).
 - Frequency tables: GPU ``available_frequencies``, each cpufreq policy's
   ``scaling_available_frequencies``, the EMC's debugfs ``possible_rates``.
+- The DLA clock caps nvpmodel writes (:mod:`.dla`); a board without them has
+  no DLA knobs.
 
 :func:`board_space` turns these into the search space, keeping the committed
 YAML only for what the board does not say (batch sizes, core counts worth
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.devices.jetson.dla import find_caps, for_runtime
 from tuner.devices.jetson.sysfs import inside, ints, is_file, read
 from tuner.errors import UserError
 from tuner.space import Knob, Mode, SearchSpace
@@ -118,6 +121,7 @@ class BoardMode:
     gpu_max_hz: int | None
     emc_max_hz: int | None
     tpc_pg_mask: int | None
+    dla_max_hz: int | None = None
 
 
 @dataclass
@@ -143,6 +147,7 @@ class Board:
     zones: dict[str, Path]
     modes: list[BoardMode]
     default_mode: int | None
+    dla_caps: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -296,7 +301,7 @@ def _int(value: str) -> int | None:
 def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> BoardMode:
     online: dict[str, str] = {}
     cpu_caps: list[int] = []
-    gpu = emc = tpc = None
+    gpu = emc = tpc = dla = None
     for param, arg, value in section["lines"]:
         number = _int(value)
         paths = " ".join(params.get(param, {}).values())
@@ -310,6 +315,8 @@ def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> Bo
             gpu = number
         elif param == "EMC" and arg.startswith("MAX_FREQ"):
             emc = number
+        elif param == "DLA0_CORE" and arg.startswith("MAX_FREQ"):
+            dla = number
     cores = 1 + sum(1 for core, v in online.items() if core != "CORE_0" and v == "1")
     capped = [c for c in cpu_caps if c > 0]
     return BoardMode(
@@ -320,6 +327,7 @@ def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> Bo
         gpu_max_hz=gpu if gpu is not None and gpu > 0 else None,
         emc_max_hz=emc if emc is not None and emc > 0 else None,
         tpc_pg_mask=tpc,
+        dla_max_hz=dla if dla is not None and dla > 0 else None,
     )
 
 
@@ -404,6 +412,7 @@ def discover(root: Path) -> Board:
                 zones[kind] = zone / "temp"
 
     modes, default_mode, conf = read_modes(root)
+    dla_caps = find_caps(root, Path(conf).read_text(errors="replace") if conf else None)
     if conf is None:
         notes.append(f"no {NVPMODEL_CONF} under {root}: power modes are taken from the search space file")
     tpc, railgate = gpu_device / "tpc_pg_mask", gpu_device / "railgate_enable"
@@ -427,6 +436,7 @@ def discover(root: Path) -> Board:
         zones=zones,
         modes=modes,
         default_mode=default_mode,
+        dla_caps=dla_caps,
         notes=notes,
     )
 
@@ -442,12 +452,16 @@ def _mode_name(name: str) -> str:
     return name[len("MODE_") :] if name.startswith("MODE_") else name
 
 
-def board_space(base: SearchSpace, board: Board) -> tuple[SearchSpace, str | None]:
-    """The search space of this board: its own tables and modes; the YAML fills in the rest.
+def board_space(base: SearchSpace, board: Board, runtime: str | None = None) -> tuple[SearchSpace, str | None]:
+    """The search space of this board for a runtime: its own tables and modes; the YAML fills in the rest.
 
-    Returns the space and, where the board disagrees with the committed YAML,
-    one line saying so (the board's values are used).
+    Knobs for another runtime are left out (the DLA knobs and the TensorRT
+    precision stay only with ``runtime="tensorrt"``), and the DLA knobs only
+    stay where the board has DLAs. Returns the space and, where the board
+    disagrees with the committed YAML, one line saying so (the board's values
+    are used).
     """
+    base = for_runtime(base, runtime, dlas=bool(board.dla_caps))
     knobs = dict(base.knobs)
     differs: list[str] = []
     tables: dict[str, list[int | float]] = {
@@ -470,7 +484,7 @@ def board_space(base: SearchSpace, board: Board) -> tuple[SearchSpace, str | Non
     modes = dict(base.modes)
     mode_knob = base.mode_knob
     if board.modes and mode_knob is not None:
-        modes = {_mode_name(m.name): _space_mode(m, board, tables) for m in board.modes}
+        modes = {_mode_name(m.name): _space_mode(m, board, tables, knobs) for m in board.modes}
         names = list(modes)
         file_caps = {n: (m.id, m.caps) for n, m in base.modes.items()}
         board_caps = {n: (m.id, m.caps) for n, m in modes.items()}
@@ -497,7 +511,7 @@ def _knob(knob: Knob, values: list[Any]) -> Knob:
     return Knob(**{**knob.model_dump(), "values": values, "default": default})
 
 
-def _space_mode(mode: BoardMode, board: Board, tables: dict[str, list[int | float]]) -> Mode:
+def _space_mode(mode: BoardMode, board: Board, tables: dict[str, list[int | float]], knobs: dict[str, Knob]) -> Mode:
     caps: dict[str, float] = {}
     if mode.cores:
         caps["cpu_cores"] = mode.cores
@@ -514,5 +528,7 @@ def _space_mode(mode: BoardMode, board: Board, tables: dict[str, list[int | floa
         caps["emc_mhz"] = mode.emc_max_hz / 1e6
     elif "emc_mhz" in top:
         caps["emc_mhz"] = float(top["emc_mhz"])
+    if "dla_mhz" in knobs:
+        caps["dla_mhz"] = mode.dla_max_hz / 1e6 if mode.dla_max_hz is not None else float(max(knobs["dla_mhz"].values))
     properties = {"tpc_pg_mask": float(mode.tpc_pg_mask)} if mode.tpc_pg_mask is not None else {}
     return Mode(id=mode.id, caps=caps, properties=properties)

@@ -1,7 +1,7 @@
 """Driving a Jetson board: apply a configuration in the kernel's order, and put the board back.
 
 A configuration is applied in a fixed order (mode, cores, CPU clocks, GPU
-clock, EMC rate) because each step constrains the next: ``nvpmodel -m`` moves
+clock, EMC rate, DLA clock caps) because each step constrains the next: ``nvpmodel -m`` moves
 the caps, cores and TPC mask and resets clocks, and a cluster's limits can only
 be written while one of its cores is online (the kernel refuses the limits of a
 policy whose CPUs are all offline). Every value is read back; a board that did
@@ -12,7 +12,7 @@ Restore undoes this in reverse: the saved mode first (nvpmodel puts back the
 cores, caps and TPC mask it owns), then the saved online cores, then each
 cluster's limits (a cluster the saved mode keeps offline is brought online just
 long enough to write them, as nvpmodel itself had it online when it changed
-them), then GPU and EMC. Every value comes from the journal only after it was
+them), then GPU, EMC and the DLA clock caps. Every value comes from the journal only after it was
 checked against the board's own tables (:mod:`restore`), every failure is
 collected rather than stopping the restore, and what remains is reported with
 how to finish it. The sysfs root and the ``nvpmodel`` executable can be
@@ -154,7 +154,7 @@ class JetsonDevice:
             lambda model, config: self._runners.get(model, config, self.space(), self._runtime)
         )
         self._measure_fn = measure_fn
-        self._base_space = load_space(kind)
+        self._base_space = load_space(kind, "tensorrt")
         if self._base_space.mode_knob is None:
             raise UserError(f"search space {kind} has no nvpmodel modes: it is not a Jetson space")
         detected = detect_kind(self.root)
@@ -171,6 +171,12 @@ class JetsonDevice:
 
     def space(self) -> SearchSpace:
         return self._space
+
+    def use_runtime(self, runtime: str) -> None:
+        """The runtime the study runs the model with: only TensorRT can put work on the DLAs, so only it gets
+        the DLA knobs (and only on a board that has DLAs) and its precision knob."""
+        self._runtime = runtime
+        self._space, _ = board_space(self._base_space, self.board, runtime)
 
     def describe(self) -> dict[str, Any]:
         b = self.board
@@ -191,6 +197,7 @@ class JetsonDevice:
             "cpus": b.cpus,
             "emc_settable": b.emc_rate is not None,
             "tpc_mask": str(b.tpc_mask) if b.tpc_mask else None,
+            "dla_caps": [str(p) for p in b.dla_caps],
             "rails": [r.name for r in b.rails],
             "thermal_zones": list(b.zones),
             "thermal_limit_c": self.thermal_limit_c,
@@ -199,6 +206,14 @@ class JetsonDevice:
 
     def _mode_ids(self) -> list[int]:
         return [m.id for m in self._space.modes.values()]
+
+    def _dla_hz(self) -> list[int]:
+        """The DLA clocks this board's space offers and its modes cap at, in Hz (what a journal may hold)."""
+        space, _ = board_space(self._base_space, self.board, "tensorrt")
+        if "dla_mhz" not in space.knobs:
+            return []
+        caps = [m.caps["dla_mhz"] for m in space.modes.values() if "dla_mhz" in m.caps]
+        return sorted({round(float(v) * 1e6) for v in [*space.knobs["dla_mhz"].values, *caps]})
 
     # -- state ----------------------------------------------------------------
 
@@ -247,6 +262,8 @@ class JetsonDevice:
             state["emc"]["cap"] = sysfs.read(b.emc_cap)
         if b.tpc_mask is not None:
             state["tpc_pg_mask"] = sysfs.read(b.tpc_mask)
+        if b.dla_caps:
+            state["dla"] = {str(core): sysfs.read(path) for core, path in enumerate(b.dla_caps)}
         return state
 
     def _online_now(self) -> set[int]:
@@ -257,6 +274,9 @@ class JetsonDevice:
     def targets(self, config: Config) -> dict[str, Any]:
         """What a configuration asks of the board after the mode's caps: mode id, cores, kHz, Hz."""
         space = self._space
+        if set(config.knobs) - set(space.knobs):
+            # A configuration a TensorRT study exported (DLA knobs) applied by a command that runs no model.
+            space, _ = board_space(self._base_space, self.board, "tensorrt")
         space.validate_config(config)
         mode = space.mode_of(config)
         assert mode is not None
@@ -272,6 +292,8 @@ class JetsonDevice:
         if "emc_mhz" in eff and b.emc_rate is not None:
             want = round(float(eff["emc_mhz"]) * 1e6)
             out["emc_hz"] = _floor(b.emc_hz, want) if b.emc_hz else want
+        if "dla_mhz" in eff and b.dla_caps:
+            out["dla_hz"] = round(float(eff["dla_mhz"]) * 1e6)
         return out
 
     def plan_writes(self, config: Config) -> list[Write]:
@@ -312,6 +334,7 @@ class JetsonDevice:
             "emc": (sysfs.read(b.emc_locked), int(sysfs.read(b.emc_rate)))
             if b.emc_rate is not None and b.emc_locked is not None
             else None,
+            "dla": [_try_int(p) for p in b.dla_caps],
         }
         if assume_mode is not None:
             mode = next(m for m in self._space.modes.values() if m.id == assume_mode)
@@ -322,6 +345,8 @@ class JetsonDevice:
                 for c, (lo, _hi) in cur["cpu"].items()
             }
             cur["gpu"] = (min(b.gpu_hz), gpu_cap)
+            if "dla_mhz" in mode.caps:
+                cur["dla"] = [round(mode.caps["dla_mhz"] * 1e6)] * len(b.dla_caps)
         return cur
 
     def _steps(self, t: dict[str, Any], cur: dict[str, Any], include_all: bool) -> list[Write]:
@@ -352,6 +377,10 @@ class JetsonDevice:
                 steps.append(Write(str(b.emc_locked), "1"))
             if include_all or rate != t["emc_hz"]:
                 steps.append(Write(str(b.emc_rate), str(t["emc_hz"])))
+        if "dla_hz" in t:
+            for path, now in zip(b.dla_caps, cur["dla"], strict=True):
+                if include_all or now != t["dla_hz"]:
+                    steps.append(Write(str(path), str(t["dla_hz"])))
         return steps
 
     def _verify(self, t: dict[str, Any]) -> None:
@@ -377,6 +406,10 @@ class JetsonDevice:
                     wrong.append(f"{path}={sysfs.read(path)} (wanted {t['gpu_hz']})")
         if "emc_hz" in t and b.emc_rate is not None and int(sysfs.read(b.emc_rate)) != t["emc_hz"]:
             wrong.append(f"{b.emc_rate}={sysfs.read(b.emc_rate)} (wanted {t['emc_hz']})")
+        if "dla_hz" in t:
+            for path in b.dla_caps:
+                if _try_int(path) != t["dla_hz"]:
+                    wrong.append(f"{path}={_try_read(path)} (wanted {t['dla_hz']})")
         if wrong:
             raise ApplyError("the board did not take the configuration: " + "; ".join(wrong))
 
@@ -438,7 +471,7 @@ class JetsonDevice:
         lists them with how to finish (the journal is kept by the caller).
         """
         b = self.board
-        plan = plan_restore(state, b, self._mode_ids(), self.kind)
+        plan = plan_restore(state, b, self._mode_ids(), self.kind, self._dla_hz())
         problems = [f"journal: {p}" for p in plan.problems]
 
         def put(path: Path, value: str) -> bool:
@@ -497,6 +530,8 @@ class JetsonDevice:
             put(b.emc_rate, str(plan.emc_rate))
             if plan.emc_locked is not None:
                 put(b.emc_locked, plan.emc_locked)
+        for core, hz in sorted(plan.dla.items()):
+            put(b.dla_caps[core], str(hz))
         if problems:
             error = RestoreIncomplete(
                 f"restore of {self.name} incomplete, {len(problems)} item(s) remain: "

@@ -45,6 +45,7 @@ class Plan:
     railgate: str | None = None
     emc_rate: int | None = None
     emc_locked: str | None = None
+    dla: dict[int, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -77,8 +78,13 @@ def _governor(value: Any, available: Path, what: str, problems: list[str]) -> st
     return text
 
 
-def plan_restore(state: Any, board: Board, mode_ids: list[int], kind: str) -> Plan:
-    """Turn a journaled state into a checked plan; nothing here touches the board."""
+def plan_restore(state: Any, board: Board, mode_ids: list[int], kind: str, dla_hz: list[int] | None = None) -> Plan:
+    """Turn a journaled state into a checked plan; nothing here touches the board.
+
+    ``dla_hz`` is the range a DLA clock cap may be put back to (the space's
+    DLA clocks and the modes' caps); a journal from before the DLA knobs has
+    no ``dla`` entry and restores without one.
+    """
     plan = Plan()
     problems = plan.problems
     if not isinstance(state, dict):
@@ -152,4 +158,18 @@ def plan_restore(state: Any, board: Board, mode_ids: list[int], kind: str) -> Pl
         plan.emc_locked = _flag(emc.get("locked"), "emc mrq_rate_locked", problems)
     elif not isinstance(emc, dict):
         problems.append("emc: not a mapping")
+
+    dla = state.get("dla", {})
+    if isinstance(dla, dict):
+        for core, value in dla.items():
+            if not str(core).isdigit() or int(core) >= len(board.dla_caps):
+                problems.append(f"dla: core {core} is not a DLA of this board")
+                continue
+            hz = _in_range(value, dla_hz or [], f"dla{core}_core clk_cap", problems)
+            if hz is not None and not dla_hz:
+                problems.append(f"dla{core}_core clk_cap: this board's space names no DLA clock to check it against")
+            elif hz is not None:
+                plan.dla[int(core)] = hz
+    else:
+        problems.append("dla: not a mapping")
     return plan
