@@ -497,7 +497,7 @@ def test_tensorrt_dla_engines_run_beside_the_gpu_one_per_core_batch_and_precisio
     fake_trt.Builder.num_DLA_cores = 2  # an AGX Orin
     runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
     runner.prepare(16, "int8", {"dla_cores": 2, "dla_batch_size": 8})
-    built = {(b["device"], b["dla_core"], b["inputs"][0]["shape"][0]) for b in fake_trt.Builder.built}
+    built = {(b["device"], b["dla_core"], b["inputs"][0]["profile"][2][0]) for b in fake_trt.Builder.built}
     assert built == {("GPU", -1, 16), ("DLA", 0, 8), ("DLA", 1, 8)}
     dla = [b for b in fake_trt.Builder.built if b["device"] == "DLA"]
     assert all("GPU_FALLBACK" in b["flags"] and "INT8" in b["flags"] for b in dla)
@@ -550,7 +550,7 @@ def test_tensorrt_runs_the_arrived_batch_within_its_optimization_profile(fake_tr
 
     runner = TensorRTRunner(_fake_onnx(tmp_path / "net.onnx"), "cuda:0", trt=fake_trt, torch=_cpu_torch())
     runner.prepare(8, "fp16", {})
-    context = runner._context
+    context = runner._bound["gpu"].context
     assert [runner.infer(n) for n in (1, 3, 3, 8)] == [1, 3, 3, 8]
     assert runner.infer() == 8
     # prepare ran the maximum once; each batch then ran at the size that arrived, on the same buffers

@@ -84,14 +84,15 @@ class TwoEngineRunner(SleepyRunner):
         self.taken: dict[str, int] = {"gpu": 0, "dla0": 0}
 
     def lanes(self):
-        def run(name: str, delay_s: float):
-            def infer() -> None:
+        def run(name: str, delay_s: float, batch: int):
+            def infer(size: int | None = None) -> int:
                 self.taken[name] += 1
                 time.sleep(delay_s)
+                return batch if size is None else size
 
             return infer
 
-        return [("gpu", 4, run("gpu", 0.002)), ("dla0", 2, run("dla0", 0.004))]
+        return [("gpu", 4, run("gpu", 0.002, 4)), ("dla0", 2, run("dla0", 0.004, 2))]
 
 
 def test_offline_window_feeds_every_engine_from_one_queue(tmp_path):
