@@ -53,7 +53,7 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
     code, text, err = cli("export", *flags, "-o", str(out / "best.yaml"), "--json")
     assert code == 0, err
     exported = json.loads(text)
-    code, text, err = cli("apply", str(out / "best.yaml"), "--dry-run", "--json")
+    code, text, err = cli("apply", str(out / "best.yaml"), "--device", device, "--dry-run", "--json")
     assert code == 0, err
     applied = json.loads(text)
     code, text, err = cli("pareto", *flags, "--json")

@@ -66,10 +66,11 @@ def register(app: typer.Typer) -> None:
                 }
             )
             return
+        energy = exported.metrics.get("j_per_query")
+        measured = f", {energy:.4g} J/query" if isinstance(energy, (int, float)) else ""
         common.out_console.print(
             f"the recommended configuration of study {source.study} (trial {source.trial}): "
-            f"batch {exported.batch_size}, {common.fmt(exported.knobs)}, "
-            f"{exported.metrics['j_per_query']:.4g} J/query"
+            f"batch {exported.batch_size}, {common.fmt(exported.knobs)}{measured}"
         )
         verb = "would write" if dry_run else "applied"
         for step in steps:
