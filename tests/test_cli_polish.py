@@ -242,3 +242,13 @@ def test_out_ending_with_the_device_folder_is_not_nested_again(tmp_path):
     code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(out))
     assert code == 0, err
     assert not (out / "sim-orin").exists()
+
+
+def test_knob_values_print_exactly_as_the_space_writes_them():
+    """A clock of 1300.5 MHz is never shown rounded to 1300 (tables round metrics, not knobs)."""
+    from tuner.cli.common import fmt, knob_value
+
+    assert fmt({"gpu_mhz": 1300.5, "cpu_mhz": 2201.6, "emc_mhz": 3199, "channels_last": True}) == (
+        "gpu_mhz=1300.5 cpu_mhz=2201.6 emc_mhz=3199 channels_last=yes"
+    )
+    assert knob_value(2112.0) == "2112" and fmt(0.123456) == "0.1235"

@@ -250,7 +250,7 @@ _TEXT_COLUMNS = (
 
 
 def fmt(value: Any) -> str:
-    """A table cell: 4 significant digits, yes/no for booleans, - for nothing, a dict as knob=value pairs."""
+    """A table cell: 4 significant digits, yes/no for booleans, - for nothing, a dict as exact knob=value pairs."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:
@@ -258,7 +258,7 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict):
-        return " ".join(f"{k}={fmt(v)}" for k, v in value.items())
+        return " ".join(f"{k}={knob_value(v)}" for k, v in value.items())
     return str(value)
 
 
@@ -317,6 +317,8 @@ def knob_value(value: Any) -> str:
     """A knob's value as the space file writes it (1300.5 MHz stays 1300.5; 2112.0 reads 2112)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if value is None:
+        return "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
