@@ -11,7 +11,6 @@ import pytest
 
 from runners.profile import load_profile
 from tuner.devices.base import WindowSettings
-from tuner.devices.queueing import serving_profile
 from tuner.devices.twin import TwinDevice
 from tuner.space import Config
 
@@ -75,8 +74,8 @@ def test_the_graph_knob_changes_the_twins_serving_profile_to_the_ladder():
     twin = TwinDevice("sim:h200")
     knobs = twin.space().default_config().knobs
     profile = load_profile("resnet50")
-    eager = serving_profile(twin.model, profile, Config(knobs={**knobs, "graph": "eager"}, batch_size=32))
-    graphs = serving_profile(twin.model, profile, Config(knobs={**knobs, "graph": "cudagraphs"}, batch_size=32))
+    eager = twin.model.serving(profile, Config(knobs={**knobs, "graph": "eager"}, batch_size=32))
+    graphs = twin.model.serving(profile, Config(knobs={**knobs, "graph": "cudagraphs"}, batch_size=32))
     assert graphs.service_s[1] < eager.service_s[1] / 2
     # eager runs the arrived size; a graph runs the smallest captured ladder size that holds it
     assert eager.service_s[17] < eager.service_s[32]

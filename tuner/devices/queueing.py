@@ -26,7 +26,6 @@ The simulation runs one batch per loop turn over NumPy arrival arrays, so a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,10 +33,6 @@ from runners.base import ladder
 from tuner.devices.base import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config
-
-if TYPE_CHECKING:
-    from runners.profile import ModelProfile
-    from tuner.devices.twin import TwinModel
 
 # Enough queries for a stable p99 (about 200 above it) without simulating
 # a fast card's whole window one query at a time.
@@ -197,24 +192,7 @@ def executed_sizes(config: Config) -> list[int]:
     return [min(s for s in sizes if s >= k) for k in n]
 
 
-def serving_profile(model: TwinModel, profile: ModelProfile, config: Config) -> ServingProfile:
-    """Time and power of a batch of every size up to the configuration's (maximum) batch size, as it runs."""
-    sizes = executed_sizes(config)
-    configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
-    result = model.evaluate(profile, configs)
-    p = model.params
-    return ServingProfile(
-        service_s=np.concatenate([[np.inf], result.time_s]),
-        busy_w=np.concatenate([[0.0], result.power_w]),
-        idle_w=float(model.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
-        jitter_s=p.p50_jitter_ms / 1000.0,
-        noise=p.noise_time,
-    )
-
-
-def server_measurement(
-    model: TwinModel, profile: ModelProfile, config: Config, settings: WindowSettings
-) -> Measurement:
+def server_measurement(serving: ServingProfile, config: Config, settings: WindowSettings) -> Measurement:
     """One simulated Server window at ``settings.options['server_target_qps']``.
 
     Arrivals and service noise are seeded by the settings' seed (0 when none);
@@ -222,7 +200,6 @@ def server_measurement(
     """
     rate = float(settings.options["server_target_qps"])
     timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
-    serving = serving_profile(model, profile, config)
     duration = min(settings.window_s, max(1.0, MAX_SIMULATED_QUERIES / rate))
     rng = np.random.default_rng(settings.seed if settings.seed is not None else 0)
     arrivals = poisson_arrivals(rate, duration, rng)

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runners.profile import ModelProfile, load_profile
 from tuner.devices.base import VirtualBoard, WindowSettings
 from tuner.devices.jetson.dla import for_runtime
-from tuner.devices.queueing import server_measurement
+from tuner.devices.queueing import ServingProfile, executed_sizes, server_measurement
 from tuner.devices.twin_dla import dla_lanes, load_dla_params
 from tuner.errors import UserError
 from tuner.measurement import Measurement
@@ -387,6 +387,24 @@ class TwinModel:
         total = sum(rails.values())
         return TwinResult(zero, total, gpu, zero.astype(bool), rails, self.wall(total))
 
+    def serving(self, profile: ModelProfile, config: Config) -> ServingProfile:
+        """Time and power of a batch of every size up to the configuration's (maximum) batch size, as it runs.
+
+        What the Server queue (tuner.devices.queueing) serves from: each
+        arrived batch runs at its executed size (the graph ladder's, or its own).
+        """
+        sizes = executed_sizes(config)
+        configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
+        result = self.evaluate(profile, configs)
+        p = self.params
+        return ServingProfile(
+            service_s=np.concatenate([[np.inf], result.time_s]),
+            busy_w=np.concatenate([[0.0], result.power_w]),
+            idle_w=float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
+            jitter_s=p.p50_jitter_ms / 1000.0,
+            noise=p.noise_time,
+        )
+
     def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
         """Noise-free time per batch and average power for each configuration.
 
@@ -495,7 +513,7 @@ class TwinDevice(VirtualBoard):
         """
         profile = load_profile(model)
         if settings.scenario == "server":
-            return server_measurement(self.model, profile, config, settings)
+            return server_measurement(self.model.serving(profile, config), config, settings)
         result = self.model.evaluate(profile, [config])
         rng = np.random.default_rng(settings.seed) if settings.noise else None
         return self._measurements(model, result, [config], rng, settings.window_s)[0]

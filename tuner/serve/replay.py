@@ -59,7 +59,6 @@ from tuner.devices.queueing import (
     Reaction,
     ServingProfile,
     poisson_arrivals,
-    serving_profile,
     simulate,
 )
 from tuner.devices.twin import TwinDevice
@@ -231,7 +230,7 @@ class Replayer:
     def serving(self, config: Config) -> ServingProfile:
         key = config.key()
         if key not in self._profiles:
-            self._profiles[key] = serving_profile(self.device.model, self.profile, config)
+            self._profiles[key] = self.device.model.serving(self.profile, config)
         return self._profiles[key]
 
     def held(self, config: Config) -> ServingProfile:
