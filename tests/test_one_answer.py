@@ -194,3 +194,14 @@ def test_a_study_with_index_parameters_is_not_resumed(tmp_path):
     r = run_cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--trials", "2")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "knob positions" in r.stderr and "--out" in r.stderr
+
+
+def test_pareto_summary_fits_80_columns_with_every_knob_in_full(tmp_path):
+    """Five knobs vary on the Orin twin: the summary still fits a terminal, and no value is cut."""
+    code, _, err = cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--seed", "2")
+    assert code == 0, err
+    code, out, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(tmp_path), "--all")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in out
+    assert any(line.lstrip().startswith("*") for line in lines)

@@ -295,7 +295,7 @@ def configs_table(
     """
     knobs = [k for k in dict.fromkeys(k for r in rows for k in r["config"]) if k not in pinned]
     lat = f"{percentile}_ms"
-    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
     for name in ["", "trial", "batch", *knobs, "J/query", f"{percentile}_ms", *(["ok"] if verdict else []), "windows"]:
         t.add_column(name.replace("_", "\n"), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
     for r in rows:
