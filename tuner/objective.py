@@ -13,7 +13,6 @@ own best trial is the study's answer (tuner.records):
   probability. A single lucky window therefore never holds the best value.
 """
 
-
 from __future__ import annotations
 
 import json

@@ -50,7 +50,5 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "gp":
         if not has_torch():
             raise UserError("the gp sampler needs PyTorch: pip install 'powertune[torch]', or use --sampler tpe")
-        return IndexedSampler(
-            optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False)
-        )
+        return IndexedSampler(optuna.samplers.GPSampler(seed=seed, n_startup_trials=10, deterministic_objective=False))
     raise UserError(f"unknown sampler {name!r}: choose one of {', '.join(SAMPLERS)}")
