@@ -101,18 +101,17 @@ class Objective:
             return self._reuse(trial, self.cache[key])
         self._apply(trial, effective)
         windows = [self._window(trial, effective, 0)]
-        if repeat_of is None and self._contends(windows[0]):
-            windows += [self._window(trial, effective, k) for k in range(1, CONFIRM_WINDOWS + 1)]
+        note = ""
+        if repeat_of is None and windows[0].latency_ms(self.options.window.percentile) <= self.options.max_latency_ms:
+            best = recommended(self.study)
+            if best is None or windows[0].j_per_query <= float(best.value):
+                windows += [self._window(trial, effective, k) for k in range(1, CONFIRM_WINDOWS + 1)]
+            else:
+                note = f"costs more than trial {best.number}, the best so far: not confirmed"
         self.measured += 1
         self.cache.setdefault(key, trial.number)
-        return self._verdict(trial, key, windows, earlier=self._windows_of(key) if repeat_of is not None else [])
-
-    def _contends(self, first: Measurement) -> bool:
-        """Whether a first window could become the best: it meets the bound and costs no more than the best."""
-        if first.latency_ms(self.options.window.percentile) > self.options.max_latency_ms:
-            return False
-        best = recommended(self.study)
-        return best is None or first.j_per_query <= float(best.value)
+        earlier = self._windows_of(key) if repeat_of is not None else []
+        return self._verdict(trial, key, windows, earlier, note)
 
     def _apply(self, trial: optuna.Trial, effective: Config) -> None:
         hardware, _ = split(effective)
@@ -159,7 +158,7 @@ class Objective:
             for w in t.user_attrs.get("windows", [])
         ]
 
-    def _verdict(self, trial: optuna.Trial, key: str, new: list[Measurement], earlier: list[dict]) -> float:
+    def _verdict(self, trial: optuna.Trial, key: str, new: list[Measurement], earlier: list[dict], note: str) -> float:
         """Record the trial's windows and settle its value and constraint for good.
 
         One window: its own energy and latency. Several (a confirmation, or a
@@ -176,7 +175,7 @@ class Objective:
             record_measurement(trial, new[0], windows=own, measurements=1)
             latency = new[0].latency_ms(percentile)
             trial.set_constraint("latency", latency - bound)
-            trial.set_user_attr("verdict", _verdict_line(latency, bound, 1, 0.0, self._contended(new[0])))
+            trial.set_user_attr("verdict", _verdict_line(latency, bound, 1, 0.0, note))
             return new[0].j_per_query
         mean = {k: sum(w[k] for w in windows) / len(windows) for k in METRIC_KEYS}
         lats = [w[lat_key] for w in windows]
@@ -186,13 +185,6 @@ class Objective:
         trial.set_constraint("latency", mean[lat_key] * (1 + margin) - bound)
         trial.set_user_attr("verdict", _verdict_line(mean[lat_key], bound, len(windows), margin, ""))
         return mean["j_per_query"]
-
-    def _contended(self, first: Measurement) -> str:
-        """Why a feasible single window was not confirmed (empty for one over the bound)."""
-        if first.latency_ms(self.options.window.percentile) > self.options.max_latency_ms:
-            return ""
-        best = recommended(self.study)
-        return "" if best is None else f"costs more than trial {best.number}, the best so far: not confirmed"
 
     def _pooled_spread(self, lat_key: str, key: str, lats: list[float]) -> float:
         """Relative spread of the latency, pooled over every configuration measured more than once.
