@@ -13,9 +13,10 @@ from typing import Any
 
 import typer
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from tuner.devices.base import Device
 from tuner.devices.registry import device_help, open_device
@@ -285,17 +286,18 @@ def count_progress(label: str, unit: str, quiet: bool) -> Progress:
 
 def configs_table(
     title: str, rows: list[dict[str, Any]], percentile: str, pinned: dict[str, Any], verdict: bool = True
-) -> Table:
+) -> Group:
     """Configurations as rows, a column per knob that varies (those that never vary are ``pinned``).
 
     Each row is a trial record (tuner.records.trial_record) with ``recommended``
     set on the study's answer, which is marked ``*``; ``verdict`` adds whether
-    each meets the bound. Compact, so that five knobs fit in 80 columns:
+    each meets the bound. The title is a line of its own above the table (it
+    may be wider than the table). Compact, so that five knobs fit in 80 columns:
     headers wrap at their underscores, values never.
     """
     knobs = [k for k in dict.fromkeys(k for r in rows for k in r["config"]) if k not in pinned]
     lat = f"{percentile}_ms"
-    t = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
+    t = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
     for name in ["", "trial", "batch", *knobs, "J/query", f"{percentile}_ms", *(["ok"] if verdict else []), "windows"]:
         t.add_column(name.replace("_", "\n"), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
     for r in rows:
@@ -310,7 +312,7 @@ def configs_table(
             r.get("windows", 1),
         ]
         t.add_row(*[fmt(v) for v in cells])
-    return t
+    return Group(Text(title), t)
 
 
 def knob_value(value: Any) -> str:
@@ -322,6 +324,6 @@ def knob_value(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def recommended_table(best: dict[str, Any], title: str, percentile: str, pinned: dict[str, Any] | None = None) -> Table:
+def recommended_table(best: dict[str, Any], title: str, percentile: str, pinned: dict[str, Any] | None = None) -> Group:
     """The recommended configuration as one table row, as tune run and tune pareto print it."""
     return configs_table(title, [{**best, "recommended": True}], percentile, pinned or {}, verdict=False)
