@@ -436,7 +436,7 @@ REPEAT_FIELDS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")
 def repeat_summary(results: list) -> dict[str, Any] | None:
     """Mean and sample standard deviation of the valid repeats (None for fewer than two).
 
-    The spread is what a study's re-measurement has to beat: a difference
+    The spread is what a study's confirmation margin is made of: a difference
     between configurations smaller than it is noise.
     """
     import statistics

@@ -242,9 +242,8 @@ def verify(
     the cheapest of many such windows is the one whose luck was best: a band
     chosen on it breaks the bound more often than 1% once it serves for
     hours. Each of the ``VERIFY_TOP`` cheapest is measured ``VERIFY_REPEATS``
-    more windows (fresh arrivals), as ``tune run``'s re-measurement does, and
-    from then on only configurations whose mean, with the noise margin, meets
-    the bound can win (tuner.records). Called again after the cross-check, it
+    more windows (fresh arrivals), as ``tune run`` confirms a new best, and
+    the band is chosen on their mean (``band_trial``). Called again after the cross-check, it
     measures only single-window configurations cheaper than the verified best.
     """
     if options.verify_repeats <= 0:
