@@ -38,3 +38,20 @@ def wait_while_running(check: Callable[[], bool], proc: subprocess.Popen, timeou
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"still waiting after {timeout:.0f} s"
         time.sleep(0.1)
+
+
+def in_process(*args: str) -> tuple[int, str, str]:
+    """``tune ARGS`` in this process (tuner.cli.main): exit code, stdout and stderr as text."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from tuner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import os
 import stat
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
+from clirun import in_process
 
 from tuner import atomicfile
-from tuner.cli import main
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.serve.policy import Band, BandProvenance, Policy, load_policy, write_policy
@@ -230,14 +228,7 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
 
 
 def _in_process(args: tuple[str, ...]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+    return in_process(*args)
 
 
 @pytest.mark.parametrize("index", range(len(ROWS)), ids=[" ".join(r[0])[:70] for r in ROWS])

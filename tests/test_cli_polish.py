@@ -6,13 +6,12 @@ each test would fail if the behaviour it names broke.
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from clirun import in_process
 
-from tuner.cli import common, main
+from tuner.cli import common
 
 
 @pytest.fixture(autouse=True)
@@ -22,15 +21,7 @@ def eighty_columns(monkeypatch):
     monkeypatch.setattr(common.err_console, "_width", 80)
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+cli = in_process
 
 
 def fits(text: str, width: int = 80) -> bool:

@@ -7,17 +7,15 @@ would fail if the behaviour it names broke.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import subprocess
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import optuna
 import pytest
+from clirun import in_process
 
 from tuner import __version__
-from tuner.cli import main
 from tuner.deploy import load_export
 from tuner.devices.twin import TwinDevice
 from tuner.errors import UserError
@@ -29,15 +27,7 @@ from tuner.study import RunOptions, run_study
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+cli = in_process
 
 
 def small_run(out: Path, **kw) -> tuple[optuna.Study, object]:

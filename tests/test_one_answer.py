@@ -13,14 +13,12 @@ import json
 import subprocess
 import sys
 import wsgiref.util
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import optuna
 import pytest
-from clirun import run_cli
+from clirun import in_process, run_cli
 
-from tuner.cli import main
 from tuner.devices.registry import open_device
 from tuner.run_options import RunOptions
 from tuner.study import run_study
@@ -28,15 +26,7 @@ from tuner.study import run_study
 STUDY_BOUNDS = {"sim:orin": 50.0, "sim:h200": 20.0, "sim:orin-nano": 80.0, "gen:3": None}
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
+cli = in_process
 
 
 def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: int | None) -> dict[str, object]:
