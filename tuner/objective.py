@@ -163,8 +163,9 @@ class Objective:
 
         One window: its own energy and latency. Several (a confirmation, or a
         requested re-measurement with the configuration's earlier windows):
-        their mean, and a constraint raised by z x the latency's relative
-        spread (for one future window and the error of the mean).
+        their pooled figures (:func:`pooled`), and a constraint raised by z x
+        the latency's relative spread (for one future window and the error of
+        the mean).
         """
         own = [{k: float(getattr(m, k)) for k in METRIC_KEYS} for m in new]
         windows = earlier + own
@@ -177,7 +178,7 @@ class Objective:
             trial.set_constraint("latency", latency - bound)
             trial.set_user_attr("verdict", _verdict_line(latency, bound, 1, 0.0, note))
             return new[0].j_per_query
-        mean = {k: sum(w[k] for w in windows) / len(windows) for k in METRIC_KEYS}
+        mean = pooled(windows)
         lats = [w[lat_key] for w in windows]
         spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
         margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
@@ -212,6 +213,21 @@ class Objective:
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
         return float(earlier.value)
+
+
+def pooled(windows: list[dict[str, float]]) -> dict[str, float]:
+    """Several windows as one: energy per query is all their energy over all their queries.
+
+    So ``j_per_query = avg_w / qps`` holds for the pooled figures as it does
+    for each window (a mean of per-window ratios would not); latency
+    percentiles, energy, queries and duration are per-window means.
+    """
+    n = len(windows)
+    mean = {k: sum(w[k] for w in windows) / n for k in METRIC_KEYS}
+    energy, queries, seconds = mean["energy_j"], mean["queries"], mean["duration_s"]
+    if queries > 0 and seconds > 0:
+        mean.update(j_per_query=energy / queries, qps=queries / seconds, avg_w=energy / seconds)
+    return mean
 
 
 def rel_std(values: list[float]) -> float:
