@@ -12,17 +12,14 @@ SystemExit) because a process per row would cost minutes; a few marked
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import sqlite3
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
-from clirun import run_cli
+from clirun import in_process, run_cli
 
-from tuner.cli import main
 from tuner.deploy import export_config, write_export
 from tuner.devices.twin import TwinDevice
 from tuner.study import RunOptions, run_study
@@ -342,14 +339,8 @@ def _tree(root: Path) -> dict[str, tuple]:
 
 
 def _in_process(args: tuple[str, ...]) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, err.getvalue()
+    code, _, err = in_process(*args)
+    return code, err
 
 
 @pytest.mark.parametrize("index", range(len(ROWS)), ids=[" ".join(r[0])[:60] for r in ROWS])
