@@ -39,7 +39,7 @@ from tuner.devices.twin import TwinDevice, TwinParams
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "tuner" / "devices" / "twin_params"
 MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py, calls 5 and 9; see docs/twin.md)"
-LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (call 6)"
+LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (on an H200)"
 FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/twin.md"
 # sim:h200's cost of one CUDA-graph replay (tests/test_twin_graph.py checks it against the card's windows).
 GRAPH_REPLAY_US = 180.0
@@ -156,7 +156,7 @@ def h200_params(previous: dict | None) -> dict:
             "op_classes": MICRO,
             "launch_us": LAUNCH,
             "module_overhead_us": "forward host time minus the sum of its layers' host times, per layer, median "
-            "over the five zoo models (launch microbenchmark, call 6)",
+            "over the five zoo models (launch microbenchmark on the lent H200)",
             "host_factor": FITTED + " (the lent machine of the five-model sweep, call 8, against the machine "
             "of the launch microbenchmark)",
             "host_ref_mhz": "the host clock host_factor refers to (assumed 3 GHz)",
@@ -239,7 +239,7 @@ def orin_params(previous: dict | None) -> dict:
             "bytes_per_mem_mhz": "reference: 204.8 GB/s at EMC 3199 MHz (256-bit LPDDR5)",
             "op_classes": MICRO + "; the same fractions of the Orin's own published peaks",
             "launch_us": LAUNCH + " (H200 host microseconds; scaled by host_factor and CPU clock)",
-            "module_overhead_us": "as sim:h200 (launch microbenchmark, call 6)",
+            "module_overhead_us": "as sim:h200 (launch microbenchmark on the lent H200)",
             "host_factor": FITTED + ": Cortex-A78AE at host_ref_mhz against the microbenchmarked x86 host",
             "host_ref_mhz": "Orin CPU maximum (launch cost scales with 1/CPU clock below it)",
             "runtimes": "pytorch: eager; tensorrt-int8 (sim:orin-trt): assumptions named in its description; "
