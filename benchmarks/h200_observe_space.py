@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuner.devices.nvml import NvmlDevice
+from tuner.devices.nvml.device import NvmlDevice
 from tuner.measure.settings import WindowSettings
 from tuner.objective import METRIC_KEYS
 from tuner.space import Config

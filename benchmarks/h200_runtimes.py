@@ -28,8 +28,8 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.devices.nvml import NvmlDevice, NvmlTelemetry
-from tuner.measure.meters import NvmlEnergyMeter
+from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config

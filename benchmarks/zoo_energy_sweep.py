@@ -25,7 +25,7 @@ import pynvml
 import torch
 
 from runners.torch_runner import TorchRunner
-from tuner.measure.meters import NvmlEnergyMeter
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 
 MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
 

@@ -7,9 +7,10 @@ import time
 import pytest
 
 import runners
-from tuner.devices.nvml import NvmlDevice, kind_of
+from tuner.devices.nvml.device import NvmlDevice, kind_of
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 from tuner.errors import UserError
-from tuner.measure.meters import NvmlEnergyMeter, SampledPowerMeter
+from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 

@@ -54,12 +54,12 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         return TwinDevice(name, space_file=space_file)
     match = re.fullmatch(r"cuda:(\d+)", name)
     if match:
-        from tuner.devices.nvml import NvmlDevice
+        from tuner.devices.nvml.device import NvmlDevice
 
         _no_options(name, False, options)
         return NvmlDevice(int(match.group(1)), allow_clock_changes=allow_clock_changes, space_file=space_file)
     if name == "cpu":
-        from tuner.devices.host import HostDevice
+        from tuner.devices.host.device import HostDevice
 
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return HostDevice()
@@ -265,7 +265,7 @@ def known_devices() -> list[dict[str, Any]]:
 
 def cpu_problem() -> str | None:
     """Why ``--device cpu`` cannot measure here (no RAPL energy counters), or None when it can."""
-    from tuner.measure.meters import RaplMeter
+    from tuner.devices.host.meters import RaplMeter
 
     try:
         RaplMeter()

@@ -19,10 +19,12 @@ import time
 from typing import Any
 
 from tuner.devices.base import WindowSettings
+from tuner.devices.host.meters import RaplMeter
 from tuner.devices.meters.registry import device_meter
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
-from tuner.measure.meters import Meter, NvmlEnergyMeter, RaplMeter, SampledPowerMeter
+from tuner.measure.meters import Meter, SampledPowerMeter
 from tuner.measure.poller import Poller
 from tuner.measure.session import mark_invalid, measure_with
 from tuner.measurement import Measurement
