@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from tuner import atomicfile, interrupts
 from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hardware_session
+from tuner.devices.hardware_session import hardware_session
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 import optuna
 
 from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hardware_session, hold
+from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import UserError, did_you_mean
 from tuner.measure.poller import Poller
 from tuner.measurement import Measurement
