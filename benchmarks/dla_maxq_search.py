@@ -29,7 +29,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.space import Config
 
 MAXQ = {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call on the lent H200 (observe-only), issue 12: the whole observe-only space of one or more models,
-# every configuration in two windows, for the measured board (tuner/measured.py). Nothing on the card is changed.
+# every configuration in two windows, for the measured board (tuner/devices/virtual/recorded.py). Nothing on the card is changed.
 # Run from a copy of the repository holding .whl/ (pydantic, loadgen, optuna... as wheels): MODELS="resnet50" bash ...
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

@@ -33,7 +33,7 @@ from tuner.objective import METRIC_KEYS
 from tuner.space import Config
 
 CONV_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0")
-# The fields of each window's Measurement written to the raw file (tuner/measured.py reads them back):
+# The fields of each window's Measurement written to the raw file (tuner/devices/virtual/recorded.py reads them back):
 # the metrics every trial records, and whether the window is trustworthy and how hot the card ran.
 RECORDED = {*METRIC_KEYS, "valid", "reason", "temps_c"}
 KEEP_EXTRA = ("stop_rule", "warmup_s", "loadgen_s", "runner_load_s", "runner_prepare_s", "clocks_event_reasons")

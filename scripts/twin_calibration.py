@@ -9,7 +9,6 @@ host-speed factor (scripts/calibration_data/hosts.json).
 
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
-from tuner.devices.twin import TwinDevice, TwinParams
+from tuner.devices.virtual.twin import TwinDevice, TwinParams
 from tuner.space import Config
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration_data"
@@ -193,11 +192,10 @@ def device_for(row: Row, devices: dict[str, TwinDevice], host_values: dict[str, 
         return device
     key = f"{row.twin}@{row.host}"
     clone = devices.get(key)
-    if clone is None:
-        clone = copy.copy(device)
-        clone.model = copy.copy(device.model)
+    wanted = device.params.model_copy(update={"host_factor": factor})
+    if clone is None or clone.params != wanted:
+        clone = TwinDevice(row.twin, params=wanted)
         devices[key] = clone
-    clone.params = clone.model.params = device.params.model_copy(update={"host_factor": factor})
     return clone
 
 
@@ -252,7 +250,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
     """
     from scipy.optimize import least_squares
 
-    from tuner.devices.twin import _unit
+    from tuner.devices.virtual.twin import _unit
 
     fastest: dict[tuple[str, str], float] = {}
     for case in micro["cases"]:

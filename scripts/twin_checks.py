@@ -13,7 +13,7 @@ from twin_calibration import ORIN_MAXN, ORIN_MAXQ
 
 from runners.profile import load_profile
 from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.space import Config
 
 EXACT = WindowSettings(noise=False)

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.devices.base import WindowSettings
-from tuner.devices.queueing import ServingProfile, simulate
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.queueing import ServingProfile, simulate
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.scenario import window_for
 from tuner.serve.plan import PlanOptions, neighbours, parse_rates, plan_rates
 from tuner.serve.policy import load_policy

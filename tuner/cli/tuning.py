@@ -13,12 +13,12 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from tuner import interrupts
 from tuner.cli import common
 from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hold
+from tuner.devices.hardware_session import hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
-from tuner.run_options import RunOptions
-from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, canonical, make_sampler
+from tuner.run_options import DEFAULT_SAMPLER, RunOptions
+from tuner.sampling import SAMPLERS, canonical, make_sampler
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
@@ -454,7 +454,7 @@ def repeat_summary(results: list) -> dict[str, Any] | None:
 
 def measure_repeats(dev: Device, model: str, config: Config, settings: WindowSettings, repeat: int) -> list:
     """Apply once, measure ``repeat`` windows, restore; each repeat draws its own noise on a twin."""
-    from tuner.devices.journal import hardware_session
+    from tuner.devices.hardware_session import hardware_session
 
     results = []
     with hardware_session(dev):

@@ -32,7 +32,7 @@ class HostDevice:
 
     def __init__(self) -> None:
         self._space: SearchSpace | None = None
-        self._runners = RunnerCache("cpu")
+        self.runners = RunnerCache("cpu")
 
     def space(self) -> SearchSpace:
         if self._space is None:
@@ -58,7 +58,7 @@ class HostDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
         meter = device_meter(settings.meter, self.make_meter)
-        runner = self._runners.get(model, config, self.space(), settings.runtime)
+        runner = self.runners.get(model, config, self.space(), settings.runtime)
         return measure_with(runner, meter, config.batch_size, settings)
 
     def describe(self) -> dict[str, Any]:
@@ -72,5 +72,5 @@ class HostDevice:
 
     def close(self) -> None:
         """Free the cached runner."""
-        self._runners.close()
+        self.runners.close()
         self._runner, self._runner_key = None, None

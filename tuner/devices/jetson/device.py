@@ -148,10 +148,10 @@ class JetsonDevice:
         self.thermal_limit_c = thermal_limit_c
         self.mode_timeout_s = mode_timeout_s
         self._writable = writable
-        self._runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
+        self.runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
         self._runtime = "auto"
         self._runner_factory = runner_factory or (
-            lambda model, config: self._runners.get(model, config, self.space(), self._runtime)
+            lambda model, config: self.runners.get(model, config, self.space(), self._runtime)
         )
         self._measure_fn = measure_fn
         self._base_space = load_space(kind, "tensorrt")

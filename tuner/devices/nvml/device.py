@@ -173,7 +173,7 @@ class NvmlDevice:
         self.kind = load_space(space_file).kind if space_file else kind_of(self.gpu_name)
         self.slug = self.kind
         self._space: SearchSpace | None = None
-        self._runners = RunnerCache(self.name)
+        self.runners = RunnerCache(self.name)
 
     def _call(self, fn: str, *args: Any) -> Any:
         return getattr(self.nvml, fn)(self.handle, *args)
@@ -406,12 +406,12 @@ class NvmlDevice:
         return self._call("nvmlDeviceGetPowerUsage") / 1000.0
 
     def close_runner(self) -> None:
-        self._runners.close()
+        self.runners.close()
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
         meter = device_meter(settings.meter, self.make_meter)
-        runner = self._runners.get(model, config, self.space(), settings.runtime)
+        runner = self.runners.get(model, config, self.space(), settings.runtime)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         started = time.monotonic()
         result = measure_with(runner, meter, config.batch_size, settings, monitors=[telemetry])
@@ -422,8 +422,8 @@ class NvmlDevice:
             update["temps_c"] = {"gpu_max": max(temps), "gpu_mean": sum(temps) / len(temps)}
         extra = dict(result.extra)
         # Where a trial's time goes besides the window: loading, preparing, warm-up and LoadGen.
-        extra["runner_load_s"] = self._runners.last_load_s
-        extra["runner_prepare_s"] = self._runners.last_prepare_s
+        extra["runner_load_s"] = self.runners.last_load_s
+        extra["runner_prepare_s"] = self.runners.last_prepare_s
         extra["window_call_s"] = measured_s
         extra["clocks_event_reasons"] = f"0x{telemetry.reasons:x}"
         if telemetry.samples:

@@ -1,35 +1,14 @@
 """Digital twins (``sim:orin``, ``sim:h200``, ...): a physical model of a device running a model.
 
-Time per batch, per layer: each layer belongs to an op class (dense,
-depthwise or pointwise convolution, GEMM, attention, elementwise,
-normalisation) with its own achieved fraction of the peak of the unit that
-runs it, its own achieved fraction of peak bandwidth, and a kernel minimum
-time counted in GPU cycles (so it grows as the GPU clock falls). Those three
-come from microbenchmarks on a real GPU (benchmarks/opclass_microbench.py),
-not from whole-model totals. The host side is the launch cost of the layer's
-operator type (benchmarks/launch_microbench.py) scaled by the device's host
-speed and CPU clock; eager launch is asynchronous, so a layer costs the larger
-of the two.
-
-Power is built per rail: VDD_GPU_SOC (SoC static, GPU leakage proportional to
-voltage and to the TPCs the power mode leaves on, GPU clock power whenever the
-clock runs, dynamic C*V^2*f*activity), VDD_CPU_CV (leakage per online core,
-dynamic power of busy cores), VDDQ (memory background by EMC rate plus energy
-per byte) and VIN_SYS_5V0 (module IO and the memory controller by EMC rate).
-The rails' sum is what a Jetson's INA3221 sensors read; ``wall`` adds the
-carrier board and the power supply's loss, as MLPerf Power measures. Where the
-device has a power limit, the clock is lowered until the board fits under it.
-
-A runtime profile (eager PyTorch, or TensorRT INT8 on sim:orin-trt) changes
-precision, which layers are fused away and the launch cost. The ``graph``
-runner knob, where a twin maps it, replays a captured CUDA graph: no layer
-pays its host launch cost (nor the module overhead); each replay pays
-``graph_replay_us`` once and every kernel keeps its GPU time, whose floor
-(``kernel_min_cycles``) was measured on graph-replayed kernels.
-
-The evaluation is vectorized over configurations so that ``tune sweep`` can
-score every point of a space. Parameters and their sources are in
-twin_params/<kind>.json and docs/twin.md.
+Time per batch is summed per layer: each layer's op class has an achieved
+fraction of its unit's peak and of peak bandwidth and a kernel floor in GPU
+cycles (microbenchmarks on a real GPU), plus the host's launch cost where
+eager launch is not hidden (CUDA graphs replace it by one replay cost).
+Power is built per rail (the Jetson INA3221 rails; ``wall`` adds carrier and
+supply loss), and a power limit lowers the clock until the board fits.
+Evaluation is vectorized over configurations so ``tune sweep`` scores a whole
+space. Parameters and sources: twin_params/<kind>.json; the model: docs/twin-model.md
+and docs/twin.md.
 """
 
 from __future__ import annotations
@@ -46,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from runners.profile import ModelProfile, load_profile
 from tuner.devices.base import VirtualBoard, WindowSettings
 from tuner.devices.jetson.dla import for_runtime
-from tuner.devices.queueing import ServingProfile, executed_sizes, server_measurement
-from tuner.devices.twin_dla import dla_lanes, load_dla_params
+from tuner.devices.virtual.queueing import ServingProfile, executed_sizes, server_measurement
+from tuner.devices.virtual.twin_dla import dla_lanes, load_dla_params
 from tuner.errors import UserError
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
@@ -192,7 +171,7 @@ TWIN_KINDS = {
 
 
 def load_params(kind: str) -> TwinParams:
-    resource = resources.files("tuner.devices") / "twin_params" / f"{kind}.json"
+    resource = resources.files("tuner.devices.virtual") / "twin_params" / f"{kind}.json"
     if not resource.is_file():
         raise UserError(f"no twin for {kind!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
     return TwinParams.model_validate(json.loads(resource.read_text()))
@@ -257,12 +236,12 @@ class TwinModel:
             graphed=np.array([str(v) == "cudagraphs" for v in column("graph", "eager")], bool),
         )
 
-    def _layers(self, profile: ModelProfile) -> list:
+    def layers(self, profile: ModelProfile) -> list:
         """The layers the runtime executes: fused ones (folded into the kernel before them) drop out."""
         fused = set(self.params.runtimes[self.runtime].fused_ops)
         return [layer for layer in profile.layers if layer.op not in fused]
 
-    def _class_of(self, layer) -> str:
+    def class_of(self, layer) -> str:
         return "normalisation" if layer.op in NORM_OPS else layer.op_class
 
     def layer_times(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> dict[str, np.ndarray]:
@@ -270,8 +249,8 @@ class TwinModel:
         that does not run at the configuration's batch size, as a layout copy that is a view at batch 1)."""
         p = self.params
         runtime = p.runtimes[self.runtime]
-        layers = self._layers(profile)
-        classes = [self._class_of(layer) for layer in layers]
+        layers = self.layers(profile)
+        classes = [self.class_of(layer) for layer in layers]
         runs = op.batch[:, None] >= np.array([layer.min_batch for layer in layers])[None, :]
         flops = np.array([layer.flops for layer in layers])
         wbytes = np.array([layer.weight_bytes for layer in layers])
@@ -390,7 +369,7 @@ class TwinModel:
     def serving(self, profile: ModelProfile, config: Config) -> ServingProfile:
         """Time and power of a batch of every size up to the configuration's (maximum) batch size, as it runs.
 
-        What the Server queue (tuner.devices.queueing) serves from: each
+        What the Server queue (tuner.devices.virtual.queueing) serves from: each
         arrived batch runs at its executed size (the graph ladder's, or its own).
         """
         sizes = executed_sizes(config)
@@ -480,17 +459,20 @@ class TwinModel:
 
 
 class TwinDevice(VirtualBoard):
-    """A simulated device: the Device protocol over :class:`TwinModel`; touches no hardware."""
+    """A simulated device: the Device protocol over :class:`TwinModel`; touches no hardware.
 
-    def __init__(self, name: str, space_file: str | None = None) -> None:
+    ``params`` replaces the kind's committed parameters (the calibration scripts try candidates).
+    """
+
+    def __init__(self, name: str, space_file: str | None = None, params: TwinParams | None = None) -> None:
         short = name.split(":", 1)[1] if ":" in name else name
         if short not in TWIN_KINDS:
             raise UserError(f"unknown twin {name!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
         self.kind, runtime = TWIN_KINDS[short]
         self.name = f"sim:{short}"
         self.slug = f"sim-{short}"
-        self.params = load_params(self.kind)
-        # A TensorRT twin of a board with DLAs models them (tuner.devices.twin_dla); other twins leave a
+        self.params = params if params is not None else load_params(self.kind)
+        # A TensorRT twin of a board with DLAs models them (tuner.devices.virtual.twin_dla); other twins leave a
         # runtime's own knobs out of their spaces.
         tensorrt = runtime.startswith("tensorrt")
         self.dla = load_dla_params(self.kind) if tensorrt else None

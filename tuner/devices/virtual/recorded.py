@@ -1,26 +1,15 @@
-"""A measured board (``--device measured:h200``): a real card's space answered from windows measured on it.
+"""A recorded board (``--device measured:h200``): a real card's space answered from windows measured on it.
 
-Every search figure before this one came from twins or generated boards whose
-physics we wrote. This board has no physics at all: it replays a table of
-LoadGen windows measured on a real GPU (benchmarks/h200_observe_space.py,
-raw results under benchmarks/results/h200-observe/), every configuration of
-the space measured in at least two windows minutes apart. A noisy measurement
-returns one of those windows, drawn at random with the settings' seed, so
-the noise a strategy sees is the card's own (launch-bound eager batches on
-the H200 differ by up to 70% between two windows; large batches by 1%). A
-noise-free measurement returns the mean of the windows: the ground truth the
-search benchmark scores against.
-
-It is a plugin device (the protocol of tuner/devices/base.py), opened
-through the ``powertune.devices`` entry point ``measured`` or as
-``py:tuner.measured:MeasuredBoard``; it touches no hardware. A knob that does
-nothing for a model (channels_last for bert-base, which has no 4-D float
-inputs) was measured at one value and the board answers the other from it.
-
-What it does not model: anything between the measured windows (two draws per
-configuration is a coarse noise distribution), drift beyond the minutes the
-measurement took, and device knobs: in observe-only mode the clocks and power
-limit were pinned to what the card ran, so the space is 120 configurations.
+It has no physics: it replays LoadGen windows measured on a real GPU
+(benchmarks/h200_observe_space.py; every configuration in at least two
+windows minutes apart). A noisy measurement returns one of those windows,
+drawn with the settings' seed, so the noise a strategy sees is the card's
+own; a noise-free one returns their mean, the ground truth the search
+benchmark scores against. A knob that does nothing for a model
+(channels_last for bert-base) was measured at one value and answers the
+other. Not modelled: anything between the measured windows, drift beyond
+the minutes of the measurement, and device knobs (observe-only: clocks and
+power limit pinned, 120 configurations).
 """
 
 from __future__ import annotations
@@ -137,7 +126,7 @@ def load_table(name: str) -> MeasuredTable:
     return MeasuredTable.model_validate_json(path.read_text())
 
 
-class MeasuredBoard(VirtualBoard):
+class RecordedBoard(VirtualBoard):
     """A real card's observe-only space, answered from its measured windows; touches no hardware."""
 
     def __init__(self, name: str = "measured:h200") -> None:

@@ -162,7 +162,7 @@ class GeneratedBoard(VirtualBoard):
             knobs[mode_knob] = Knob(values=names, default="MAX", ordered=False)
         return SearchSpace(
             kind=f"gen-{self.seed}",
-            description=f"generated board {self.seed} (tuner/generated.py)",
+            description=f"generated board {self.seed} (tuner/devices/virtual/generated.py)",
             source="random draw, not a real device",
             knobs=knobs,
             batch_sizes=batches,
@@ -407,7 +407,7 @@ def _profile(
         model=name,
         task="generated",
         input_shape=[1],
-        generated_by="tuner.generated (synthetic)",
+        generated_by="tuner.devices.virtual.generated (synthetic)",
         layers=[
             LayerProfile(
                 name=f"layer{i}",

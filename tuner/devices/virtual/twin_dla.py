@@ -68,7 +68,7 @@ class DlaLanes:
 
 def load_dla_params(kind: str) -> DlaParams | None:
     """The kind's DLA parameters, or None for a board kind without DLAs."""
-    path = resources.files("tuner.devices") / "twin_params" / f"{kind}-dla.json"
+    path = resources.files("tuner.devices.virtual") / "twin_params" / f"{kind}-dla.json"
     if not path.is_file():
         return None
     return DlaParams.model_validate(json.loads(path.read_text()))

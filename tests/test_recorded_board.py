@@ -10,8 +10,8 @@ from tuner.bench import BenchSettings, build_landscapes, run_one
 from tuner.cli import app
 from tuner.devices.base import WindowSettings
 from tuner.devices.registry import open_device
+from tuner.devices.virtual.recorded import RecordedBoard
 from tuner.errors import UserError
-from tuner.measured import MeasuredBoard
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.space import Config
@@ -25,7 +25,7 @@ def config(board, batch, **knobs):
 
 def test_board_opens_both_ways_with_the_observe_only_space():
     board = open_device("measured:h200")
-    assert open_device("py:tuner.measured:MeasuredBoard").name == "measured:h200"
+    assert open_device("py:tuner.devices.virtual.recorded:RecordedBoard").name == "measured:h200"
     assert board.simulated and board.describe()["twin"]
     space = board.space()
     assert {n: k.values for n, k in space.knobs.items() if k.group == "device"} == {
@@ -37,13 +37,13 @@ def test_board_opens_both_ways_with_the_observe_only_space():
     assert len(rows) == 120 and all(r.measurement is not None and r.measurement.valid for r in rows)
     assert set(board.models()) == {"resnet50", "bert-base"}
     with pytest.raises(UserError, match="measured:h200"):
-        MeasuredBoard("measured:nope")
+        RecordedBoard("measured:nope")
     with pytest.raises(UserError, match="resnet50"):
         board.measure("vgg16", config(board, 8), WindowSettings())
 
 
 def test_noise_is_the_cards_own_windows_and_truth_is_their_mean():
-    board = MeasuredBoard()
+    board = RecordedBoard()
     c = config(board, 1, precision="bf16", channels_last=True, graph="eager")
     windows = board._row("resnet50", c).windows
     assert len(windows) >= 2
@@ -60,7 +60,7 @@ def test_noise_is_the_cards_own_windows_and_truth_is_their_mean():
 
 def test_default_strategy_on_the_measured_board_gets_near_the_measured_optimum():
     """15 trials of the default strategy at a 5 ms p99 bound (where no eager batch is feasible), scored on the mean."""
-    board = MeasuredBoard()
+    board = RecordedBoard()
     rows = run_sweep(board, board.space(), "resnet50", WindowSettings(noise=False))
     best_j = optimum(rows, 5.0, "p99").measurement.j_per_query
     options = RunOptions(
