@@ -12,9 +12,10 @@ from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
 from tuner.usercode import user_code
 
-DEVICE_HELP = (
-    "sim:orin, sim:h200, sim:orin-nano, sim:orin-trt (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
-    "orin, orin-nano, xavier, tx2 (Jetson boards), py:package.module:Class or a powertune.devices plugin"
+KNOWN_DEVICES = (
+    "sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (digital twins; orin-trt: a TensorRT INT8 runtime profile), "
+    "cuda:N (NVIDIA datacenter GPU), cpu, orin, orin-nano, xavier, tx2 (Jetson boards), "
+    "py:package.module:Class or a powertune.devices plugin (docs/plugins.md)"
 )
 PLUGIN_GROUP = "powertune.devices"
 
@@ -29,11 +30,8 @@ def plugin_entry_points() -> list[tuple[str, str]]:
 def device_help() -> str:
     """The --device help: built-in devices, the py: form, and the plugins installed here."""
     installed = ", ".join(f"{name} ({target})" for name, target in plugin_entry_points())
-    return (
-        "device: sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (twins; orin-trt: a TensorRT INT8 runtime "
-        "profile), cuda:N, cpu, orin, orin-nano, xavier, tx2 (tune devices: which can measure here); "
-        "a plugin as py:package.module:Class (docs/plugins.md)"
-        + (f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed")
+    return f"device: {KNOWN_DEVICES}; tune devices says which can measure here" + (
+        f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed"
     )
 
 
@@ -86,7 +84,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         with user_code(f"plugin device {entry.name!r} ({entry.value})", "fix or uninstall the plugin"):
             factory = entry.load()
         return _plugin(name, factory)
-    raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {DEVICE_HELP}")
+    raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {KNOWN_DEVICES}")
 
 
 def _suggest_device(name: str) -> str:

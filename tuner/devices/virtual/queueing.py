@@ -70,11 +70,6 @@ class ServingProfile:
     def max_batch(self) -> int:
         return len(self.service_s) - 1
 
-    def capacity_qps(self, max_batch: int | None = None) -> float:
-        """Throughput with full batches back to back: no rate above it can be served."""
-        b = max_batch or self.max_batch
-        return b / float(self.service_s[b])
-
 
 @dataclass
 class QueueOutcome:
