@@ -3,7 +3,7 @@
 Usage: PYTHONPATH=. python benchmarks/measured_search.py [--seeds 10] [--jobs 2] [--build-table]
        [--models resnet50,bert-base] [--bounds q25,q50,q75] [--out benchmarks/results]
 
---build-table first rebuilds tuner/calibration_data/h200-observe-space.json
+--build-table first rebuilds tuner/devices/virtual/recordings/h200-observe-space.json
 from the raw windows under benchmarks/results/h200-observe/ (written by
 benchmarks/h200_observe_space.py on the lent H200). The landscapes are
 ``measured:h200`` (tuner/devices/virtual/recorded.py) for each model and bound; the ground

@@ -27,7 +27,7 @@ from tuner.measurement import Measurement
 from tuner.space import Config, load_space
 
 TABLE_VERSION = 1
-DATA = Path(__file__).parent / "calibration_data"
+DATA = Path(__file__).parent / "recordings"
 SUFFIX = "-observe-space.json"
 FIELDS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")
 
@@ -65,7 +65,7 @@ class MeasuredModel(BaseModel):
 
 
 class MeasuredTable(BaseModel):
-    """The file format of calibration_data/<name>-observe-space.json."""
+    """The file format of recordings/<name>-observe-space.json."""
 
     version: int = TABLE_VERSION
     kind: str
