@@ -1,4 +1,4 @@
-"""The whole observe-only H200 space of one model, every configuration measured in two windows (issue 12).
+"""The whole observe-only H200 space of one model, every configuration measured in two windows.
 
 Usage: python benchmarks/h200_observe_space.py --model resnet50 --out FILE [--window 1.2] [--budget 540]
 

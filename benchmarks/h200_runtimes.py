@@ -1,4 +1,4 @@
-"""Runtimes and cheaper trials on a real NVIDIA GPU, observe-only (issue 14).
+"""Runtimes and cheaper trials on a real NVIDIA GPU, observe-only.
 
 Usage: python benchmarks/h200_runtimes.py {overhead,graph,check,breakdown} --out FILE [options]
 

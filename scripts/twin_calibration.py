@@ -164,7 +164,7 @@ def load_rows(path: Path | None = None) -> list[Row]:
 
 
 def sweep_rows() -> list[Row]:
-    """This project's five-model sweep on the lent H200 (benchmarks/zoo_energy_sweep.py, call 8).
+    """This project's five-model sweep on the lent H200 (benchmarks/zoo_energy_sweep.py; results/h200-call8/).
 
     Only the launch-bound batch-8 rows are fitted (they fix that machine's host speed); batch 64 and 256
     are held out: the twin predicts them from the microbenchmarks and the other rows.
@@ -174,7 +174,7 @@ def sweep_rows() -> list[Row]:
 
 
 def measured_rows() -> list[Row]:
-    """Rows this project measured earlier with its own runners (NCHW; issue 3, another machine)."""
+    """Rows this project measured earlier with its own runners (NCHW; benchmarks/h200_studies.sh, another machine)."""
     return h200_rows(_load("h200-measured.json"), "h200_measured_powertune", "issue3")
 
 
@@ -272,7 +272,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
         "attention": floors["attention"],
         "elementwise": floors["elementwise"],
         "normalisation": statistics.mean([floors["layernorm"], floors["softmax"]]),
-        # copies and broadcast multiplies are elementwise kernels too (call 9 measured their bandwidth only)
+        # copies and broadcast multiplies are elementwise kernels too (their microbenchmark measured bandwidth only)
         "layout_copy": floors["elementwise"],
         "broadcast": floors["elementwise"],
     }

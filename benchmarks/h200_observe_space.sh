@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Device call on the lent H200 (observe-only), issue 12: the whole observe-only space of one or more models,
-# every configuration in two windows, for the measured board (tuner/devices/virtual/recorded.py). Nothing on the card is changed.
-# Run from a copy of the repository holding .whl/ (pydantic, loadgen, optuna... as wheels): MODELS="resnet50" bash ...
+# The whole observe-only H200 space of one or more models on the lent H200, every configuration in two windows
+# (benchmarks/h200_observe_space.py): the data of the recorded board measured:h200 (tuner/devices/virtual/recorded.py).
+# Nothing on the card is changed. Run from a copy of the repository holding .whl/ (pydantic, loadgen, optuna... as
+# wheels): MODELS="resnet50" bash benchmarks/h200_observe_space.sh (raw windows: benchmarks/results/h200-observe/)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
