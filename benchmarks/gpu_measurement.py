@@ -26,11 +26,11 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
 from tuner.devices.nvml.meters import NvmlEnergyMeter
 from tuner.measure.meters import EnergyReading, SampledPowerMeter
 from tuner.measure.session import measure_with
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 

@@ -17,9 +17,9 @@ from tuner.bench import (
     run_one,
     text_rows,
 )
-from tuner.devices.base import WindowSettings
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler

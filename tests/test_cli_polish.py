@@ -84,8 +84,8 @@ def test_cpu_with_rapl_refuses_another_meter_before_the_study_starts(tmp_path, r
 
 def test_sweep_progress_advances_chunk_by_chunk_and_scores_the_same(monkeypatch):
     from tuner import sweep
-    from tuner.devices.base import WindowSettings
     from tuner.devices.virtual.twin import TwinDevice
+    from tuner.measure.settings import WindowSettings
     from tuner.study import narrowed_space
 
     dev = TwinDevice("sim:orin")

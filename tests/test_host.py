@@ -8,9 +8,9 @@ from typing import ClassVar
 import pytest
 
 import runners
-from tuner.devices.base import WindowSettings
 from tuner.devices.host.device import HostDevice
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 

@@ -18,7 +18,7 @@ import pytest
 from fakeboard import GRIDS, FakeBoard, make_fake_board
 from journals import pending_journals
 
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.devices.hardware_session import restore_pending
 from tuner.devices.jetson import (
     ApplyError,
@@ -32,6 +32,7 @@ from tuner.devices.jetson import (
 )
 from tuner.devices.journal import write_journal
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, load_space
 

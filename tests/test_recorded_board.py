@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from tuner.bench import BenchSettings, build_landscapes, run_one
 from tuner.cli import app
-from tuner.devices.base import WindowSettings
 from tuner.devices.registry import open_device
 from tuner.devices.virtual.recorded import RecordedBoard
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.space import Config

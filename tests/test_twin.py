@@ -14,9 +14,9 @@ from twin_calibration import (
 from twin_checks import clock_curve, maxq_saving, mode_ordering
 
 from runners.profile import load_profile
-from tuner.devices.base import WindowSettings
 from tuner.devices.virtual.twin import TwinDevice, load_params
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 EXACT = WindowSettings(noise=False)
@@ -216,8 +216,8 @@ MAXP_DLA = {
 
 
 def _dla_measure(knobs: dict, model: str = "resnet50", batch: int = 64):
-    from tuner.devices.base import WindowSettings
     from tuner.devices.virtual.twin import TwinDevice
+    from tuner.measure.settings import WindowSettings
     from tuner.space import Config
 
     return TwinDevice("sim:orin-trt").measure(

@@ -31,10 +31,11 @@ import numpy as np
 import optuna
 from pydantic import BaseModel, Field
 
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.devices.virtual.generated import WORKLOADS
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.records import recommended_of
 from tuner.run_options import RunOptions
 from tuner.sampling import available_samplers, canonical, make_sampler

@@ -10,8 +10,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from tuner import atomicfile, interrupts
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace
 

@@ -11,9 +11,10 @@ import typer
 
 from tuner import atomicfile, interrupts
 from tuner.cli import common
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.models import check_model
 from tuner.pareto import results_dir
 from tuner.provenance import provenance

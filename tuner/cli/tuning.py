@@ -12,9 +12,10 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from tuner import interrupts
 from tuner.cli import common
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
 from tuner.run_options import DEFAULT_SAMPLER, RunOptions

@@ -11,13 +11,13 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.host.meters import RaplMeter
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
 from tuner.measure.session import measure_with
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.jetson import sysfs
 from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover
 from tuner.devices.jetson.meters import JtopMeter, RailMeter
@@ -37,6 +36,7 @@ from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.host.meters import RaplMeter
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.nvml.meters import NvmlEnergyMeter
@@ -27,6 +26,7 @@ from tuner.errors import UserError
 from tuner.measure.meters import Meter, SampledPowerMeter
 from tuner.measure.poller import Poller
 from tuner.measure.session import mark_invalid, measure_with
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from runners.profile import LayerProfile, ModelProfile
-from tuner.devices.base import VirtualBoard, WindowSettings
+from tuner.devices.base import VirtualBoard
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, Knob, Mode, SearchSpace
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runners.base import ladder
-from tuner.devices.base import WindowSettings
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config
 

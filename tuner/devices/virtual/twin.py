@@ -23,11 +23,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from runners.profile import ModelProfile, load_profile
-from tuner.devices.base import VirtualBoard, WindowSettings
+from tuner.devices.base import VirtualBoard
 from tuner.devices.jetson.dla import for_runtime
 from tuner.devices.virtual.queueing import ServingProfile, executed_sizes, server_measurement
 from tuner.devices.virtual.twin_dla import dla_lanes, load_dla_params
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space, load_space_file
 
