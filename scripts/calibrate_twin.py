@@ -11,9 +11,11 @@ Usage: python scripts/calibrate_twin.py [--write]
 2. The parameters in FREE are fitted (least squares on log error of time and
    power) to the rows marked fitted: host-speed factors (one per machine) and
    power coefficients. Nothing in an op class is fitted to whole-model rows.
-3. With --write the parameters go to tuner/devices/twin_params/<kind>.json,
-   the host factors to scripts/calibration_data/hosts.json, and the residual of
-   every row (fitted and not) to docs/twin.md.
+3. With --write the parameters go to tuner/devices/twin_params/<kind>.json
+   (the DLA watts of orin-agx-dla.json re-derived through the refitted GPU
+   power, scripts/twin_dla_power.py), the host factors to
+   scripts/calibration_data/hosts.json, and the residual of every row (fitted
+   and not) to docs/twin.md.
 """
 
 from __future__ import annotations
