@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runners.base import ladder
 from runners.profile import load_profile
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
@@ -113,3 +114,42 @@ def test_twin_server_figures_follow_the_cards_with_rate_and_maximum_batch():
     # cost several times the energy per query the card measured.
     padded = twin.model.evaluate(load_profile("resnet50"), [Config(knobs=knobs, batch_size=32)])
     assert float(padded.power_w[0] * padded.time_s[0]) > 2 * card[rates[0]]["j_per_query"]
+
+
+def _counts(text: str) -> dict[int, int]:
+    return {int(size): int(count) for size, count in (pair.split(":") for pair in text.split())}
+
+
+# Eager only at the lowest rate: the twin's eager batch takes longer than the card's (docs/twin.md), so at
+# 2000 queries/s its batches grow larger than the card's (mean 12.6 against 9.8).
+CARD_RATES = [("resnet50", "cudagraphs", 32, (500, 2000, 10000)), ("bert-base", "cudagraphs", 8, (200, 1000, 5000)),
+              ("resnet50", "eager", 32, (500,))]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "graph", "batch", "rates"), CARD_RATES)
+def test_twin_server_window_reports_executed_batch_sizes_like_the_card(model, graph, batch, rates):
+    """The twin's Server measurement carries the card window's keys (batches by arrived and executed size,
+    padding); at the card's rates its executed sizes are the ladder's (graphs) or the arrived ones (eager), its
+    mean executed size is within 25% of the card's, and its padding within 0.05 of the card's."""
+    rows = json.loads(SERVER.read_text())["rows"]
+    card = {
+        r["target_qps"]: r
+        for r in rows
+        if (r["model"], r["graph"], r["mode"], r["scenario"]) == (model, graph, "after", "server")
+    }
+    twin = TwinDevice("sim:h200")
+    knobs = {**twin.space().default_config().knobs, "precision": "fp16", "graph": graph}
+    knobs["channels_last"] = model == "resnet50"
+    for rate in rates:
+        settings = WindowSettings(scenario="server", window_s=4.0, noise=False, options={"server_target_qps": rate})
+        m = twin.measure(model, Config(knobs=knobs, batch_size=batch), settings)
+        arrived, executed = _counts(m.extra["batch_sizes_arrived"]), _counts(m.extra["batch_sizes_executed"])
+        assert sum(n * c for n, c in arrived.items()) == m.queries and sum(executed.values()) == m.extra["batches"]
+        if graph == "cudagraphs":
+            assert set(executed) <= set(ladder(batch))
+        else:
+            assert executed == arrived and m.extra["padding"] == 0.0
+        seen = {int(k): v for k, v in card[rate]["batch_sizes"]["executed"].items()}
+        mean, card_mean = (sum(n * c for n, c in d.items()) / sum(d.values()) for d in (executed, seen))
+        assert mean == pytest.approx(card_mean, rel=0.25)
+        assert abs(m.extra["padding"] - card[rate]["padding"]) < 0.05

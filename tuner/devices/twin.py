@@ -403,6 +403,7 @@ class TwinModel:
             idle_w=float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
             jitter_s=p.p50_jitter_ms / 1000.0,
             noise=p.noise_time,
+            executed=np.array([0, *sizes]),
         )
 
     def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
