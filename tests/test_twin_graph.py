@@ -53,10 +53,13 @@ def test_the_twin_runs_captured_graphs_as_the_card_does(windows):
     graphed = [w for w in windows if w["graph"] == "cudagraphs"]
     time_err = np.abs([w["time_err"] for w in graphed])
     # 180 windows, batch 1-512, both models, every precision: the graph replay is within 15% at the median ...
-    assert np.median(time_err) <= 0.15
+    assert np.median(time_err) <= 0.08 and np.mean(time_err <= 0.15) >= 0.7
+    # ... and so is the energy: a kernel's floor under graph replay draws little dynamic power (floor_activity)
+    energy_err = np.abs([w["energy_err"] for w in graphed])
+    assert np.median(energy_err) <= 0.10 and np.mean(energy_err <= 0.15) >= 0.7
     big = [w for w in graphed if w["batch"] >= 16]
-    assert np.median(np.abs([w["time_err"] for w in big])) <= 0.10
-    assert np.median(np.abs([w["energy_err"] for w in big])) <= 0.15
+    assert np.median(np.abs([w["time_err"] for w in big])) <= 0.06
+    assert np.median(np.abs([w["energy_err"] for w in big])) <= 0.10
     # ... and where the card gains most from graphs (launch-bound small batches) the twin gains too:
     # eager / cudagraphs time per batch, card against twin, for every configuration at batch <= 8.
     eager = {(w["model"], w["precision"], w["channels_last"], w["batch"]): w for w in windows if w["graph"] == "eager"}
@@ -69,6 +72,19 @@ def test_the_twin_runs_captured_graphs_as_the_card_does(windows):
     assert card.min() > 1.0 and twin.min() > 1.0 and np.median(card) > 3.0
     # within a factor of 2: the eager side overestimates launch-bound small batches (docs/twin.md)
     assert np.median(np.abs(np.log(twin / card))) < np.log(2.0)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_nchw_convolutions_cost_what_the_card_measured_per_precision(windows, precision):
+    """resnet50 in NCHW at batch 64-512 (eager and graphs): within 5% at the median for every precision (one
+    NCHW factor for all precisions put fp32 17% slow and fp16 16% fast)."""
+    nchw = [
+        w
+        for w in windows
+        if w["model"] == "resnet50" and not w["channels_last"] and w["precision"] == precision and w["batch"] >= 64
+    ]
+    assert len(nchw) == 16
+    assert np.median(np.abs([w["time_err"] for w in nchw])) <= 0.05
 
 
 def test_the_graph_knob_changes_the_twins_serving_profile_to_the_ladder():
