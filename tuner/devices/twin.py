@@ -130,6 +130,7 @@ class TwinParams(BaseModel):
     host_parallel_fraction: float = 0.8
     graph_replay_us: float = 0.0
     floor_activity: float = 1.0
+    awake_idle_w: float | None = None
     runtimes: dict[str, Runtime]
     gpu_vf: VfCurve
     gpu_leak_w_per_v_tpc: float
@@ -405,10 +406,16 @@ class TwinModel:
         configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
         result = self.evaluate(profile, configs)
         p = self.params
+        idle_w = float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0])
+        if p.awake_idle_w is not None:
+            # Between batches milliseconds apart the GPU stays awake: the measured awake power at the
+            # default clocks, above the idle floor by the same watts at every clock.
+            default = self.space.default_config()
+            idle_w += p.awake_idle_w - float(self.idle([default]).power_w[0])
         return ServingProfile(
             service_s=np.concatenate([[np.inf], result.time_s]),
             busy_w=np.concatenate([[0.0], result.power_w]),
-            idle_w=float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
+            idle_w=idle_w,
             jitter_s=p.p50_jitter_ms / 1000.0,
             noise=p.noise_time,
             executed=np.array([0, *sizes]),
