@@ -13,6 +13,7 @@ from runners.base import ladder
 from runners.profile import load_profile
 from tuner.devices.base import WindowSettings
 from tuner.devices.twin import TwinDevice
+from tuner.serve.replay import floor_idle_w, unlocked_idle_w
 from tuner.space import Config
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -186,3 +187,15 @@ def test_twin_server_energy_per_query_within_15_percent_of_every_card_server_win
         )
         m = twin.measure(r["model"], Config(knobs=knobs, batch_size=r["max_batch"]), settings)
         assert m.j_per_query == pytest.approx(r["j_per_query"], rel=0.15), (r["model"], r["graph"], r["target_qps"])
+
+
+def test_the_h200_twins_default_mode_idles_awake_between_batches_as_the_card_did():
+    """The committed Server windows ran under the card's own clock management (observe-only) and drew its awake
+    power between batches, so the replay's default mode idles there too; a Jetson twin's falls to the floor."""
+    h200 = TwinDevice("sim:h200")
+    config = Config(knobs=h200.space().default_config().knobs, batch_size=32)
+    assert unlocked_idle_w(h200, config) is None
+    assert h200.model.serving(load_profile("resnet50"), config).idle_w == pytest.approx(128.0)
+    orin = TwinDevice("sim:orin")
+    config = Config(knobs=orin.space().default_config().knobs, batch_size=8)
+    assert unlocked_idle_w(orin, config) == pytest.approx(floor_idle_w(orin, config))

@@ -14,7 +14,9 @@ long, idling at the mode's clocks, and a batch that starts after they fell
 runs that long at the floor clocks (one delay both ways is a simplification).
 ``reaction_s`` 0 drops the clocks in every gap at once and raises them at
 once: the most favourable reading of devfreq and cpufreq for the baseline.
-A GPU card's own clock management is taken to react at once (not modelled).
+A GPU card's own clock management: where the twin carries the card's measured
+awake power between batches (sim:h200), the default idles at it; else at once
+to the floor.
 ``default_locked`` is the same mode with clocks locked at their maximum
 (``jetson_clocks``, or application clocks on a GPU), idling at those clocks;
 (b) ``static``: the policy's band for the trace's peak rate, held all day
@@ -224,7 +226,7 @@ class Replayer:
             return None, None
         key = config.key()
         if key not in self._tuned:
-            self._tuned[key] = (floor_idle_w(self.device, config), deployed_reaction(self, config, self.reaction_s))
+            self._tuned[key] = (unlocked_idle_w(self.device, config), deployed_reaction(self, config, self.reaction_s))
         return self._tuned[key]
 
     def serving(self, config: Config) -> ServingProfile:
@@ -519,6 +521,17 @@ def floor_idle_w(device: TwinDevice, config: Config) -> float:
     return float(device.model.idle([floor]).power_w[0])
 
 
+def unlocked_idle_w(device: TwinDevice, config: Config) -> float | None:
+    """Idle power between batches with the clocks left to the device's own management.
+
+    The floor (:func:`floor_idle_w`), unless the twin carries the card's
+    measured awake power (``awake_idle_w``: the H200, left to its own clock
+    management, stayed awake between batches milliseconds apart); then None,
+    the serving profile's own idle.
+    """
+    return None if device.model.params.awake_idle_w is not None else floor_idle_w(device, config)
+
+
 def deployed_reaction(replayer: Replayer, config: Config, delay_s: float) -> Reaction | None:
     """Governors that follow the load ``delay_s`` late: held at the mode's clocks, slow at the floor's.
 
@@ -577,7 +590,7 @@ def replay(
             maxn_timeout,
             trace,
             -1,
-            floor_idle_w(device, maxn),
+            unlocked_idle_w(device, maxn),
             deployed_reaction(replayer, maxn, reaction_s),
         ),
         "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),
