@@ -195,7 +195,7 @@ def test_the_h200_twins_default_mode_idles_awake_between_batches_as_the_card_did
     h200 = TwinDevice("sim:h200")
     config = Config(knobs=h200.space().default_config().knobs, batch_size=32)
     assert unlocked_idle_w(h200, config) is None
-    assert h200.model.serving(load_profile("resnet50"), config).idle_w == pytest.approx(128.0)
+    assert h200.model.serving(load_profile("resnet50"), config).idle_w == pytest.approx(121.6)
     orin = TwinDevice("sim:orin")
     config = Config(knobs=orin.space().default_config().knobs, batch_size=8)
     assert unlocked_idle_w(orin, config) == pytest.approx(floor_idle_w(orin, config))
