@@ -40,10 +40,10 @@ from tuner.serve.replay import (
     Trace,
     default_band,
     deployed_reaction,
-    floor_idle_w,
     load_trace,
     plot_replay,
     replay,
+    unlocked_idle_w,
 )
 from tuner.serve.switching import SwitchCosts
 
@@ -66,7 +66,7 @@ def variants(
     static = policy.bands[policy.band_for(float(trace.rates.max())) or policy.top]
     maxn, timeout = default_band(device, static)
     replayer = Replayer(device, policy, seed)
-    idle = floor_idle_w(device, maxn)
+    idle = unlocked_idle_w(device, maxn)
     for delay in (0.0, 0.010, 0.050):
         reaction = deployed_reaction(replayer, maxn, delay)
         if delay > 0 and reaction is None:

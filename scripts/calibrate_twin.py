@@ -117,6 +117,11 @@ def common(kind: str) -> dict:
     return {"peak": peak, "classes": classes, "launch": table, "overhead": overhead}
 
 
+def keep_source(previous: dict | None, name: str) -> str:
+    """The source a parameter fitted outside this script (tests/test_twin_graph.py's windows) was written with."""
+    return (previous or {}).get("sources", {}).get(name, "default (not fitted)")
+
+
 def h200_params(previous: dict | None) -> dict:
     peak = H200_PEAK
     classes, table, overhead, _ = op_class_block(peak)
@@ -143,8 +148,11 @@ def h200_params(previous: dict | None) -> dict:
         "host_factor": keep.get("host_factor", 1.5),
         "host_ref_mhz": 3000.0,
         "graph_replay_us": keep.get("graph_replay_us", GRAPH_REPLAY_US),
+        "floor_activity": keep.get("floor_activity", 1.0),
+        "awake_idle_w": keep.get("awake_idle_w"),
         "runtimes": {"pytorch": {"description": "eager PyTorch (the powertune TorchRunner)"}},
         "nchw_conv_eff": 0.38,
+        "nchw_conv_eff_by_precision": keep.get("nchw_conv_eff_by_precision", {}),
         "gpu_vf": {"v_min": 0.7, "v_max": 1.0, "f_knee_mhz": 900.0, "f_max_mhz": 1980.0},
         "gpu_leak_w_per_v_tpc": 0.3,
         "gpu_clock_w_per_v2_ghz": keep.get("gpu_clock_w_per_v2_ghz", 40.0),
@@ -166,6 +174,9 @@ def h200_params(previous: dict | None) -> dict:
             "132 SMs); TF32 half, INT8 double; CUDA cores 128 FP32 lanes x 2 SMs x 2 (FMA)",
             "bytes_per_mem_mhz": "4.8 TB/s HBM3e at 3201 MHz (datasheet)",
             "graph_replay_us": GRAPH_REPLAY_SOURCE,
+            "floor_activity": keep_source(previous, "floor_activity"),
+            "awake_idle_w": keep_source(previous, "awake_idle_w"),
+            "nchw_conv_eff_by_precision": keep_source(previous, "nchw_conv_eff_by_precision"),
             "op_classes": MICRO,
             "launch_us": LAUNCH,
             "module_overhead_us": "forward host time minus the sum of its layers' host times, per layer, median "

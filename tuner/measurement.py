@@ -39,3 +39,20 @@ class Measurement(BaseModel):
 
     def latency_ms(self, percentile: str = "p99") -> float:
         return {"p50": self.p50_ms, "p90": self.p90_ms, "p99": self.p99_ms}[percentile]
+
+
+def batch_size_extras(arrived: dict[int, int], executed: dict[int, int]) -> dict[str, str | float]:
+    """A Server window's batches as a measurement's extras: counts per size as ``size:count`` lists, and padding.
+
+    ``arrived`` counts batches by the samples they held, ``executed`` by the
+    size that ran them (a CUDA graph ladder's size, or the arrived one);
+    padding is the fraction of executed slots that held no sample. Hardware
+    windows and twins write the same keys, so one reader serves both.
+    """
+    slots = sum(size * count for size, count in executed.items())
+    samples = sum(size * count for size, count in arrived.items())
+    return {
+        "batch_sizes_arrived": " ".join(f"{size}:{count}" for size, count in sorted(arrived.items()) if count),
+        "batch_sizes_executed": " ".join(f"{size}:{count}" for size, count in sorted(executed.items()) if count),
+        "padding": 1.0 - samples / slots if slots else 0.0,
+    }

@@ -12,7 +12,7 @@ from tuner.errors import UserError
 from tuner.measure.meters import Meter, MeterLost
 from tuner.measure.settings import WindowSettings
 from tuner.measure.window import Monitor, Runner, WindowResult, run_window
-from tuner.measurement import Measurement
+from tuner.measurement import Measurement, batch_size_extras
 
 PERCENTILES = ("p50", "p90", "p99")
 
@@ -103,7 +103,6 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
         "percentile": percentile,
         **own,
         "latency_clock": "loadgen" if per_query is not None else "sut-monotonic",
-        "padding": window.padding,
         **batch_size_counts(window),
     }
     # Samples skipped after the window ended complete instantly and would inflate LoadGen's rate.
@@ -134,13 +133,10 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
     )
 
 
-def batch_size_counts(window: WindowResult) -> dict[str, str]:
-    """The executed batch-size distribution as ``size:count`` lists, beside latency and energy."""
+def batch_size_counts(window: WindowResult) -> dict[str, str | float]:
+    """The arrived and executed batch-size distributions and the padding, beside latency and energy."""
     sizes = window.batch_sizes()
-    return {
-        f"batch_sizes_{kind}": " ".join(f"{size}:{count}" for size, count in counts.items())
-        for kind, counts in sizes.items()
-    }
+    return batch_size_extras(sizes["arrived"], sizes["executed"])
 
 
 def query_percentiles_ms(window: WindowResult) -> tuple[float, float, float] | None:

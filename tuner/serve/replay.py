@@ -1,7 +1,8 @@
 """``tune replay``: an arrival-rate trace through the ways of serving it, on a twin.
 
 The ways: ``default`` (the device's default mode with its frequency governors
-following the load ``reaction_s`` late; ``default_locked`` with clocks at their
+following the load ``reaction_s`` late, or idling at a card's measured awake
+power where the twin carries it; ``default_locked`` with clocks at their
 maximum), ``static`` (the policy's band for the trace's peak rate, held all
 day) and ``governor`` (the policy's bands switched by
 :class:`~tuner.serve.governor.Governor`). Steady stretches are served by the
@@ -192,7 +193,7 @@ class Replayer:
             return None, None
         key = config.key()
         if key not in self._tuned:
-            self._tuned[key] = (floor_idle_w(self.device, config), deployed_reaction(self, config, self.reaction_s))
+            self._tuned[key] = (unlocked_idle_w(self.device, config), deployed_reaction(self, config, self.reaction_s))
         return self._tuned[key]
 
     def serving(self, config: Config) -> ServingProfile:
@@ -487,6 +488,17 @@ def floor_idle_w(device: TwinDevice, config: Config) -> float:
     return float(device.model.idle([floor]).power_w[0])
 
 
+def unlocked_idle_w(device: TwinDevice, config: Config) -> float | None:
+    """Idle power between batches with the clocks left to the device's own management.
+
+    The floor (:func:`floor_idle_w`), unless the twin carries the card's
+    measured awake power (``awake_idle_w``: the H200, left to its own clock
+    management, stayed awake between batches milliseconds apart); then None,
+    the serving profile's own idle.
+    """
+    return None if device.model.params.awake_idle_w is not None else floor_idle_w(device, config)
+
+
 def deployed_reaction(replayer: Replayer, config: Config, delay_s: float) -> Reaction | None:
     """Governors that follow the load ``delay_s`` late: held at the mode's clocks, slow at the floor's.
 
@@ -545,7 +557,7 @@ def replay(
             maxn_timeout,
             trace,
             -1,
-            floor_idle_w(device, maxn),
+            unlocked_idle_w(device, maxn),
             deployed_reaction(replayer, maxn, reaction_s),
         ),
         "default_locked": replayer.fixed("default_locked", maxn, maxn_timeout, trace, -1),

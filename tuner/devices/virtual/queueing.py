@@ -31,7 +31,7 @@ import numpy as np
 
 from runners.base import ladder
 from tuner.measure.settings import WindowSettings
-from tuner.measurement import Measurement
+from tuner.measurement import Measurement, batch_size_extras
 from tuner.space import Config
 
 # Enough queries for a stable p99 (about 200 above it) without simulating
@@ -57,7 +57,11 @@ class Reaction:
 
 @dataclass
 class ServingProfile:
-    """A configuration's batch costs: index n holds batch size n (index 0 unused)."""
+    """A configuration's batch costs: index n holds a batch of n arrived samples (index 0 unused).
+
+    ``executed[n]`` is the size that runs n samples (the CUDA graph ladder's
+    size holding n; n itself when None), for the window's batch-size counts.
+    """
 
     service_s: np.ndarray
     busy_w: np.ndarray
@@ -65,6 +69,7 @@ class ServingProfile:
     jitter_s: float = 0.0
     noise: float = 0.0
     reaction: Reaction | None = None
+    executed: np.ndarray | None = None
 
     @property
     def max_batch(self) -> int:
@@ -82,10 +87,22 @@ class QueueOutcome:
     batches: int
     busy_j: float = 0.0
     free_at: float = 0.0
+    arrived: np.ndarray | None = None
 
     @property
     def queries(self) -> int:
         return len(self.latencies_s)
+
+    def batch_extras(self, serving: ServingProfile) -> dict[str, str | float]:
+        """Batches by arrived and by executed size, and the padding, as the hardware window reports them."""
+        counts = self.arrived if self.arrived is not None else np.zeros(1, dtype=int)
+        sizes = serving.executed if serving.executed is not None else np.arange(len(counts))
+        arrived: dict[int, int] = {}
+        executed: dict[int, int] = {}
+        for n in np.flatnonzero(counts):
+            arrived[int(n)] = int(counts[n])
+            executed[int(sizes[n])] = executed.get(int(sizes[n]), 0) + int(counts[n])
+        return batch_size_extras(arrived, executed)
 
     def over(self, bound_s: float) -> int:
         return int(np.count_nonzero(self.latencies_s > bound_s))
@@ -127,6 +144,7 @@ def simulate(
     origin = free_at
     i, busy, busy_j, batches, held_s = 0, 0.0, 0.0, 0, 0.0
     max_batch = max(1, min(max_batch, serving.max_batch))
+    arrived = np.zeros(max_batch + 1, dtype=int)
     while i < n:
         ready = max(free_at, arrivals[i])
         fill_at = arrivals[i + max_batch - 1] if i + max_batch - 1 < n else np.inf
@@ -147,6 +165,7 @@ def simulate(
         busy += t
         busy_j += work_j
         batches += 1
+        arrived[size] += 1
         free_at = done
         i += size
     end = max(duration_s, free_at)
@@ -162,6 +181,7 @@ def simulate(
         batches=batches,
         busy_j=busy_j,
         free_at=free_at,
+        arrived=arrived,
     )
 
 
@@ -222,5 +242,7 @@ def server_measurement(serving: ServingProfile, config: Config, settings: Window
             "mean_batch": out.queries / max(out.batches, 1),
             "utilization": out.busy_s / out.duration_s,
             "idle_w": serving.idle_w,
+            "batches": float(out.batches),
+            **out.batch_extras(serving),
         },
     )

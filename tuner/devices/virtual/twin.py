@@ -103,11 +103,14 @@ class TwinParams(BaseModel):
     launch_us: dict[str, float]
     module_overhead_us: float
     nchw_conv_eff: float = 1.0
+    nchw_conv_eff_by_precision: dict[str, float] = Field(default_factory=dict)
     host_factor: float
     host_ref_mhz: float
     host_cycles_per_sample: float = 0.0
     host_parallel_fraction: float = 0.8
     graph_replay_us: float = 0.0
+    floor_activity: float = 1.0
+    awake_idle_w: float | None = None
     runtimes: dict[str, Runtime]
     gpu_vf: VfCurve
     gpu_leak_w_per_v_tpc: float
@@ -269,7 +272,8 @@ class TwinModel:
         scale = np.array([PRECISION_BYTES[x] / 4.0 for x in precisions])
 
         conv = np.array([c.startswith("conv") for c in classes])
-        layout = np.where(op.channels_last, 1.0, p.nchw_conv_eff)
+        nchw = np.array([p.nchw_conv_eff_by_precision.get(x, p.nchw_conv_eff) for x in precisions])
+        layout = np.where(op.channels_last, 1.0, nchw)
         peak = np.where(conv[None, :], peak * layout[:, None], peak)
         b = op.batch[:, None]
         rate = peak * (op.tpcs * hz)[:, None]
@@ -286,6 +290,7 @@ class TwinModel:
         tensor = np.array([c in TENSOR_CLASSES for c in classes])
         return {
             "gpu": t_gpu,
+            "floor": np.where(runs, kmin[None, :] / hz[:, None], 0.0),
             "compute": np.where(tensor[None, :] & runs, t_compute, 0.0),
             "launch": t_launch,
             "moved": np.where(runs, moved, 0.0),
@@ -303,7 +308,11 @@ class TwinModel:
         t_replay = np.where(op.graphed, p.graph_replay_us * 1e-6, 0.0)
         time_s = np.maximum(t_gpu, t_launch).sum(axis=1) + t_host + t_replay
 
-        u_gpu = t_gpu.sum(axis=1) / time_s
+        # Under graph replay a kernel's floor (its fill and drain on the GPU) keeps few SMs working and counts
+        # as busy for dynamic power at ``floor_activity`` of a full load; eager keeps the full share its power
+        # coefficients were fitted with (scripts/calibrate_twin.py).
+        idle_floor = np.where(op.graphed[:, None], (1.0 - p.floor_activity) * lt["floor"], 0.0)
+        u_gpu = (t_gpu - idle_floor).sum(axis=1) / time_s
         u_compute = lt["compute"].sum(axis=1) / time_s
         bytes_per_s = lt["moved"].sum(axis=1) / time_s
         u_cpu = (t_launch.sum(axis=1) + t_host * workers) / time_s
@@ -377,12 +386,19 @@ class TwinModel:
         configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
         result = self.evaluate(profile, configs)
         p = self.params
+        idle_w = float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0])
+        if p.awake_idle_w is not None:
+            # Between batches milliseconds apart the GPU stays awake: the measured awake power at the
+            # default clocks, above the idle floor by the same watts at every clock.
+            default = self.space.default_config()
+            idle_w += p.awake_idle_w - float(self.idle([default]).power_w[0])
         return ServingProfile(
             service_s=np.concatenate([[np.inf], result.time_s]),
             busy_w=np.concatenate([[0.0], result.power_w]),
-            idle_w=float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
+            idle_w=idle_w,
             jitter_s=p.p50_jitter_ms / 1000.0,
             noise=p.noise_time,
+            executed=np.array([0, *sizes]),
         )
 
     def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
