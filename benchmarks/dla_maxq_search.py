@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 MAXQ = {

@@ -5,7 +5,7 @@ Each repetition starts ``--workers`` real ``tune run`` processes on one study
 ``--delay`` seconds, via tests/fleet_worker.py), kills one of them with
 SIGKILL once the study's storage shows it holding a RUNNING trial (its
 second: it parks inside that trial's measurement), waits for the others and
-checks what issue 13 asks: exactly N COMPLETE trials, nothing WAITING or
+checks that the fleet finished exactly: N COMPLETE trials, nothing WAITING or
 RUNNING, every surviving worker exited 0. A repetition in which the victim
 never held a second trial (the others filled the quota first) still counts,
 judged on the same outcome, and says so (``killed_mid_trial`` false). PostgreSQL runs on a private loopback

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 
 from tuner.devices.registry import open_device
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.serve.plan import REFINE_TRIALS, PlanOptions, build_policy, plan_rates, plot_policy
 from tuner.serve.policy import Policy, write_policy
 from tuner.serve.replay import (

@@ -26,10 +26,11 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.devices.base import WindowSettings
-from tuner.devices.nvml import NvmlDevice, NvmlTelemetry
-from tuner.measure.meters import EnergyReading, NvmlEnergyMeter, SampledPowerMeter
+from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.meters import NvmlEnergyMeter
+from tuner.measure.meters import EnergyReading, SampledPowerMeter
 from tuner.measure.session import measure_with
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 
@@ -91,7 +92,7 @@ def main() -> None:
         config = Config(knobs={**space.default_config(batch).knobs, "precision": "fp16"}, batch_size=batch)
         dev.apply(config)
         settings = WindowSettings(window_s=args.window, warmup_s=3.0, log_dir=str(args.logs / f"bs{batch}"))
-        runner = dev._runners.get("resnet50", config, space)
+        runner = dev.runners.get("resnet50", config, space)
         for poll_ms in (float(p) for p in args.poll_ms.split(",")):
             summary = measure_config(dev, runner, config, batch, settings, args, poll_ms)
             result["configs"].append(summary)

@@ -1,4 +1,4 @@
-"""The whole observe-only H200 space of one model, every configuration measured in two windows (issue 12).
+"""The whole observe-only H200 space of one model, every configuration measured in two windows.
 
 Usage: python benchmarks/h200_observe_space.py --model resnet50 --out FILE [--window 1.2] [--budget 540]
 
@@ -27,13 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-from tuner.devices.nvml import NvmlDevice
+from tuner.devices.nvml.device import NvmlDevice
 from tuner.measure.settings import WindowSettings
 from tuner.objective import METRIC_KEYS
 from tuner.space import Config
 
 CONV_MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0")
-# The fields of each window's Measurement written to the raw file (tuner/measured.py reads them back):
+# The fields of each window's Measurement written to the raw file (tuner/devices/virtual/recorded.py reads them back):
 # the metrics every trial records, and whether the window is trustworthy and how hot the card ran.
 RECORDED = {*METRIC_KEYS, "valid", "reason", "temps_c"}
 KEEP_EXTRA = ("stop_rule", "warmup_s", "loadgen_s", "runner_load_s", "runner_prepare_s", "clocks_event_reasons")

@@ -1,4 +1,4 @@
-"""Runtimes and cheaper trials on a real NVIDIA GPU, observe-only (issue 14).
+"""Runtimes and cheaper trials on a real NVIDIA GPU, observe-only.
 
 Usage: python benchmarks/h200_runtimes.py {overhead,graph,check,breakdown} --out FILE [options]
 
@@ -28,8 +28,8 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.devices.nvml import NvmlDevice, NvmlTelemetry
-from tuner.measure.meters import NvmlEnergyMeter
+from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config
@@ -51,8 +51,8 @@ def config_for(dev: NvmlDevice, batch: int, **knobs) -> Config:
 
 
 def window(dev: NvmlDevice, model: str, config: Config, settings: WindowSettings) -> dict:
-    runner = dev._runners.get(model, config, dev.space())
-    prepare_s = dev._runners.last_prepare_s + dev._runners.last_load_s
+    runner = dev.runners.get(model, config, dev.space())
+    prepare_s = dev.runners.last_prepare_s + dev.runners.last_load_s
     meter = NvmlEnergyMeter(dev.nvml, dev.handle)
     m = measure_with(runner, meter, config.batch_size, settings, monitors=[NvmlTelemetry(dev.nvml, dev.handle)])
     keep = ("stop_rule", "ci_achieved", "ci_blocks", "warmup_s", "loadgen_s", "skipped_queries", "loadgen_attempts")
@@ -76,7 +76,7 @@ def window(dev: NvmlDevice, model: str, config: Config, settings: WindowSettings
 def overhead(dev: NvmlDevice, args) -> dict:
     config = config_for(dev, 128, precision=args.precision, channels_last=True, graph="eager")
     fixed = WindowSettings(window_s=args.window, log_dir="/tmp/powertune-overhead")
-    runner = dev._runners.get(args.model, config, dev.space())
+    runner = dev.runners.get(args.model, config, dev.space())
     rows, bare = [], []
     for _ in range(args.repeats):
         bare.append(bare_qps(runner, 128, args.window))

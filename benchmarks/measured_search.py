@@ -3,10 +3,10 @@
 Usage: PYTHONPATH=. python benchmarks/measured_search.py [--seeds 10] [--jobs 2] [--build-table]
        [--models resnet50,bert-base] [--bounds q25,q50,q75] [--out benchmarks/results]
 
---build-table first rebuilds tuner/calibration_data/h200-observe-space.json
+--build-table first rebuilds tuner/devices/virtual/recordings/h200-observe-space.json
 from the raw windows under benchmarks/results/h200-observe/ (written by
 benchmarks/h200_observe_space.py on the lent H200). The landscapes are
-``measured:h200`` (tuner/measured.py) for each model and bound; the ground
+``measured:h200`` (tuner/devices/virtual/recorded.py) for each model and bound; the ground
 truth is the mean of each configuration's measured windows, and every trial
 of a strategy gets one of the real windows, drawn with its seed. Same code as
 ``tune bench`` (tuner/bench.py); this script adds the per-landscape table:
@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 from tuner.bench import BenchReport, BenchSettings, markdown, run_bench
-from tuner.measured import DATA, MeasuredBoard, table_from_raw
+from tuner.devices.virtual.recorded import DATA, RecordedBoard, table_from_raw
 from tuner.sampling import canonical
 
 RAW = Path(__file__).parent / "results" / "h200-observe"
@@ -44,7 +44,7 @@ WITHIN = 40
 
 def landscape_rows(report: BenchReport) -> list[dict]:
     """Per landscape and strategy: median trials to 2%, share within 40 trials, violations, final regret."""
-    board = MeasuredBoard("measured:h200")
+    board = RecordedBoard("measured:h200")
     rows = []
     for i, land in enumerate(report.landscapes):
         near = _near_optimum(board, land.model, land.max_latency_ms, land.optimum_j)
@@ -74,7 +74,7 @@ def landscape_rows(report: BenchReport) -> list[dict]:
     return rows
 
 
-def _near_optimum(board: MeasuredBoard, model: str, bound: float, opt: float) -> int:
+def _near_optimum(board: RecordedBoard, model: str, bound: float, opt: float) -> int:
     """Feasible configurations (true mean) within 2% of the optimum: how many targets a search can hit."""
     count = 0
     for entry in board.table.models[model].configs:
@@ -142,7 +142,7 @@ def main() -> None:
     )
     budget = {s: args.random_trials if s == "random" else args.trials for s in settings.strategies}
     command = "PYTHONPATH=. python " + " ".join(["benchmarks/measured_search.py", *sys.argv[1:]])
-    board = MeasuredBoard("measured:h200")
+    board = RecordedBoard("measured:h200")
     text = (
         f"command: `{command}`\n\nstarted: {started:%Y-%m-%d %H:%M} UTC, {report.seconds:.0f} s, "
         f"{platform.node()} ({platform.machine()}, {platform.python_version()})\n\n"

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
-from tuner.sampling import DEFAULT_SAMPLER, has_torch
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
+from tuner.run_options import DEFAULT_SAMPLER
+from tuner.strategies import has_torch
 from tuner.study import MEMORY_STORAGE, RunOptions, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 

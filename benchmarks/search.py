@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from tuner.bench import BenchSettings, markdown, quick_settings, run_bench
-from tuner.generated import board_seeds
+from tuner.devices.virtual.generated import board_seeds
 
 
 def main() -> None:

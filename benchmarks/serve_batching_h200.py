@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from runners import make_runner
-from tuner.devices.nvml import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
 from tuner.measure.session import build_measurement
 from tuner.measure.settings import WindowSettings
 from tuner.measure.window import WindowResult, run_window

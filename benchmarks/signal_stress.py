@@ -1,4 +1,4 @@
-"""Signals at random moments of real `tune run` processes on a fake Jetson board (issue 10's stress test).
+"""Signals at random moments of real `tune run` processes on a fake Jetson board: the board is always restored.
 
 Each moment starts ``tune run`` in the background from a non-interactive
 shell (so it inherits SIGINT as ignored, as such jobs do), and a second

@@ -9,7 +9,7 @@ reports the median of:
   back from the study: trial 0's completion time; its start is shown too);
 - quick start: the whole command, results written.
 
-Targets (issue 13): start-up under 2 s, quick start under 20 s on an idle
+Targets (set for a newcomer's first hour): start-up under 2 s, quick start under 20 s on an idle
 2-core machine; the exit code is 1 when a median misses one. The load
 average before and after goes into the results: say whether the machine was
 shared.

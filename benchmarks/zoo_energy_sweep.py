@@ -25,7 +25,7 @@ import pynvml
 import torch
 
 from runners.torch_runner import TorchRunner
-from tuner.measure.meters import NvmlEnergyMeter
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 
 MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-large")
 
@@ -33,9 +33,9 @@ MODELS = ("resnet50", "mobilenet_v2", "efficientnet_b0", "bert-base", "bert-larg
 def window(runner: TorchRunner, meter: NvmlEnergyMeter, batch: int, seconds: float) -> dict:
     """Run ``seconds`` of back-to-back batches under the project's NVML energy meter.
 
-    The meter polls the energy counter from its own thread (what ``tune run`` measures). Call 5 read the
-    counter in the batch loop instead; on the lent H200 one read takes about 4-5 ms with the GPU idle, so its
-    time per batch and energy per query carried that gap (benchmarks/results/h200-opclass.md, call 8).
+    The meter polls the energy counter from its own thread (what ``tune run`` measures). The first H200 sweep
+    (results/h200-call5/) read the counter in the batch loop instead; one read takes about 4-5 ms with the GPU
+    idle, so its time per batch and energy per query carried that gap (results/h200-opclass.md, against h200-call8/).
     """
     warm_until = time.monotonic() + 1.0
     while time.monotonic() < warm_until:

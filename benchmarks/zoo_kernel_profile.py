@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/zoo_kernel_profile.py --out DIR [--cases resnet50:fp16:8,...]
 
-A diagnostic for the digital twin (issue 11): the twin predicts a batch's time
+A diagnostic for the digital twin: the twin predicts a batch's time
 as the sum over layers of op-class times; this records what the GPU really ran
 for the same TorchRunner setup as benchmarks/zoo_energy_sweep.py (eager,
 inference_mode, channels_last for CNNs, one host sync per batch), so

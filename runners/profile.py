@@ -82,11 +82,6 @@ class ModelProfile(BaseModel):
     def act_bytes_per_sample(self) -> float:
         return sum(layer.act_bytes for layer in self.layers)
 
-    def arithmetic_intensity(self, batch_size: int) -> float:
-        """FLOP per byte of the whole graph at a batch size (fp32 bytes)."""
-        flops = self.flops_per_sample * batch_size
-        return flops / (self.weight_bytes + self.act_bytes_per_sample * batch_size)
-
 
 def profile_names() -> list[str]:
     folder = resources.files("runners") / "profiles"

@@ -11,7 +11,7 @@ Usage: python scripts/calibrate_twin.py [--write]
 2. The parameters in FREE are fitted (least squares on log error of time and
    power) to the rows marked fitted: host-speed factors (one per machine) and
    power coefficients. Nothing in an op class is fitted to whole-model rows.
-3. With --write the parameters go to tuner/devices/twin_params/<kind>.json,
+3. With --write the parameters go to tuner/devices/virtual/twin_params/<kind>.json,
    the host factors to scripts/calibration_data/hosts.json, and the residual of
    every row (fitted and not) to docs/twin.md.
 """
@@ -34,10 +34,10 @@ from twin_calibration import (
     twin_errors,
 )
 
-from tuner.devices.twin import TwinDevice, TwinParams
+from tuner.devices.virtual.twin import TwinDevice, TwinParams
 
 ROOT = Path(__file__).resolve().parent.parent
-PARAMS = ROOT / "tuner" / "devices" / "twin_params"
+PARAMS = ROOT / "tuner" / "devices" / "virtual" / "twin_params"
 MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py, calls 5 and 9; see docs/twin.md)"
 LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (on an H200)"
 FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/twin.md"
@@ -336,14 +336,13 @@ def fit(twin: str, params: dict, rows: list, host_values: dict[str, float]) -> t
     base = TwinParams.model_validate(params)
     x0 = np.log([dotted(params, n) for n in names] + [host_values.get(h, 1.5) for h in host_names])
     mine = [r for r in rows if r.twin.startswith(twin) and r.fitted]
-    devices = {name: TwinDevice(name) for name in {r.twin for r in mine}}
+    devices: dict[str, TwinDevice] = {}
 
     def apply(x: np.ndarray) -> dict[str, float]:
         values = np.exp(x)
         trial = params_with(base, dict(zip(names, values[: len(names)], strict=True)))
-        for device in devices.values():
-            device.params = trial
-            device.model.params = trial
+        devices.clear()
+        devices.update({name: TwinDevice(name, params=trial) for name in {r.twin for r in mine}})
         return dict(zip(host_names, values[len(names) :], strict=True))
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -411,14 +410,14 @@ def flat(params: dict, prefix: str = "") -> dict[str, object]:
 
 def dla_section() -> list[str]:
     """docs/twin.md's DLA part: the parameters of twin_params/orin-agx-dla.json, its fitted and held-out rows."""
-    from tuner.devices.twin_dla import dla_lanes, load_dla_params
+    from tuner.devices.virtual.twin_dla import dla_lanes, load_dla_params
     from tuner.space import Config, load_space
 
     params = load_dla_params("orin-agx")
     assert params is not None
     space = load_space("orin-agx", "tensorrt")
     lines = [
-        "## Parameters: Jetson AGX Orin DLAs (sim:orin-trt; tuner/devices/twin_params/orin-agx-dla.json)",
+        "## Parameters: Jetson AGX Orin DLAs (sim:orin-trt; tuner/devices/virtual/twin_params/orin-agx-dla.json)",
         "",
         "Twin figures. Not fitted by this script: each value is derived in the file's sources, quoted here.",
         "",

@@ -9,7 +9,6 @@ host-speed factor (scripts/calibration_data/hosts.json).
 
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
-from tuner.devices.twin import TwinDevice, TwinParams
+from tuner.devices.virtual.twin import TwinDevice, TwinParams
 from tuner.space import Config
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration_data"
@@ -165,7 +164,7 @@ def load_rows(path: Path | None = None) -> list[Row]:
 
 
 def sweep_rows() -> list[Row]:
-    """This project's five-model sweep on the lent H200 (benchmarks/zoo_energy_sweep.py, call 8).
+    """This project's five-model sweep on the lent H200 (benchmarks/zoo_energy_sweep.py; results/h200-call8/).
 
     Only the launch-bound batch-8 rows are fitted (they fix that machine's host speed); batch 64 and 256
     are held out: the twin predicts them from the microbenchmarks and the other rows.
@@ -175,7 +174,7 @@ def sweep_rows() -> list[Row]:
 
 
 def measured_rows() -> list[Row]:
-    """Rows this project measured earlier with its own runners (NCHW; issue 3, another machine)."""
+    """Rows this project measured earlier with its own runners (NCHW; benchmarks/h200_studies.sh, another machine)."""
     return h200_rows(_load("h200-measured.json"), "h200_measured_powertune", "issue3")
 
 
@@ -193,11 +192,10 @@ def device_for(row: Row, devices: dict[str, TwinDevice], host_values: dict[str, 
         return device
     key = f"{row.twin}@{row.host}"
     clone = devices.get(key)
-    if clone is None:
-        clone = copy.copy(device)
-        clone.model = copy.copy(device.model)
+    wanted = device.params.model_copy(update={"host_factor": factor})
+    if clone is None or clone.params != wanted:
+        clone = TwinDevice(row.twin, params=wanted)
         devices[key] = clone
-    clone.params = clone.model.params = device.params.model_copy(update={"host_factor": factor})
     return clone
 
 
@@ -252,7 +250,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
     """
     from scipy.optimize import least_squares
 
-    from tuner.devices.twin import _unit
+    from tuner.devices.virtual.twin import _unit
 
     fastest: dict[tuple[str, str], float] = {}
     for case in micro["cases"]:
@@ -274,7 +272,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
         "attention": floors["attention"],
         "elementwise": floors["elementwise"],
         "normalisation": statistics.mean([floors["layernorm"], floors["softmax"]]),
-        # copies and broadcast multiplies are elementwise kernels too (call 9 measured their bandwidth only)
+        # copies and broadcast multiplies are elementwise kernels too (their microbenchmark measured bandwidth only)
         "layout_copy": floors["elementwise"],
         "broadcast": floors["elementwise"],
     }

@@ -12,8 +12,8 @@ from __future__ import annotations
 from twin_calibration import ORIN_MAXN, ORIN_MAXQ
 
 from runners.profile import load_profile
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 EXACT = WindowSettings(noise=False)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
 
 from runners.profile import load_profile  # noqa: E402
-from tuner.devices.twin import TwinDevice  # noqa: E402
+from tuner.devices.virtual.twin import TwinDevice  # noqa: E402
 from tuner.space import Config  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "results" / "h200-call7" / "zoo_kernel_profile.json"
@@ -56,8 +56,8 @@ def twin_groups(model: str, batch: int, device: TwinDevice) -> dict[str, float]:
     profile = load_profile(model)
     gpu = device.model.layer_times(profile, op, op.gpu_mhz)["gpu"][0]
     out: dict[str, float] = defaultdict(float)
-    for layer, t in zip(device.model._layers(profile), gpu, strict=True):
-        cls = device.model._class_of(layer)
+    for layer, t in zip(device.model.layers(profile), gpu, strict=True):
+        cls = device.model.class_of(layer)
         group = {"conv_dense": "conv", "conv_pointwise": "conv", "broadcast": "elementwise"}.get(cls, cls)
         if layer.op == "copy":
             group = "layout copy"

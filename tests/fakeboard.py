@@ -85,7 +85,7 @@ from typing import Any
 
 import fakekernel
 
-from tuner.devices.base import WindowSettings
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config
 

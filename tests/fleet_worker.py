@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tuner import interrupts
 from tuner.cli import main
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 
 _measure = TwinDevice.measure
 _apply = TwinDevice.apply

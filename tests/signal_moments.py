@@ -28,11 +28,11 @@ from pathlib import Path
 
 import optuna
 from fakeboard import make_fake_board
+from journals import pending_journals
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.jetson import JetsonDevice
-from tuner.devices.journal import pending_journals
 from tuner.errors import Terminated
+from tuner.measure.settings import WindowSettings
 from tuner.study import RunOptions, run_study
 
 

@@ -21,7 +21,7 @@ import yaml
 from clirun import in_process, run_cli
 
 from tuner.deploy import export_config, write_export
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.study import RunOptions, run_study
 
 SPACES = Path(__import__("search_spaces").__file__).parent

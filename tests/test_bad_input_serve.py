@@ -20,7 +20,7 @@ import yaml
 from clirun import in_process
 
 from tuner import atomicfile
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.serve.policy import Band, BandProvenance, Policy, load_policy, write_policy
 from tuner.serve.replay import TRACES, shipped_traces, trace_path

@@ -17,9 +17,9 @@ from tuner.bench import (
     run_one,
     text_rows,
 )
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
@@ -148,7 +148,7 @@ def test_bench_defaults_to_samplers_the_install_can_run(monkeypatch):
 
 def test_generated_boards_are_seeded_plausible_devices():
     from tuner.devices.registry import open_device
-    from tuner.generated import GeneratedBoard, board_seeds
+    from tuner.devices.virtual.generated import GeneratedBoard, board_seeds
 
     a, b = open_device("gen:1003"), GeneratedBoard("gen:1003")
     assert a.space() == b.space() and a.describe()["twin"] is True

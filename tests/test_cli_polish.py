@@ -84,8 +84,8 @@ def test_cpu_with_rapl_refuses_another_meter_before_the_study_starts(tmp_path, r
 
 def test_sweep_progress_advances_chunk_by_chunk_and_scores_the_same(monkeypatch):
     from tuner import sweep
-    from tuner.devices.base import WindowSettings
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
+    from tuner.measure.settings import WindowSettings
     from tuner.study import narrowed_space
 
     dev = TwinDevice("sim:orin")
@@ -124,7 +124,7 @@ def test_a_small_sweep_starts_without_a_warning(tmp_path):
 
 
 def test_the_size_warning_of_the_bert_h200_space_names_its_size_and_narrowing(monkeypatch):
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
     from tuner.sweep import size_warning
 
     space = TwinDevice("sim:h200").space()
@@ -186,7 +186,7 @@ def test_roofline_rows_are_named_by_mode_and_fit_80_columns(tmp_path):
 
 @pytest.mark.parametrize("name", ["sim:orin", "sim:orin-nano", "sim:orin-trt", "sim:h200"])
 def test_twin_provenance_says_digital_twin_once(name):
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
     from tuner.provenance import device_provenance
 
     hardware = device_provenance(TwinDevice(name))["hardware"]

@@ -143,7 +143,7 @@ def test_batched_user_attrs_read_back_as_single_writes(backend, tmp_path, reques
 
 
 def test_study_quota_is_exact_and_resumable_in_process(tmp_path):
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
 
     base = dict(model="resnet50", max_latency_ms=50.0, sampler="random", out=tmp_path, heartbeat_s=1)
     study, _ = run_study(TwinDevice("sim:orin"), RunOptions(**base, seed=1, trials=4, study_trials=7))
@@ -316,10 +316,10 @@ def test_postgres_credentials_never_leak(pg, tmp_path):
 def test_killed_workers_board_is_restored_from_its_journal_by_the_next_run(tmp_path):
     """SIGKILL mid-trial leaves the board changed and journaled; the next run puts it back, then finishes the study."""
     from fakeboard import make_fake_board
+    from journals import pending_journals
 
     from tuner.devices.jetson import JetsonDevice
-    from tuner.devices.journal import pending_journals
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
 
     board = make_fake_board(tmp_path / "board", "orin-agx", "l4t35", seed=1)
     before = board.snapshot()
@@ -366,7 +366,7 @@ def test_killed_workers_board_is_restored_from_its_journal_by_the_next_run(tmp_p
 
 def test_trial_failed_by_a_peer_while_still_running_does_not_stop_the_worker(tmp_path):
     """A stalled worker whose running trial a peer declared stale goes on; the quota still ends exact."""
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
 
     url = f"sqlite:///{tmp_path / 'tune.db'}"
 
@@ -394,7 +394,7 @@ def test_worker_killed_before_its_first_heartbeat_does_not_block_the_quota(tmp_p
 
     from optuna.storages._rdb import models
 
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
     from tuner.storage import FleetStorage
     from tuner.study import narrowed_space, open_study
 

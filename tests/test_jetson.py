@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 from fakeboard import GRIDS, FakeBoard, make_fake_board
+from journals import pending_journals
 
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
+from tuner.devices.hardware_session import restore_pending
 from tuner.devices.jetson import (
     ApplyError,
     JetsonDevice,
@@ -28,8 +30,9 @@ from tuner.devices.jetson import (
     parse_nvpmodel_conf,
     sysfs,
 )
-from tuner.devices.journal import pending_journals, restore_pending, write_journal
+from tuner.devices.journal import write_journal
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, load_space
 
@@ -336,7 +339,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
         import time
         from tuner import interrupts
         from tuner.devices.jetson import JetsonDevice
-        from tuner.devices.journal import hardware_session
+        from tuner.devices.hardware_session import hardware_session
         from tuner.space import Config
         dev = JetsonDevice(
             {board.model!r}, sysfs_root={str(board.root)!r}, nvpmodel={str(board.nvpmodel)!r}

@@ -17,11 +17,11 @@ import pytest
 import yaml
 from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board, quick_measure, tiny_run
+from journals import pending_journals
 from typer.testing import CliRunner
 
 from tuner.cli import app, main
 from tuner.devices.jetson import JetsonDevice, sysfs
-from tuner.devices.journal import pending_journals
 
 pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
 pytest.importorskip("mlperf_loadgen", reason="needs LoadGen (pip install mlcommons-loadgen)")

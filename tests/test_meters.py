@@ -9,15 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tuner.devices.host.meters import RaplMeter
 from tuner.devices.jetson.board import Rail
 from tuner.devices.jetson.meters import RailMeter
+from tuner.devices.nvml.meters import NvmlEnergyMeter, interpolate_counter
 from tuner.errors import UserError
-from tuner.measure.meters import (
-    NvmlEnergyMeter,
-    RaplMeter,
-    SampledPowerMeter,
-    interpolate_counter,
-)
+from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.poller import Poller
 
 

@@ -17,7 +17,7 @@ from clirun import in_process
 
 from tuner import __version__
 from tuner.deploy import load_export
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.fleet import study_status
 from tuner.records import recommended

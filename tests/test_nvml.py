@@ -7,9 +7,10 @@ import time
 import pytest
 
 import runners
-from tuner.devices.nvml import NvmlDevice, kind_of
+from tuner.devices.nvml.device import NvmlDevice, kind_of
+from tuner.devices.nvml.meters import NvmlEnergyMeter
 from tuner.errors import UserError
-from tuner.measure.meters import NvmlEnergyMeter, SampledPowerMeter
+from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
@@ -262,7 +263,7 @@ def test_measure_marks_a_throttled_window(fake_runners, tmp_path):
     assert result.temps_c["gpu_max"] == 41
     assert result.meter == "nvml-energy"
     assert result.avg_w == pytest.approx(300.0, rel=0.05)
-    assert device._runners._runner.device == "cuda:0" and device._runners._runner.prepared == (
+    assert device.runners._runner.device == "cuda:0" and device.runners._runner.prepared == (
         4,
         "fp16",
         {"channels_last": True, "graph": "eager"},

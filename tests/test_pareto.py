@@ -2,7 +2,7 @@ import csv
 import itertools
 import json
 
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.pareto import ParetoFile, front, write_results
 from tuner.study import RunOptions, run_study
 

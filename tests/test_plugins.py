@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.registry import open_device
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 from tuner.study import MEMORY_STORAGE, RunOptions, run_study
 

@@ -6,8 +6,8 @@ Every figure here comes from seeded simulations on the twin: nothing depends on 
 import numpy as np
 import pytest
 
-from tuner.devices.queueing import ServingProfile, simulate
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.queueing import ServingProfile, simulate
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.serve.policy import Band, BandProvenance, Policy
 from tuner.serve.replay import GovernorRules, Replayer, Step, Trace
 from tuner.serve.switching import SwitchCosts, switch_seconds
@@ -127,7 +127,7 @@ def test_the_governor_switches_down_only_where_the_plan_measured_a_saving_worth_
 
 
 def test_late_governors_idle_at_held_clocks_and_start_a_batch_slowly_after_the_clocks_fell():
-    from tuner.devices.queueing import Reaction
+    from tuner.devices.virtual.queueing import Reaction
 
     fast = ServingProfile(service_s=np.array([np.inf, 0.010]), busy_w=np.array([0.0, 30.0]), idle_w=5.0)
     reaction = Reaction(delay_s=0.02, held_w=12.0, service_s=np.array([np.inf, 0.040]), busy_w=np.array([0.0, 10.0]))

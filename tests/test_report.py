@@ -4,8 +4,8 @@ import re
 
 from clirun import run_cli
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.registry import open_device
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.report.analysis import front, recommended
 from tuner.report.collect import make_report, plans_for

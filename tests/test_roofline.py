@@ -8,9 +8,9 @@ import pytest
 from clirun import run_cli
 
 from runners.profile import load_profile
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.roofline import (
     ENERGY_SHARES,
     LayerTable,

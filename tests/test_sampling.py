@@ -108,7 +108,7 @@ def test_grid_encoding_from_tables_matches_encoding_each_configuration():
 
 def test_the_learned_strategy_never_materialises_the_grid(monkeypatch):
     """Scoring every configuration per trial cost most of a quick start: it scores a candidate set instead."""
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
     from tuner.study import MEMORY_STORAGE, RunOptions, run_study
 
     def refuse(self):

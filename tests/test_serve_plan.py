@@ -9,9 +9,9 @@ from clirun import run_cli
 from typer.testing import CliRunner
 
 from tuner.cli import app
-from tuner.devices.base import WindowSettings
-from tuner.devices.queueing import ServingProfile, simulate
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.queueing import ServingProfile, simulate
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
 from tuner.serve.plan import PlanOptions, neighbours, parse_rates, plan_rates
 from tuner.serve.policy import load_policy

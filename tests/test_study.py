@@ -2,10 +2,10 @@ from typing import Any
 
 import optuna
 import pytest
+from journals import pending_journals
 
-from tuner.devices.base import WindowSettings
-from tuner.devices.journal import pending_journals
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import METRIC_KEYS, Measurement
 from tuner.objective import ORIGIN_KEYS
 from tuner.records import recommended, recommended_of

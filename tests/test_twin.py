@@ -14,9 +14,9 @@ from twin_calibration import (
 from twin_checks import clock_curve, maxq_saving, mode_ordering
 
 from runners.profile import load_profile
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice, load_params
+from tuner.devices.virtual.twin import TwinDevice, load_params
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 EXACT = WindowSettings(noise=False)
@@ -56,7 +56,7 @@ def test_profiles_count_eager_attentions_layout_copies_from_batch_2():
     configs = [h200.space().default_config(b) for b in (1, 8)]
     op = h200.model.operating(configs)
     gpu = h200.model.layer_times(profile, op, op.gpu_mhz)["gpu"]
-    index = [i for i, layer in enumerate(h200.model._layers(profile)) if layer.op_class == "layout_copy"]
+    index = [i for i, layer in enumerate(h200.model.layers(profile)) if layer.op_class == "layout_copy"]
     assert gpu[0, index].sum() == 0 and gpu[1, index].min() > 0
 
 
@@ -216,8 +216,8 @@ MAXP_DLA = {
 
 
 def _dla_measure(knobs: dict, model: str = "resnet50", batch: int = 64):
-    from tuner.devices.base import WindowSettings
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
+    from tuner.measure.settings import WindowSettings
     from tuner.space import Config
 
     return TwinDevice("sim:orin-trt").measure(
@@ -226,7 +226,7 @@ def _dla_measure(knobs: dict, model: str = "resnet50", batch: int = 64):
 
 
 def test_only_the_tensorrt_twin_of_a_board_with_dlas_offers_dla_knobs():
-    from tuner.devices.twin import TwinDevice
+    from tuner.devices.virtual.twin import TwinDevice
 
     assert {"dla_cores", "dla_mhz", "dla_batch_size"} <= set(TwinDevice("sim:orin-trt").space().knobs)
     for eager in ("sim:orin", "sim:orin-nano", "sim:h200"):
@@ -235,7 +235,7 @@ def test_only_the_tensorrt_twin_of_a_board_with_dlas_offers_dla_knobs():
 
 def test_the_dla_fit_reproduces_nvidias_published_dla_throughput():
     """Deep-Learning-Accelerator-SW: 2x DLA ResNet-50 images/s per mode; 30W and 50W are held out of the fit."""
-    from tuner.devices.twin_dla import dla_lanes, load_dla_params
+    from tuner.devices.virtual.twin_dla import dla_lanes, load_dla_params
     from tuner.space import Config, load_space
 
     params = load_dla_params("orin-agx")

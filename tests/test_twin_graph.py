@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from runners.profile import load_profile
-from tuner.devices.base import WindowSettings
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"

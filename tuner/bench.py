@@ -15,7 +15,7 @@ noise to count bound violations.
 
 Suites, reported separately: the twins, measured boards (``measured:h200``,
 a real card's windows replayed; bounds q25/q50/q75) and generated boards
-(``gen:SEED``, tuner/generated.py), split into the boards the strategy was
+(``gen:SEED``, tuner/devices/virtual/generated.py), split into the boards the strategy was
 tuned on and the boards it is judged on. docs/search.md has the figures.
 """
 
@@ -31,10 +31,11 @@ import numpy as np
 import optuna
 from pydantic import BaseModel, Field
 
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.devices.registry import open_device
+from tuner.devices.virtual.generated import WORKLOADS
 from tuner.errors import UserError
-from tuner.generated import WORKLOADS
+from tuner.measure.settings import WindowSettings
 from tuner.records import recommended_of
 from tuner.run_options import RunOptions
 from tuner.sampling import available_samplers, canonical, make_sampler

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tuner import __version__, atomicfile
 from tuner.devices.base import Device
-from tuner.devices.journal import deployment
+from tuner.devices.hardware_session import deployment
 from tuner.errors import UserError
 from tuner.records import recommended, trial_record
 from tuner.space import Config

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.devices.base import WindowSettings
-from tuner.sampling import DEFAULT_SAMPLER
+from tuner.measure.settings import WindowSettings
 from tuner.storage import DEFAULT_HEARTBEAT_S
+
+DEFAULT_SAMPLER = "auto"  # the learned strategy, or its stock fallback (tuner.sampling)
 
 
 class RunOptions(BaseModel):

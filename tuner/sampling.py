@@ -15,9 +15,6 @@ from tuner.strategies import LearnedSampler, TwoPhaseSampler, has_torch
 
 SAMPLERS = ("auto", "learned", "gp", "tpe", "random", "two-phase")
 ALIASES = {"ours": "learned"}
-DEFAULT_SAMPLER = "auto"
-
-__all__ = ["ALIASES", "DEFAULT_SAMPLER", "SAMPLERS", "available_samplers", "canonical", "has_torch", "make_sampler"]
 
 
 def available_samplers() -> list[str]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.devices.base import WindowSettings
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.space import Config, Knob, SearchSpace
 
 SCENARIOS = ("offline", "server", "singlestream")

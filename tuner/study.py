@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from tuner import interrupts
 from tuner.devices.base import Device
-from tuner.devices.journal import hardware_session, hold
+from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import UserError
 from tuner.objective import MeasurementRejected, Objective
 from tuner.provenance import provenance

@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from tuner import atomicfile, interrupts
-from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hardware_session
+from tuner.devices.base import Device
+from tuner.devices.hardware_session import hardware_session
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace
 

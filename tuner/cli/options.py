@@ -21,6 +21,7 @@ from tuner.cli import common
 from tuner.devices import base
 from tuner.devices.registry import device_help
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
 from tuner.units import check_seconds
 
@@ -106,13 +107,13 @@ def window_settings(
     min_window: float | None = None,
     ci: str = "1%",
     runtime: str = "auto",
-) -> base.WindowSettings:
+) -> WindowSettings:
     """The window options, checked, as the library's WindowSettings (the offline scenario)."""
     common.choice(percentile, PERCENTILES, "--percentile")
     check_seconds(window, "--window", "10", maximum=3600.0)
     if min_window is not None:
         check_seconds(min_window, "--min-window", "2", maximum=3600.0)
-    return base.WindowSettings(
+    return WindowSettings(
         window_s=window,
         min_window_s=None if min_window is None else min(min_window, window),
         ci=common.ci_fraction(ci),
@@ -125,13 +126,13 @@ def window_settings(
 
 
 def scenario_window(
-    settings: base.WindowSettings,
+    settings: WindowSettings,
     scenario: str,
     target_qps: float | None,
     batch_timeout: float,
     percentile: str | None = None,
     server_only: bool = False,
-) -> base.WindowSettings:
+) -> WindowSettings:
     """``settings`` in ``scenario`` with the dynamic batching timeout (set in the server scenario only, or always)."""
     settings = window_for(settings, scenario, target_qps, percentile)
     if batch_timeout < 0:

@@ -10,9 +10,9 @@ import typer
 
 from tuner import interrupts
 from tuner.cli import common, options
-from tuner.devices.base import WindowSettings
 from tuner.devices.registry import device_help
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.models import check_model
 from tuner.report.collect import Plan, make_report, plans_for
 from tuner.report.document import write_report

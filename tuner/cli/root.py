@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _interrupted() -> int:
     """Say what an interruption left behind; the exit code says which signal (130 Ctrl-C, 143 SIGTERM)."""
-    from tuner.devices.journal import restored_devices
+    from tuner.devices.hardware_session import restored_devices
 
     restored = restored_devices()
     note = f"hardware state restored ({', '.join(dict.fromkeys(restored))})" if restored else "no hardware was changed"

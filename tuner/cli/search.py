@@ -12,9 +12,10 @@ import typer
 
 from tuner import atomicfile, interrupts
 from tuner.cli import common, options
-from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hardware_session
+from tuner.devices.base import Device
+from tuner.devices.hardware_session import hardware_session
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
 from tuner.pareto import results_dir
@@ -81,7 +82,7 @@ def bench(
 ) -> None:
     """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
     from tuner.bench import BenchSettings, default_strategies, quick_settings, run_bench
-    from tuner.generated import board_seeds
+    from tuner.devices.virtual.generated import board_seeds
 
     check_count(seeds, "--seeds", 3, maximum=1000)
     check_count(board_runs, "--board-runs", 1, maximum=1000)

@@ -11,7 +11,7 @@ import typer
 from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
-from tuner.devices.journal import hardware_session, hold
+from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.serve.estimate import DEFAULT_SMOOTHING_S

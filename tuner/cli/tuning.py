@@ -12,13 +12,14 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from tuner import interrupts
 from tuner.cli import common, options
-from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hold
+from tuner.devices.base import Device
+from tuner.devices.hardware_session import hold
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
 from tuner.pareto import results_dir, write_results
-from tuner.run_options import RunOptions
-from tuner.sampling import DEFAULT_SAMPLER, SAMPLERS, canonical, make_sampler
+from tuner.run_options import DEFAULT_SAMPLER, RunOptions
+from tuner.sampling import SAMPLERS, canonical, make_sampler
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments

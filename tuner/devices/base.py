@@ -14,8 +14,6 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace
 
-__all__ = ["Device", "VirtualBoard", "WindowSettings"]
-
 
 @runtime_checkable
 class Device(Protocol):

@@ -12,9 +12,10 @@ from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
 from tuner.usercode import user_code
 
-DEVICE_HELP = (
-    "sim:orin, sim:h200, sim:orin-nano, sim:orin-trt (digital twins), cuda:N (NVIDIA datacenter GPU), cpu, "
-    "orin, orin-nano, xavier, tx2 (Jetson boards), py:package.module:Class or a powertune.devices plugin"
+KNOWN_DEVICES = (
+    "sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (digital twins; orin-trt: a TensorRT INT8 runtime profile), "
+    "cuda:N (NVIDIA datacenter GPU), cpu, orin, orin-nano, xavier, tx2 (Jetson boards), "
+    "py:package.module:Class or a powertune.devices plugin (docs/plugins.md)"
 )
 PLUGIN_GROUP = "powertune.devices"
 
@@ -29,11 +30,8 @@ def plugin_entry_points() -> list[tuple[str, str]]:
 def device_help() -> str:
     """The --device help: built-in devices, the py: form, and the plugins installed here."""
     installed = ", ".join(f"{name} ({target})" for name, target in plugin_entry_points())
-    return (
-        "device: sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (twins; orin-trt: a TensorRT INT8 runtime "
-        "profile), cuda:N, cpu, orin, orin-nano, xavier, tx2 (tune devices: which can measure here); "
-        "a plugin as py:package.module:Class (docs/plugins.md)"
-        + (f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed")
+    return f"device: {KNOWN_DEVICES}; tune devices says which can measure here" + (
+        f"; installed plugins: {installed}" if installed else "; no powertune.devices plugins installed"
     )
 
 
@@ -44,7 +42,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.twin import TWIN_KINDS, TwinDevice, twin_names
+        from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
 
         if name[4:] not in TWIN_KINDS:
             twins = [f"sim:{n}" for n in twin_names()]
@@ -54,12 +52,12 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         return TwinDevice(name, space_file=space_file)
     match = re.fullmatch(r"cuda:(\d+)", name)
     if match:
-        from tuner.devices.nvml import NvmlDevice
+        from tuner.devices.nvml.device import NvmlDevice
 
         _no_options(name, False, options)
         return NvmlDevice(int(match.group(1)), allow_clock_changes=allow_clock_changes, space_file=space_file)
     if name == "cpu":
-        from tuner.devices.host import HostDevice
+        from tuner.devices.host.device import HostDevice
 
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return HostDevice()
@@ -72,7 +70,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         try:
             return jetson_device(name, sysfs_root=options.get("sysfs_root"))
         except UserError as exc:
-            from tuner.devices.twin import TWIN_KINDS
+            from tuner.devices.virtual.twin import TWIN_KINDS
 
             if "no Jetson board" not in str(exc) or name not in TWIN_KINDS:
                 raise
@@ -86,13 +84,13 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         with user_code(f"plugin device {entry.name!r} ({entry.value})", "fix or uninstall the plugin"):
             factory = entry.load()
         return _plugin(name, factory)
-    raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {DEVICE_HELP}")
+    raise UserError(f"unknown device {name!r}{_suggest_device(name)}: known devices are {KNOWN_DEVICES}")
 
 
 def _suggest_device(name: str) -> str:
     """A near miss among the device names, or the twin of a board named where none is."""
     from tuner.devices.jetson import DEVICE_KINDS
-    from tuner.devices.twin import twin_names
+    from tuner.devices.virtual.twin import twin_names
 
     names = [f"sim:{n}" for n in twin_names()] + list(DEVICE_KINDS) + ["cpu", "cuda:0"]
     return did_you_mean(name, names) or did_you_mean(f"sim:{name}", [f"sim:{n}" for n in twin_names()])
@@ -219,7 +217,7 @@ def known_devices() -> list[dict[str, Any]]:
     not, why (``why``), so a user learns it before a study starts, not from its
     failed trials.
     """
-    from tuner.devices.twin import TWIN_KINDS, TwinDevice, twin_names
+    from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
 
     found = []
     for short in twin_names():
@@ -265,7 +263,7 @@ def known_devices() -> list[dict[str, Any]]:
 
 def cpu_problem() -> str | None:
     """Why ``--device cpu`` cannot measure here (no RAPL energy counters), or None when it can."""
-    from tuner.measure.meters import RaplMeter
+    from tuner.devices.host.meters import RaplMeter
 
     try:
         RaplMeter()
@@ -308,7 +306,7 @@ _NO_NVML = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 def _jetson_boards() -> list[dict[str, Any]]:
     """Every Jetson board name; the one this machine is (by its device tree) can measure, the others say why not."""
     from tuner.devices.jetson import DEVICE_KINDS, board_title, detect_kind
-    from tuner.devices.twin import TWIN_KINDS
+    from tuner.devices.virtual.twin import TWIN_KINDS
 
     root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
     here = detect_kind(root)

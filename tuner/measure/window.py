@@ -204,36 +204,19 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
 
 
 class _BatchingSUT:
-    """Groups LoadGen samples into batches, runs them on one worker thread, and brackets the window.
+    """Groups LoadGen samples into batches, runs them on worker threads, and brackets the window.
 
     A batch holds the samples waiting when the runner is free (after the
-    batching timeout, if any), up to the maximum batch size, and the runner
-    runs exactly those (``pad`` runs every batch at the maximum instead: the
-    behaviour of a server with one prepared shape, kept to measure against).
-
-    Latency per query: in Offline LoadGen hands over every sample in one call,
-    so counting from that call would measure queueing behind earlier batches,
-    an artefact of the scenario; a query's latency there runs from the moment
-    the worker issues its batch to the runner to the batch's completion. In
-    Server and SingleStream samples arrive over time, so each query's latency
-    runs from its own arrival, including any wait for the runner, as a user
-    would see it.
-
-    The measured window is bracketed by the worker itself: in Offline monitors
-    and meter start just before the first batch runs (in Server and
-    SingleStream just before LoadGen starts, so that no arriving query waits
-    for the meter to start) and stop right after the batch at which ``rule``
-    ends the window (or after the last issued sample). LoadGen's tear-down
-    (writing its logs) stays outside the energy and the queries, and in
-    Offline so does its start-up (building and handing over the samples).
-    Samples still queued when the window ends are completed at once without
-    running the model, so LoadGen can finish; they are counted as skipped and
-    never as measured queries.
-
-    A runner with several engines (:func:`lanes_of`) gets one worker per
-    engine, each taking its own batch size from the one queue as soon as it
-    is free, as MLPerf's Offline harness feeds the GPU and the DLAs; what each
-    engine ran is counted per lane.
+    batching timeout, if any), up to the maximum batch size, and the runner runs
+    exactly those (``pad`` runs every batch at the maximum, to measure against).
+    A query's latency runs from its arrival (Server, SingleStream) or from its
+    batch's issue (Offline, where LoadGen hands over every sample at once) to
+    its batch's completion. Meter and monitors start just before the first batch
+    (Offline) or before LoadGen starts (Server, SingleStream) and stop right
+    after the batch that ends the window; samples still queued then are
+    completed without running and counted as skipped. A runner with several
+    engines (:func:`lanes_of`) gets one worker per engine, all taking from one
+    queue, as MLPerf's Offline harness feeds the GPU and the DLAs.
     """
 
     def __init__(

@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 
 import optuna
 
-from tuner.devices.base import Device, WindowSettings
-from tuner.devices.journal import hardware_session, hold
+from tuner.devices.base import Device
+from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import UserError, did_you_mean
 from tuner.measure.poller import Poller
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.objective import METRIC_KEYS, ORIGIN_KEYS
 from tuner.provenance import provenance

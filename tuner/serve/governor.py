@@ -1,38 +1,13 @@
 """The run-time governor: follows the observed arrival rate through a policy's bands.
 
-Switching rules (why each):
-
-- The rate the rules see is an estimate (tuner/serve/estimate.py): an
-  exponentially weighted mean of the readings over ``smoothing_s`` (10 s),
-  which a reading too high for Poisson noise replaces at once. One-second
-  readings are noisy, and every upward blip would otherwise switch up at once
-  and hold the faster band for the dwell time.
-- The band is chosen for the observed rate raised by ``headroom`` (10% by
-  default): the rate is measured over the last interval and the next one may
-  be higher, and a band too slow for its load breaks the latency promise.
-- Up (a faster band): at once, whatever the dwell time; being under-provisioned
-  costs queries over the bound.
-- Down (a cheaper band): only when the rate (with headroom) is below the
-  current band's lower edge by ``hysteresis`` (10%) and the current band has
-  been held ``min_dwell_s`` (30 s), so a rate hovering at an edge or a short
-  lull does not flap the device between modes.
-- Down, also: only when the switch pays for itself (with ``switch_s``, what
-  a switch between two bands keeps the device from serving, and bands that
-  carry the plan's measurements at every planned rate). At the observed rate
-  the cheaper band must save at least ``min_saving`` of the current band's
-  energy per query, and that saving over the dwell time must exceed the
-  energy of the switch and of the likely switch back (twice its seconds at
-  the current band's average power). A switch costs a pause in serving: the
-  queries behind it wait, so a switch for a saving inside the plan's noise
-  is all cost. Bands without measurements switch as before.
-- A rate that cannot be read, or one above every band, selects the
-  highest-throughput band, and the reason is logged.
-
-Every switch is logged (time, rate, from, to, reason). The governor holds no
-hardware: it calls ``apply`` with the new band, or in observe-only mode
-(``apply`` is None) only logs what it would do. ``run_governor`` is the loop
-``tune govern`` runs under ``hardware_session``, which journals the device
-before the first switch and restores it however the loop ends.
+It switches up at once (a band too slow breaks the latency promise) and down
+only with hysteresis, after a minimum dwell, and when the saving pays for the
+switch and the likely switch back; the rate it reads is a smoothed estimate
+(tuner/serve/estimate.py) raised by a headroom. An unreadable rate, or one
+above every band, selects the fastest band. Every switch is logged. It holds
+no hardware: it calls ``apply`` with the new band (or only logs, observe-only);
+``run_governor`` is the loop ``tune govern`` runs under a hardware session.
+The rules, and why each, are in docs/serving.md.
 """
 
 from __future__ import annotations

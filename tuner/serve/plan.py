@@ -21,8 +21,9 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.devices.base import Device, WindowSettings
+from tuner.devices.base import Device
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.records import is_feasible, recommended, tail_latency_ms, trial_record
 from tuner.run_options import RunOptions
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuner import __version__, atomicfile
 from tuner.errors import UserError
-from tuner.scenario import TIMEOUT_KNOB
 from tuner.space import Config
 from tuner.yamlfile import load_yaml_model
 
@@ -163,7 +162,3 @@ def check_policy(policy: Policy, device_kind: str, model: str | None = None) -> 
         )
     if model is not None and model != policy.model:
         raise UserError(f"this policy is for model {policy.model}, not {model}: plan one for {model} with tune plan")
-
-
-def serving_options(band: Band) -> dict[str, float]:
-    return {TIMEOUT_KNOB: band.batch_timeout_ms}

@@ -1,46 +1,14 @@
 """``tune replay``: an arrival-rate trace through the ways of serving it, on a twin.
 
-(a) ``default``: the device's default configuration as a user who deploys it
-without locking clocks gets it (MAXN by ``nvpmodel -m 0`` on a Jetson, the
-card's default clocks on a GPU), with the batching of (b): it runs batches at
-the default (highest) clocks, and between batches its frequency governors let
-the clocks fall to the floor of the lowest GPU, memory and CPU clocks the
-space offers (with the mode's cores and TPCs). On a Jetson the governors
-follow the load ``reaction_s`` late (``DEFAULT_REACTION_S``, 25 ms: the GPU's
-devfreq samples its load every 25 ms, ``polling_ms = 25`` in nvgpu's
-os/linux/scale.c, and schedutil's rate limit for the Tegra cpufreq driver is
-10 ms on L4T 35's 5.10 kernel): after a batch the clocks stay up for that
-long, idling at the mode's clocks, and a batch that starts after they fell
-runs that long at the floor clocks (one delay both ways is a simplification).
-``reaction_s`` 0 drops the clocks in every gap at once and raises them at
-once: the most favourable reading of devfreq and cpufreq for the baseline.
-A GPU card's own clock management is taken to react at once (not modelled).
-``default_locked`` is the same mode with clocks locked at their maximum
-(``jetson_clocks``, or application clocks on a GPU), idling at those clocks;
-(b) ``static``: the policy's band for the trace's peak rate, held all day
-(what a one-off tuning for the peak would deploy; the tuner locks its clocks);
-(c) ``governor``: the policy's bands, switched by
-:class:`~tuner.serve.governor.Governor` with its real rules.
-
-Each trace row holds a rate until the next row. The governor reads the rate
-every ``interval_s`` as the count of the last interval (a Poisson draw, so it
-is noisy), and a switch takes effect from the next interval. Every stretch of
-one configuration at one rate is served by the twin's queueing model
-(tuner/devices/queueing.py) with Poisson arrivals: each configuration and rate
-(within 1%) is simulated once for ``sim_cap_s`` and its energy and queries
-over the bound are scaled to the stretch's length (the steady state).
-
-Around every switch the steady state does not hold, so the time from
-``PRE_SWITCH_S`` before it to ``POST_SWITCH_S`` (plus twenty times the switch's
-own time) after it is simulated as one run of arrivals instead (windows that
-overlap are joined): the old configuration serves up to the switch, then no
-batch starts for the switch's time (tuner/serve/switching.py: CPU hotplug,
-nvpmodel, clock writes), while the board draws the switch's power, then the
-new configuration serves the queue the old one left, the queries that arrived
-during the switch and the new arrivals. The queue carried from one stretch
-to the next and the time and energy of the switch are thus both counted.
-Not modelled: the queue carried across a change of rate within one
-configuration (all strategies alike are served in the steady state there).
+The ways: ``default`` (the device's default mode with its frequency governors
+following the load ``reaction_s`` late; ``default_locked`` with clocks at their
+maximum), ``static`` (the policy's band for the trace's peak rate, held all
+day) and ``governor`` (the policy's bands switched by
+:class:`~tuner.serve.governor.Governor`). Steady stretches are served by the
+twin's queueing model and scaled to their length; the time around every
+switch is simulated as one run of arrivals, so the queue a switch leaves and
+the switch's own time and energy are both counted. The rules and their
+sources are in docs/serving.md.
 """
 
 from __future__ import annotations
@@ -54,14 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
-from tuner.devices.queueing import (
+from tuner.devices.virtual.queueing import (
     QueueOutcome,
     Reaction,
     ServingProfile,
     poisson_arrivals,
     simulate,
 )
-from tuner.devices.twin import TwinDevice
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S

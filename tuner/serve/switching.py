@@ -1,42 +1,12 @@
 """What one configuration switch costs a serving device: how long queries wait, and what the board draws.
 
-The governor switches bands by applying a configuration the way ``tune apply``
-does (tuner/devices/jetson/device.py on a Jetson, NVML calls on a GPU card).
-The steps, and the time each is taken to cost here:
-
-- ``nvpmodel -m`` (a Jetson mode change): ``mode_s`` = 1 s. An assumption: no
-  published latency was found. nvpmodel is a user-space program that rewrites
-  some forty sysfs files (cores online, CPU/GPU/EMC caps, the TPC power-gating
-  mask, with the GPU's runtime power control forced on around the mask; see the
-  nvpmodel conf that NVIDIA's MLPerf v3.0 Orin code writes,
-  closed/*/code/common/nvpmodel_orin.py in mlcommons/inference_results_v3.0),
-  and the tuner then polls ``nvpmodel -q`` every 0.1 s until the mode reads
-  back. benchmarks/results/governor.md reports the replay with this figure
-  scaled by 0.25 and by 4.
-- A CPU core put online or offline: ``core_s`` = 20 ms per core. Linux CPU
-  hotplug "takes tens of milliseconds to reconfigure the OS" and stops the
-  whole machine for a few milliseconds (Panneerselvam and Swift, "Bolt: Faster
-  Reconfiguration in Operating Systems", USENIX ATC 2015).
-- New CPU clock limits: ``cpufreq_s`` = 3 ms for the three clusters; the
-  Tegra186/194 cpufreq drivers declare a 300 us transition latency
-  (drivers/cpufreq/tegra186-cpufreq.c, ``cpuinfo.transition_latency``), plus a
-  sysfs write and a BPMP request per cluster.
-- New GPU clock limits (devfreq min/max): ``devfreq_s`` = 2 ms; the EMC rate
-  (a BPMP request and a DRAM frequency change): ``emc_s`` = 5 ms. Assumptions
-  of the same order as the CPU's.
-- On a GPU card, each NVML setting that changes (locked SM or memory clocks,
-  the power limit): ``nvml_s`` = 10 ms, an assumption.
-- A runner knob (precision, CUDA graphs, memory layout): ``runner_s`` = 50 ms
-  to switch the serving process to another runner, assuming every band's runner
-  was loaded and warmed when serving started (building one costs seconds).
-- Batch size and batching timeout only: nothing (the serving process reads
-  them with the band).
-
-While a switch runs no batch starts (a batch already running completes), so
-the queries that arrive wait for it, and the board draws the higher of the two
-configurations' idle power plus ``work_w`` for the CPU doing the switch (1 W on
-a Jetson, an assumption; nothing on a card, whose meter does not see the host).
-``scale`` multiplies every time, for the sensitivity check.
+A switch is costed step by step as ``tune apply`` performs it: an nvpmodel
+mode change (``mode_s``), CPU cores put on or offline (``core_s`` each), new
+CPU, GPU and EMC clock limits, NVML settings on a card, and a change of
+runner. While it runs no batch starts, and the board draws the higher idle
+power of the two configurations plus ``work_w``. ``scale`` multiplies every
+time, for the sensitivity check. Each figure's source or assumption is in
+docs/serving.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tuner.devices.base import WindowSettings
 from tuner.devices.jetson import sysfs
 from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover
 from tuner.devices.jetson.meters import JtopMeter, RailMeter
@@ -37,6 +36,7 @@ from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 
@@ -148,10 +148,10 @@ class JetsonDevice:
         self.thermal_limit_c = thermal_limit_c
         self.mode_timeout_s = mode_timeout_s
         self._writable = writable
-        self._runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
+        self.runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
         self._runtime = "auto"
         self._runner_factory = runner_factory or (
-            lambda model, config: self._runners.get(model, config, self.space(), self._runtime)
+            lambda model, config: self.runners.get(model, config, self.space(), self._runtime)
         )
         self._measure_fn = measure_fn
         self._base_space = load_space(kind, "tensorrt")

@@ -1,0 +1,178 @@
+"""A device held for a run, an apply or a restore: locked, journaled first, put back however it ends.
+
+Ctrl-C and SIGTERM are recorded for the whole hold (tuner.interrupts) and
+raised at the next safe point or after the restore, so success, errors and
+both signals all leave through the same restore.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tuner import interrupts
+from tuner.devices.base import Device
+from tuner.devices.journal import (
+    clear_journal,
+    fix_hint,
+    journal_dir,
+    journal_path,
+    lock_path,
+    read_journal,
+    write_journal,
+)
+from tuner.devices.lock import device_lock
+from tuner.errors import UserError
+
+_restored: list[str] = []  # devices a hardware session of this process put back
+
+
+class RestoreFailed(UserError):
+    """The hardware could not be put back; the journal is kept for ``tune restore``."""
+
+    exit_code = 1
+
+
+@contextmanager
+def hold(device: Device) -> Iterator[None]:
+    """One tuner per device: the lock beside its journal (twins hold nothing and take no lock).
+
+    A journal that cannot be read stops the command here, before anything is written.
+    """
+    if device.simulated:
+        yield
+        return
+    journal_dir()
+    with device_lock(lock_path(device.name), device.name):
+        read_journal(device.name)
+        yield
+
+
+_BUILTIN = re.compile(r"cuda:\d{1,3}|cpu")
+
+
+def builtin_device_name(name: str) -> bool:
+    """A device name that opens a built-in backend (a Jetson board, an NVIDIA GPU), never a plugin."""
+    from tuner.devices.jetson import DEVICE_KINDS
+
+    return name in DEVICE_KINDS or _BUILTIN.fullmatch(name) is not None
+
+
+def restore_pending(device: Device) -> bool:
+    """Restore a device from a journal left by a crashed run or ``tune apply``; True if there was one.
+
+    The journal must be this device's (same name and kind): a journal is
+    only ever restored to the board it was written for. A state the device
+    cannot take (a key or value it does not know) is a one-line error naming
+    the journal; the journal is kept.
+    """
+    path = journal_path(device.name)
+    entry = read_journal(device.name)
+    if entry is None:
+        return False
+    if entry.device != device.name or entry.kind != device.kind:
+        raise UserError(
+            f"journal {path} is for {entry.device} ({entry.kind}), not {device.name} ({device.kind}); {fix_hint(path)}"
+        )
+    try:
+        with interrupts.restoring():
+            device.restore(entry.state)
+    except UserError as exc:
+        exc.args = (f"journal {path}: {exc}",)  # same class and exit code: a part-way restore is 1
+        raise
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise UserError(f"journal {path} holds a state {device.name} cannot take ({exc!r}); {fix_hint(path)}") from None
+    clear_journal(device.name)
+    return True
+
+
+def restore_device(device: Device) -> bool:
+    """``tune restore``: put a device back from its journal, locked against a tuner using it; True if it was."""
+    with interrupts.held(), hold(device):
+        restored = restore_pending(device)
+    if restored:
+        _restored.append(device.name)
+    return restored
+
+
+@contextmanager
+def deployment(device: Device) -> Iterator[None]:
+    """Hold a device while a mode is applied to stay (``tune apply``): locked, journaled first, undone if cut short.
+
+    The journal keeps the state from before the first apply, for ``tune
+    restore``. If the apply fails or is interrupted, the board is put back
+    as it was just before it (and a journal written only for it is removed),
+    so a half-applied mode is never left behind.
+    """
+    with interrupts.held(), hold(device):
+        interrupts.check()
+        fresh = read_journal(device.name) is None
+        before = device.read_state()
+        write_journal(device, before)
+        try:
+            interrupts.check()
+            yield
+            interrupts.check()
+        except BaseException:
+            with interrupts.restoring():
+                device.restore(before)
+            if fresh:
+                clear_journal(device.name)
+            _restored.append(device.name)
+            raise
+
+
+def restored_devices() -> list[str]:
+    """Devices that a hardware session of this process journaled and put back (for the exit message)."""
+    return list(_restored)
+
+
+def _preload_runtime() -> None:
+    """Import torch before the first write, not in the middle of the first trial.
+
+    Its import takes seconds and triggers garbage collection; done here, a
+    signal during it finds nothing changed yet.
+    """
+    if importlib.util.find_spec("torch") is not None:
+        importlib.import_module("torch")
+
+
+@contextmanager
+def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
+    """Hold a device for a run: lock it, journal its state first, restore it however the run ends.
+
+    A journal left by a crashed earlier run is restored first, so the state
+    read here is the board's true original. Ctrl-C and SIGTERM are recorded
+    for the whole session (see tuner.interrupts) and raised at the next safe
+    point or when the session ends, after the restore; success, errors and
+    both signals all leave through the same restore. Twins hold no hardware:
+    nothing is locked or journaled for them, but signals are handled alike.
+    """
+    with interrupts.held(), hold(device):
+        interrupts.check()
+        if device.simulated:
+            yield {}
+            return
+        _preload_runtime()
+        interrupts.check()
+        restore_pending(device)
+        state = device.read_state()
+        path = write_journal(device, state)
+        try:
+            interrupts.check()
+            yield state
+        finally:
+            try:
+                with interrupts.restoring():
+                    device.restore(state)
+            except Exception as exc:
+                raise RestoreFailed(
+                    f"restoring {device.name} failed ({exc}); its original state is kept in {path}: "
+                    f"fix the cause, then run tune restore --device {device.name}"
+                ) from exc
+            clear_journal(device.name)
+            _restored.append(device.name)

@@ -1,0 +1,1 @@
+"""The host CPU as a device, and its RAPL meter."""

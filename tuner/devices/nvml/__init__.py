@@ -1,0 +1,1 @@
+"""NVIDIA datacenter GPUs through NVML: the device and its energy meter."""

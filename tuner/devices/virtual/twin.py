@@ -1,0 +1,578 @@
+"""Digital twins (``sim:orin``, ``sim:h200``, ...): a physical model of a device running a model.
+
+Time per batch is summed per layer: each layer's op class has an achieved
+fraction of its unit's peak and of peak bandwidth and a kernel floor in GPU
+cycles (microbenchmarks on a real GPU), plus the host's launch cost where
+eager launch is not hidden (CUDA graphs replace it by one replay cost).
+Power is built per rail (the Jetson INA3221 rails; ``wall`` adds carrier and
+supply loss), and a power limit lowers the clock until the board fits.
+Evaluation is vectorized over configurations so ``tune sweep`` scores a whole
+space. Parameters and sources: twin_params/<kind>.json; the model: docs/twin-model.md
+and docs/twin.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from runners.profile import ModelProfile, load_profile
+from tuner.devices.base import VirtualBoard
+from tuner.devices.jetson.dla import for_runtime
+from tuner.devices.virtual.queueing import ServingProfile, executed_sizes, server_measurement
+from tuner.devices.virtual.twin_dla import dla_lanes, load_dla_params
+from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
+from tuner.measurement import Measurement
+from tuner.space import Config, SearchSpace, load_space, load_space_file
+
+SWEEP_CHUNK = 4096
+PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}
+TENSOR_CLASSES = ("conv_dense", "conv_pointwise", "gemm", "attention")
+NORM_OPS = ("batchnorm", "layernorm", "softmax")
+
+
+class VfCurve(BaseModel):
+    """Voltage against frequency: v_min up to f_knee_mhz, then linear to v_max at f_max_mhz."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    v_min: float
+    v_max: float
+    f_knee_mhz: float
+    f_max_mhz: float
+
+    def volts(self, f_mhz: np.ndarray) -> np.ndarray:
+        span = max(self.f_max_mhz - self.f_knee_mhz, 1e-9)
+        frac = np.clip((f_mhz - self.f_knee_mhz) / span, 0.0, None)
+        return self.v_min + (self.v_max - self.v_min) * frac
+
+
+class OpClass(BaseModel):
+    """What one kernel family achieves: fractions of peak compute (per precision) and bandwidth, and a floor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    compute_eff: dict[str, float]
+    bw_eff: float
+    kernel_min_cycles: float
+
+
+class Runtime(BaseModel):
+    """How a framework runs the graph: precision, fused layers, launch cost relative to eager PyTorch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str
+    precision: str | None = None
+    fused_ops: list[str] = Field(default_factory=list)
+    launch_scale: float = 1.0
+    kernel_floor_scale: float = 1.0
+    module_overhead: bool = True
+
+
+class Wall(BaseModel):
+    """Wall power = (rails + carrier) / PSU efficiency: what an AC meter (MLPerf Power) reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    carrier_w: float
+    psu_efficiency: float
+
+
+class TwinParams(BaseModel):
+    """Every constant of one twin; ``sources`` says where each came from (datasheet, microbenchmark, fit, guess)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 2
+    kind: str
+    title: str
+    knob_map: dict[str, str]
+    fixed: dict[str, float | str] = Field(default_factory=dict)
+    tpcs_max: int
+    peak_per_cycle_per_tpc: dict[str, float]
+    bytes_per_mem_mhz: float
+    op_classes: dict[str, OpClass]
+    launch_us: dict[str, float]
+    module_overhead_us: float
+    nchw_conv_eff: float = 1.0
+    host_factor: float
+    host_ref_mhz: float
+    host_cycles_per_sample: float = 0.0
+    host_parallel_fraction: float = 0.8
+    graph_replay_us: float = 0.0
+    runtimes: dict[str, Runtime]
+    gpu_vf: VfCurve
+    gpu_leak_w_per_v_tpc: float
+    gpu_clock_w_per_v2_ghz: float
+    gpu_dyn_w_per_v2_ghz: float
+    gpu_compute_activity: float
+    soc_static_w: float
+    mem_bg_w: float
+    mem_pj_per_byte: float
+    sys_static_w: float = 0.0
+    sys_emc_w: float = 0.0
+    cpu_vf: VfCurve | None = None
+    cpu_leak_w_per_core_v: float = 0.0
+    cpu_dyn_w_per_v2_ghz: float = 0.0
+    cpu_metered: bool = True
+    wall: Wall | None = None
+    rails: list[str]
+    p50_jitter_ms: float
+    p99_jitter_ms: float
+    p99_tail_fraction: float
+    noise_time: float = 0.015
+    noise_power: float = 0.01
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+@dataclass
+class Operating:
+    """Arrays (one entry per configuration) the physics needs, decoded from knobs."""
+
+    gpu_mhz: np.ndarray
+    mem_mhz: np.ndarray
+    tpcs: np.ndarray
+    cpu_mhz: np.ndarray
+    cores: np.ndarray
+    batch: np.ndarray
+    precision: np.ndarray
+    power_limit_w: np.ndarray
+    channels_last: np.ndarray
+    graphed: np.ndarray
+
+
+@dataclass
+class TwinResult:
+    """Noise-free outcome per configuration (arrays); ``rails_w`` per rail, ``wall_w`` where modelled."""
+
+    time_s: np.ndarray
+    power_w: np.ndarray
+    gpu_mhz: np.ndarray
+    throttled: np.ndarray
+    rails_w: dict[str, np.ndarray]
+    wall_w: np.ndarray | None
+
+
+# name -> (parameter file, runtime profile)
+TWIN_KINDS = {
+    "orin": ("orin-agx", "pytorch"),
+    "orin-agx": ("orin-agx", "pytorch"),
+    "orin-trt": ("orin-agx", "tensorrt-int8"),
+    "h200": ("h200", "pytorch"),
+    "orin-nano": ("orin-nano", "pytorch"),
+}
+
+
+def load_params(kind: str) -> TwinParams:
+    resource = resources.files("tuner.devices.virtual") / "twin_params" / f"{kind}.json"
+    if not resource.is_file():
+        raise UserError(f"no twin for {kind!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
+    return TwinParams.model_validate(json.loads(resource.read_text()))
+
+
+def twin_names() -> list[str]:
+    return sorted(k for k in TWIN_KINDS if k != "orin-agx")
+
+
+def _unit(op_class: str, precision: str) -> str:
+    """The math unit a layer runs on: tensor cores for conv/GEMM/attention (eager PyTorch leaves TF32
+    off for matmuls, on for cuDNN convolutions), CUDA cores for depthwise and elementwise work."""
+    if op_class not in TENSOR_CLASSES:
+        return "vector"
+    if precision == "int8":
+        return "tensor_int8"
+    if precision in ("fp16", "bf16"):
+        return "tensor_fp16"
+    return "tensor_tf32" if op_class.startswith("conv") else "vector"
+
+
+class TwinModel:
+    """The vectorized physics of one device kind running one model under one runtime."""
+
+    def __init__(self, params: TwinParams, space: SearchSpace, runtime: str = "pytorch") -> None:
+        self.params = params
+        self.space = space
+        self.runtime = runtime
+
+    def operating(self, configs: list[Config]) -> Operating:
+        """Decode knobs into physical quantities, applying mode caps and fixed values."""
+        p = self.params
+        n = len(configs)
+        forced = p.runtimes[self.runtime].precision
+
+        def column(role: str, default: float | str) -> list[Any]:
+            knob = p.knob_map.get(role)
+            out = []
+            for config in configs:
+                if knob is not None and knob in config.knobs:
+                    out.append(config.knobs[knob])
+                else:
+                    out.append(p.fixed.get(role, default))
+            return out
+
+        modes = [self.space.mode_of(c) for c in configs]
+        configs = [self.space.effective(c) for c in configs]
+        tpcs = np.array(
+            [m.properties.get("tpcs", p.tpcs_max) if m is not None else p.tpcs_max for m in modes], dtype=float
+        )
+        precision = column("precision", "fp32") if forced is None else [forced] * n
+        return Operating(
+            gpu_mhz=np.array(column("gpu_mhz", 0.0), dtype=float),
+            mem_mhz=np.array(column("mem_mhz", 0.0), dtype=float),
+            tpcs=tpcs,
+            cpu_mhz=np.array(column("cpu_mhz", 0.0), dtype=float),
+            cores=np.array(column("cpu_cores", 1), dtype=float),
+            batch=np.array([c.batch_size for c in configs], dtype=float),
+            precision=np.array(precision, dtype=object),
+            power_limit_w=np.array(column("power_limit_w", np.inf), dtype=float) if n else np.zeros(0),
+            channels_last=np.array([str(v).lower() in ("true", "1") for v in column("channels_last", True)], bool),
+            graphed=np.array([str(v) == "cudagraphs" for v in column("graph", "eager")], bool),
+        )
+
+    def layers(self, profile: ModelProfile) -> list:
+        """The layers the runtime executes: fused ones (folded into the kernel before them) drop out."""
+        fused = set(self.params.runtimes[self.runtime].fused_ops)
+        return [layer for layer in profile.layers if layer.op not in fused]
+
+    def class_of(self, layer) -> str:
+        return "normalisation" if layer.op in NORM_OPS else layer.op_class
+
+    def layer_times(self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray) -> dict[str, np.ndarray]:
+        """Per configuration x layer: GPU time, compute-unit time, launch time and bytes moved (zero for a layer
+        that does not run at the configuration's batch size, as a layout copy that is a view at batch 1)."""
+        p = self.params
+        runtime = p.runtimes[self.runtime]
+        layers = self.layers(profile)
+        classes = [self.class_of(layer) for layer in layers]
+        runs = op.batch[:, None] >= np.array([layer.min_batch for layer in layers])[None, :]
+        flops = np.array([layer.flops for layer in layers])
+        wbytes = np.array([layer.weight_bytes for layer in layers])
+        abytes = np.array([layer.act_bytes for layer in layers])
+        hz = gpu_mhz * 1e6
+        precisions = [str(x) for x in op.precision]
+        peak = np.array(
+            [
+                [p.peak_per_cycle_per_tpc[_unit(c, x)] * p.op_classes[c].compute_eff[x] for c in classes]
+                for x in precisions
+            ]
+        ).reshape(len(precisions), len(classes))
+        bw_eff = np.array([p.op_classes[c].bw_eff for c in classes])
+        kmin = np.array([p.op_classes[c].kernel_min_cycles for c in classes]) * runtime.kernel_floor_scale
+        scale = np.array([PRECISION_BYTES[x] / 4.0 for x in precisions])
+
+        conv = np.array([c.startswith("conv") for c in classes])
+        layout = np.where(op.channels_last, 1.0, p.nchw_conv_eff)
+        peak = np.where(conv[None, :], peak * layout[:, None], peak)
+        b = op.batch[:, None]
+        rate = peak * (op.tpcs * hz)[:, None]
+        t_compute = np.where(flops[None, :] > 0, flops[None, :] * b / rate, 0.0)
+        moved = (wbytes[None, :] + abytes[None, :] * b) * scale[:, None]
+        bandwidth = p.bytes_per_mem_mhz * op.mem_mhz
+        t_memory = moved / (bandwidth[:, None] * bw_eff[None, :])
+        t_gpu = np.where(runs, np.maximum(t_compute, t_memory) + kmin[None, :] / hz[:, None], 0.0)
+
+        launch = np.array([p.launch_us.get(layer.op, p.launch_us["default"]) for layer in layers])
+        launch = launch * runtime.launch_scale + (p.module_overhead_us if runtime.module_overhead else 0.0)
+        host_scale = p.host_factor * p.host_ref_mhz / op.cpu_mhz
+        t_launch = np.where(runs & ~op.graphed[:, None], launch[None, :] * 1e-6 * host_scale[:, None], 0.0)
+        tensor = np.array([c in TENSOR_CLASSES for c in classes])
+        return {
+            "gpu": t_gpu,
+            "compute": np.where(tensor[None, :] & runs, t_compute, 0.0),
+            "launch": t_launch,
+            "moved": np.where(runs, moved, 0.0),
+        }
+
+    def _time_and_power(
+        self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        p = self.params
+        lt = self.layer_times(profile, op, gpu_mhz)
+        t_gpu, t_launch = lt["gpu"], lt["launch"]
+        cpu_hz = op.cpu_mhz * 1e6
+        workers = 1.0 + (op.cores - 1.0) * p.host_parallel_fraction
+        t_host = op.batch * p.host_cycles_per_sample / cpu_hz / workers
+        t_replay = np.where(op.graphed, p.graph_replay_us * 1e-6, 0.0)
+        time_s = np.maximum(t_gpu, t_launch).sum(axis=1) + t_host + t_replay
+
+        u_gpu = t_gpu.sum(axis=1) / time_s
+        u_compute = lt["compute"].sum(axis=1) / time_s
+        bytes_per_s = lt["moved"].sum(axis=1) / time_s
+        u_cpu = (t_launch.sum(axis=1) + t_host * workers) / time_s
+        return time_s, self.rails(op, gpu_mhz, u_gpu, u_compute, bytes_per_s, u_cpu)
+
+    def rails(
+        self,
+        op: Operating,
+        gpu_mhz: np.ndarray,
+        u_gpu: np.ndarray,
+        u_compute: np.ndarray,
+        bytes_per_s: np.ndarray,
+        u_cpu: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Average power per rail for the given utilisations (zero utilisation: the idle floor)."""
+        p = self.params
+        ghz = gpu_mhz / 1000.0
+        volts = p.gpu_vf.volts(gpu_mhz)
+        tpc_frac = op.tpcs / p.tpcs_max
+        activity = (1 - p.gpu_compute_activity) * u_gpu + p.gpu_compute_activity * u_compute
+        gpu = (
+            p.soc_static_w
+            + p.gpu_leak_w_per_v_tpc * volts * op.tpcs
+            + (p.gpu_clock_w_per_v2_ghz + p.gpu_dyn_w_per_v2_ghz * activity) * volts**2 * ghz * tpc_frac
+        )
+        mem_max = max(float(v) for v in self._mem_values())
+        emc = op.mem_mhz / mem_max
+        mem = p.mem_bg_w * emc + p.mem_pj_per_byte * 1e-12 * bytes_per_s
+        out: dict[str, np.ndarray] = {}
+
+        def add(rail: str, watts: np.ndarray) -> None:
+            out[rail] = out.get(rail, 0.0) + watts
+
+        add(p.rails[0], gpu)
+        if p.cpu_vf is not None and p.cpu_metered:
+            cv = p.cpu_vf.volts(op.cpu_mhz)
+            busy = np.minimum(u_cpu, op.cores)
+            cpu = p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * busy
+            add(p.rails[1], cpu)
+        add(p.rails[2] if len(p.rails) > 3 else p.rails[0], p.sys_static_w + p.sys_emc_w * emc)
+        add(p.rails[-1], mem)
+        return out
+
+    def wall(self, rails_sum: np.ndarray) -> np.ndarray | None:
+        w = self.params.wall
+        return None if w is None else (rails_sum + w.carrier_w) / w.psu_efficiency
+
+    def _mem_values(self) -> list[float]:
+        knob = self.params.knob_map.get("mem_mhz")
+        if knob and knob in self.space.knobs:
+            return [float(v) for v in self.space.knobs[knob].values]
+        return [float(self.params.fixed.get("mem_mhz", 1.0))]
+
+    def idle(self, configs: list[Config], gpu_mhz: float | None = None) -> TwinResult:
+        """The idle floor under configurations (nothing running); the GPU at ``gpu_mhz`` if given (devfreq
+        settles at its lowest clock when caps leave the minimum free, as MLPerf's v3.0 settings do)."""
+        op = self.operating(configs)
+        gpu = op.gpu_mhz if gpu_mhz is None else np.full_like(op.gpu_mhz, gpu_mhz)
+        zero = np.zeros_like(gpu)
+        rails = self.rails(op, gpu, zero, zero, zero, zero)
+        total = sum(rails.values())
+        return TwinResult(zero, total, gpu, zero.astype(bool), rails, self.wall(total))
+
+    def serving(self, profile: ModelProfile, config: Config) -> ServingProfile:
+        """Time and power of a batch of every size up to the configuration's (maximum) batch size, as it runs.
+
+        What the Server queue (tuner.devices.virtual.queueing) serves from: each
+        arrived batch runs at its executed size (the graph ladder's, or its own).
+        """
+        sizes = executed_sizes(config)
+        configs = [Config(knobs=dict(config.knobs), batch_size=b) for b in sizes]
+        result = self.evaluate(profile, configs)
+        p = self.params
+        return ServingProfile(
+            service_s=np.concatenate([[np.inf], result.time_s]),
+            busy_w=np.concatenate([[0.0], result.power_w]),
+            idle_w=float(self.idle(configs[:1], float(result.gpu_mhz[0])).power_w[0]),
+            jitter_s=p.p50_jitter_ms / 1000.0,
+            noise=p.noise_time,
+        )
+
+    def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
+        """Noise-free time per batch and average power for each configuration.
+
+        Where the power limit is exceeded, the GPU clock is bisected down to
+        the highest clock that fits, as the power-capping firmware settles.
+        """
+        op = self.operating(configs)
+        gpu = op.gpu_mhz.copy()
+        time_s, rails = self._time_and_power(profile, op, gpu)
+        power = sum(rails.values())
+        over = power > op.power_limit_w
+        if over.any():
+            low = np.full_like(gpu, self._lowest_gpu_mhz())
+            high = gpu.copy()
+            for _ in range(24):
+                mid = np.where(over, (low + high) / 2, gpu)
+                _, r_mid = self._time_and_power(profile, op, mid)
+                fits = sum(r_mid.values()) <= op.power_limit_w
+                low = np.where(over & fits, mid, low)
+                high = np.where(over & ~fits, mid, high)
+            gpu = np.where(over, low, gpu)
+            time_s, rails = self._time_and_power(profile, op, gpu)
+            power = sum(rails.values())
+        return TwinResult(time_s, power, gpu, over, rails, self.wall(power))
+
+    def _lowest_gpu_mhz(self) -> float:
+        knob = self.params.knob_map["gpu_mhz"]
+        return min(float(v) for v in self.space.knobs[knob].values)
+
+    def measurement(
+        self, result: TwinResult, index: int, batch: int, rng: np.random.Generator | None, window_s: float
+    ) -> Measurement:
+        """One configuration's result as a Measurement (power as the rails read it), with seeded noise."""
+        p = self.params
+        t = float(result.time_s[index])
+        w = float(result.power_w[index])
+        jitter50, jitter99 = p.p50_jitter_ms / 1000, p.p99_jitter_ms / 1000
+        noise_w = 1.0
+        if rng is not None:
+            t *= float(rng.lognormal(0.0, p.noise_time))
+            noise_w = float(rng.lognormal(0.0, p.noise_power))
+            jitter99 *= float(rng.lognormal(0.0, 0.1))
+        w *= noise_w
+        batches = max(1, int(window_s / t))
+        queries = batches * batch
+        duration = batches * t
+        energy = w * duration
+        p99 = t * (1 + p.p99_tail_fraction) + jitter99
+        p90 = t * (1 + p.p99_tail_fraction / 2) + (jitter50 + jitter99) / 2
+        extra: dict[str, float | str] = {"gpu_mhz_effective": round(float(result.gpu_mhz[index]), 1)}
+        for rail, watts in result.rails_w.items():
+            extra[f"rail_w:{rail}"] = round(float(np.broadcast_to(watts, result.time_s.shape)[index]) * noise_w, 3)
+        if result.wall_w is not None:
+            wall = float(result.wall_w[index]) * noise_w
+            extra["wall_w"] = round(wall, 3)
+            extra["wall_j_per_query"] = wall * duration / queries
+        return Measurement(
+            j_per_query=energy / queries,
+            p50_ms=(t + jitter50) * 1000,
+            p90_ms=p90 * 1000,
+            p99_ms=p99 * 1000,
+            qps=queries / duration,
+            avg_w=w,
+            energy_j=energy,
+            queries=queries,
+            duration_s=duration,
+            meter="twin",
+            rails=[f"twin:{r}" for r in p.rails],
+            twin=True,
+            throttled=bool(result.throttled[index]),
+            extra=extra,
+        )
+
+
+class TwinDevice(VirtualBoard):
+    """A simulated device: the Device protocol over :class:`TwinModel`; touches no hardware.
+
+    ``params`` replaces the kind's committed parameters (the calibration scripts try candidates).
+    """
+
+    def __init__(self, name: str, space_file: str | None = None, params: TwinParams | None = None) -> None:
+        short = name.split(":", 1)[1] if ":" in name else name
+        if short not in TWIN_KINDS:
+            raise UserError(f"unknown twin {name!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
+        self.kind, runtime = TWIN_KINDS[short]
+        self.name = f"sim:{short}"
+        self.slug = f"sim-{short}"
+        self.params = params if params is not None else load_params(self.kind)
+        # A TensorRT twin of a board with DLAs models them (tuner.devices.virtual.twin_dla); other twins leave a
+        # runtime's own knobs out of their spaces.
+        tensorrt = runtime.startswith("tensorrt")
+        self.dla = load_dla_params(self.kind) if tensorrt else None
+        own = "tensorrt" if tensorrt else None
+        self._space = for_runtime(load_space(self.kind, "tensorrt"), own, self.dla is not None)
+        if space_file is not None:
+            custom = for_runtime(load_space_file(Path(space_file)), own, self.dla is not None)
+            if custom.kind != self.kind or set(custom.knobs) - set(self._space.knobs):
+                raise UserError(
+                    f"{space_file} is a space for {custom.kind} with knobs {', '.join(custom.knobs)}: "
+                    f"{self.name} needs kind {self.kind} with knobs from {', '.join(self._space.knobs)}"
+                )
+            self._space = custom
+        self.model = TwinModel(self.params, self._space, runtime)
+
+    def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
+        """Simulate a window; noise is drawn from a generator seeded by the settings' seed.
+
+        Not one configuration of ``measure_many``: a Server window is a queueing simulation.
+        """
+        profile = load_profile(model)
+        if settings.scenario == "server":
+            return server_measurement(self.model.serving(profile, config), config, settings)
+        result = self.model.evaluate(profile, [config])
+        rng = np.random.default_rng(settings.seed) if settings.noise else None
+        return self._measurements(model, result, [config], rng, settings.window_s)[0]
+
+    def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
+        """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap.
+
+        Configurations go through in chunks, so the configurations-by-layers
+        arrays stay small (an H200 space has 145,200 points).
+        """
+        if settings.scenario == "server":
+            return [self.measure(model, c, settings) for c in configs]
+        profile = load_profile(model)
+        rng = np.random.default_rng(settings.seed) if settings.noise else None
+        out: list[Measurement] = []
+        for start in range(0, len(configs), SWEEP_CHUNK):
+            chunk = configs[start : start + SWEEP_CHUNK]
+            result = self.model.evaluate(profile, chunk)
+            out += self._measurements(model, result, chunk, rng, settings.window_s)
+        return out
+
+    def use_runtime(self, runtime: str) -> None:
+        """Refuse ``--runtime tensorrt`` on a twin that models eager PyTorch (sim:orin-trt is the TensorRT one).
+
+        Any other runtime leaves the twin's own profile in place, as before runtimes were named.
+        """
+        if runtime == "tensorrt" and not self.model.runtime.startswith("tensorrt"):
+            raise UserError(f"{self.name} models eager PyTorch, not TensorRT: use a TensorRT twin (sim:orin-trt)")
+
+    def _measurements(
+        self, model: str, result: TwinResult, configs: list[Config], rng: np.random.Generator | None, window_s: float
+    ) -> list[Measurement]:
+        """The GPU's result, with the DLA lanes of each configuration added where the twin models DLAs."""
+        if self.dla is None:
+            return [self.model.measurement(result, i, c.batch_size, rng, window_s) for i, c in enumerate(configs)]
+        lanes = dla_lanes(self.dla, self._space, model, configs)
+        batch = np.array([c.batch_size for c in configs], dtype=float)
+        gpu_qps = batch / result.time_s
+        latency = np.maximum(result.time_s, lanes.batch_s)
+        rails = {**result.rails_w, self.dla.rail: result.rails_w[self.dla.rail] + lanes.power_w}
+        power = result.power_w + lanes.power_w
+        merged = TwinResult(latency, power, result.gpu_mhz, result.throttled, rails, self.model.wall(power))
+        out = []
+        for i, c in enumerate(configs):
+            m = self.model.measurement(merged, i, c.batch_size, rng, window_s)
+            if lanes.cores[i] == 0:
+                out.append(m)
+                continue
+            # The window's samples are shared by the lanes: per batch latency, the GPU and the DLAs together
+            # finish (gpu + dla images per second) x latency samples, not one GPU batch.
+            share = (gpu_qps[i] + lanes.qps[i]) * latency[i] / c.batch_size
+            queries = max(1, round(m.queries * share))
+            noise = m.qps * latency[i] / c.batch_size  # the seeded time noise, as a rate factor
+            extra = dict(m.extra)
+            extra["engine_gpu_qps"] = float(gpu_qps[i]) * noise
+            for core in range(int(lanes.cores[i])):
+                extra[f"engine_dla{core}_qps"] = float(lanes.per_dla_qps[i]) * noise
+            if "wall_w" in extra:
+                extra["wall_j_per_query"] = float(extra["wall_w"]) * m.duration_s / queries
+            out.append(
+                m.model_copy(
+                    update={
+                        "j_per_query": m.energy_j / queries,
+                        "qps": queries / m.duration_s,
+                        "queries": queries,
+                        "extra": extra,
+                    }
+                )
+            )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "twin": True,
+            "title": self.params.title,
+            "runtime": self.params.runtimes[self.model.runtime].description,
+        }
