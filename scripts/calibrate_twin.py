@@ -11,9 +11,11 @@ Usage: python scripts/calibrate_twin.py [--write]
 2. The parameters in FREE are fitted (least squares on log error of time and
    power) to the rows marked fitted: host-speed factors (one per machine) and
    power coefficients. Nothing in an op class is fitted to whole-model rows.
-3. With --write the parameters go to tuner/devices/virtual/twin_params/<kind>.json,
-   the host factors to scripts/calibration_data/hosts.json, and the residual of
-   every row (fitted and not) to docs/twin.md.
+3. With --write the parameters go to tuner/devices/virtual/twin_params/<kind>.json
+   (the DLA watts of orin-agx-dla.json re-derived through the refitted GPU
+   power, scripts/twin_dla_power.py), the host factors to
+   scripts/calibration_data/hosts.json, and the residual of every row (fitted
+   and not) to docs/twin.md.
 """
 
 from __future__ import annotations
@@ -97,9 +99,20 @@ def op_class_block(peak: dict[str, float]) -> tuple[dict, dict[str, float], floa
 H200_PEAK = {"tensor_fp16": 8192.0, "tensor_tf32": 4096.0, "tensor_int8": 16384.0, "vector": 512.0}
 
 
+ORIN_PEAK_SOURCE = (
+    "NVIDIA Jetson AGX Orin Series Technical Brief (nvidia-jetson-agx-orin-technical-brief.pdf): the GPU's 16 SMs "
+    "have 128 CUDA cores each (2048, 5.3 FP32 TFLOPS) and 4 third-generation tensor cores each (64, 170 sparse "
+    "INT8 TOPS). 170 / 2 (sparsity) = 85 dense INT8 TOPS at 1300.5 MHz over 8 TPCs = 8170 INT8 ops per TPC and "
+    "cycle, taken as 8192; fp16 is half of INT8 and TF32 half of fp16 on third-generation tensor cores (as on "
+    "the A100's: 624 / 312 / 156 dense TOPS); 2 x 256 CUDA cores per TPC = 512 (5.33 TFLOPS at 1300.5 MHz, "
+    "the brief's 5.3). Cross-check: the Orin Nano 8GB Super's published 67 sparse INT8 TOPS at 1020 MHz on 4 "
+    "TPCs is 8211 dense per TPC and cycle."
+)
+
+
 def common(kind: str) -> dict:
     """Orin: the H200's measured fractions (taken against the H200's peaks) applied to the Orin's own peaks."""
-    peak = {"tensor_fp16": 2048.0, "tensor_tf32": 1024.0, "tensor_int8": 4096.0, "vector": 512.0}
+    peak = {"tensor_fp16": 4096.0, "tensor_tf32": 2048.0, "tensor_int8": 8192.0, "vector": 512.0}
     classes, table, overhead, _ = op_class_block(H200_PEAK)
     return {"peak": peak, "classes": classes, "launch": table, "overhead": overhead}
 
@@ -234,8 +247,7 @@ def orin_params(previous: dict | None) -> dict:
             "knob_map": "which search-space knob drives each physical quantity",
             "fixed": "PyTorch fp32 as in the Pagoda calibration rows (runtime pytorch)",
             "tpcs_max": "reference jetson-orin-agx.md: 8 TPC / 16 SM",
-            "peak_per_cycle_per_tpc": "Ampere GA10B: per TPC 2048 dense fp16 FLOP/cycle on tensor cores, TF32 "
-            "half, INT8 double (85 sparse INT8 TOPS at 1.3 GHz = 42.6 dense); 256 CUDA cores x 2 (FMA)",
+            "peak_per_cycle_per_tpc": ORIN_PEAK_SOURCE,
             "bytes_per_mem_mhz": "reference: 204.8 GB/s at EMC 3199 MHz (256-bit LPDDR5)",
             "op_classes": MICRO + "; the same fractions of the Orin's own published peaks",
             "launch_us": LAUNCH + " (H200 host microseconds; scaled by host_factor and CPU clock)",
@@ -510,6 +522,30 @@ def write_params(kind: str, params: dict) -> None:
     (PARAMS / f"{kind}.json").write_text(json.dumps(params, indent=1) + "\n")
 
 
+def write_dla_power() -> None:
+    """Re-derive the DLA twin's watts through the (just fitted) GPU power model (scripts/twin_dla_power.py)."""
+    from twin_dla_power import PUBLISHED, power_points
+
+    path = PARAMS / "orin-agx-dla.json"
+    dla = json.loads(path.read_text())
+    points, mj = power_points()
+    dla["power_w_per_dla"] = [list(p) for p in points]
+    ratios = ", ".join(f"{r}x {m}" for m, (_, r, _) in PUBLISHED.items())
+    energy = ", ".join(f"{mj[m]:.2f}" for m in PUBLISHED)
+    watts = ", ".join(f"{w} at {f:g} MHz" for f, w in points)
+    dla["sources"]["power"] = (
+        "NVIDIA/Deep-Learning-Accelerator-SW README, 'DLA Performance per Watt': ResNet-50 DLA perf/W over GPU "
+        f"perf/W (accelerator power only; DLA bs=2, GPU bs=256): {ratios}. The twin's own GPU energy per image "
+        "(sim:orin-trt, TensorRT INT8 resnet50 at bs 256, each mode at its default clocks, VDD_GPU_SOC above its "
+        f"idle floor: {energy} mJ for MAXN, 50W, 30W, 15W) divided by those ratios, times the published per-DLA "
+        f"throughput, gives watts per busy DLA: {watts} (50W and 30W share a clock and are averaged); linear "
+        "between the points. Derived through the twin's GPU power model by scripts/twin_dla_power.py, so it "
+        "carries that model's error. Booked on VDD_CPU_CV, the rail of the CPU and the CV engines (DLA, PVA) in "
+        "the AGX Orin's INA3221 channel list (shared reference jetson-orin-agx.md)."
+    )
+    path.write_text(json.dumps(dla, indent=2) + "\n")
+
+
 def main() -> None:
     from twin_checks import published_checks
 
@@ -524,7 +560,7 @@ def main() -> None:
     )
     h200 = h200_params(load_previous("h200"))
     orin = orin_params(load_previous("orin-agx"))
-    saved = {k: (PARAMS / f"{k}.json").read_text() for k in ("h200", "orin-agx", "orin-nano")}
+    saved = {k: (PARAMS / f"{k}.json").read_text() for k in ("h200", "orin-agx", "orin-nano", "orin-agx-dla")}
     write_params("h200", h200)
     write_params("orin-agx", orin)
     h200, hosts_fit = fit("sim:h200", h200, rows, previous_hosts)
@@ -532,6 +568,7 @@ def main() -> None:
     orin, _ = fit("sim:orin", orin, rows, hosts_fit)
     write_params("orin-agx", orin)
     write_params("orin-nano", nano_params(orin))
+    write_dla_power()
     (CALIBRATION_DIR / "hosts.json").write_text(json.dumps({"factors": hosts_fit}, indent=1) + "\n")
     for e in twin_errors(rows):
         print(

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board
-from test_serve_govern import board_policy
+from test_govern_fake_orin import board_policy
 
 from tuner.errors import UserError
 from tuner.serve import rates
