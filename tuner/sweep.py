@@ -1,11 +1,14 @@
-"""Exhaustive evaluation of a (narrowed) space: the ground truth a study is judged against."""
+"""Measuring configurations directly: every one of a (narrowed) space, the ground truth a study is judged against,
+or one configuration repeatedly."""
 
 from __future__ import annotations
 
 import csv
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -249,3 +252,64 @@ def plot_sweep(
     with atomicfile.replacing(path) as tmp:
         fig.savefig(tmp)
     plt.close(fig)
+
+
+def characterization(rows: list[SweepRow], bound: float | None, percentile: str) -> list[list[Any]]:
+    """Per batch size, the lowest-energy valid configuration (within the bound when one is given).
+
+    Each row: batch, knobs, J/query, queries/J, latency, queries/s, average W.
+    """
+    best: dict[int, Any] = {}
+    for r in rows:
+        m = r.measurement
+        if m is None or not m.valid or (bound is not None and m.latency_ms(percentile) > bound):
+            continue
+        if r.config.batch_size not in best or m.j_per_query < best[r.config.batch_size].measurement.j_per_query:
+            best[r.config.batch_size] = r
+    return [
+        [
+            b,
+            r.config.knobs,
+            r.measurement.j_per_query,
+            1 / r.measurement.j_per_query,
+            r.measurement.latency_ms(percentile),
+            r.measurement.qps,
+            r.measurement.avg_w,
+        ]
+        for b, r in sorted(best.items())
+    ]
+
+
+def measure_repeats(
+    dev: Device, model: str, config: Config, settings: WindowSettings, repeat: int
+) -> list[Measurement]:
+    """Apply one configuration once, measure ``repeat`` windows, restore; each repeat draws its own noise on a twin."""
+    results = []
+    with hardware_session(dev):
+        interrupts.check()
+        dev.apply(config)
+        for i in range(repeat):
+            interrupts.check()
+            seed = None if settings.seed is None else settings.seed + i
+            results.append(dev.measure(model, config, settings.model_copy(update={"seed": seed})))
+    return results
+
+
+REPEAT_FIELDS = ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")
+
+
+def repeat_summary(results: list[Measurement]) -> dict[str, Any] | None:
+    """Mean and sample standard deviation of the valid repeats (None for fewer than two).
+
+    The spread is what a study's confirmation margin is made of: a difference
+    between configurations smaller than it is noise.
+    """
+    valid = [m for m in results if m.valid]
+    if len(results) < 2 or len(valid) < 2:
+        return None
+    columns = {key: [float(getattr(m, key)) for m in valid] for key in REPEAT_FIELDS}
+    return {
+        "valid": len(valid),
+        "mean": {key: statistics.fmean(values) for key, values in columns.items()},
+        "sd": {key: statistics.stdev(values) for key, values in columns.items()},
+    }

@@ -1,4 +1,4 @@
-"""Options, argument checks and output helpers shared by the commands.
+"""Argument checks and output helpers shared by the commands (their shared options: tuner.cli.options).
 
 Every check here runs before a command touches disk or hardware: a command
 that fails on bad input leaves the folder exactly as it found it.
@@ -19,64 +19,13 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.devices.base import Device
-from tuner.devices.registry import device_help, open_device
+from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
 from tuner.storage import redact, sqlite_path
 from tuner.units import parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
-
-ModelOpt = typer.Option(
-    ...,
-    "--model",
-    "-m",
-    help="zoo model (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn), "
-    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, or a TensorRT path.engine",
-)
-RuntimeOpt = typer.Option(
-    "auto",
-    "--runtime",
-    help="what runs the model: auto (by the model), torch, onnxruntime, tensorrt (builds .onnx into engines)",
-)
-MinWindowOpt = typer.Option(
-    2.0,
-    "--min-window",
-    help="adaptive window: shortest window, seconds; equal to --window for a fixed window",
-)
-CiOpt = typer.Option(
-    "1%",
-    "--ci",
-    help="adaptive window: stop once the 95% interval of J/query is within this relative half-width",
-)
-DeviceOpt = typer.Option(..., "--device", "-d", help=device_help())
-OutOpt = typer.Option(
-    Path("studies"),
-    "--out",
-    help="results folder, the same in every command: the study storage is <out>/tune.db (unless --storage), results "
-    "go to <out>/<device>/<model>/, or <out>/<model>/ when --out already ends with the device's folder name "
-    "(e.g. --out studies/h200 on an H200); a file such as best.yaml is named with -o, not --out",
-)
-StorageOpt = typer.Option(
-    None,
-    "--storage",
-    help="Optuna storage URL (default sqlite:///<out>/tune.db); keep PostgreSQL passwords out of it: "
-    "PGPASSWORD, ~/.pgpass or ?password_env=VAR",
-)
-JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
-BatchOpt = typer.Option(None, "--batch-sizes", help="narrow batch sizes, e.g. 1,8,32")
-PercentileOpt = typer.Option("p99", "--percentile", help="latency percentile the bound applies to: p50, p90 or p99")
-MeterOpt = typer.Option(
-    None, "--meter", help="energy meter: nvml-energy, nvml-power, rapl, rails, jtop (device default if omitted)"
-)
-ClockOpt = typer.Option(
-    False, "--allow-clock-changes", help="datacenter GPUs: let the tuner lock clocks and set the power limit"
-)
-SysfsOpt = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root (containers, tests)")
-SpaceOpt = typer.Option(None, "--space", help="a search-space YAML to use instead of the packaged one")
-KnobsOpt = typer.Option(
-    None, "--knobs", help="tune only these knobs (others stay at their default), e.g. gpu_mhz,emc_mhz"
-)
 
 
 def ci_fraction(text: str) -> float:

@@ -8,12 +8,17 @@ from pathlib import Path
 import typer
 
 from tuner import interrupts
-from tuner.cli import common
+from tuner.cli import common, options
 from tuner.deploy import apply_export, load_export
 from tuner.devices.hardware_session import builtin_device_name, restore_device
 from tuner.devices.journal import journal_files, load_journal
 from tuner.devices.registry import device_name_for_kind, open_device
 from tuner.errors import UserError
+
+ConfigFile = typer.Argument(..., help="a YAML file written by tune export")
+ApplyDevice = typer.Option(None, "--device", "-d", help="device to apply to (default: the export's own device)")
+DryRun = typer.Option(False, "--dry-run", help="print every write and change nothing")
+RestoreDevice = typer.Option(None, "--device", "-d", help="device to restore (default: every journaled one)")
 
 
 def default_device(exported_device: str, kind: str) -> str:
@@ -32,102 +37,96 @@ def default_device(exported_device: str, kind: str) -> str:
     return device_name_for_kind(kind)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    @interrupts.deferring
-    def apply(
-        config_file: Path = typer.Argument(..., help="a YAML file written by tune export"),
-        device: str | None = typer.Option(
-            None, "--device", "-d", help="device to apply to (default: the export's own device)"
-        ),
-        dry_run: bool = typer.Option(False, "--dry-run", help="print every write and change nothing"),
-        allow_clock_changes: bool = common.ClockOpt,
-        sysfs_root: Path | None = common.SysfsOpt,
-        as_json: bool = common.JsonOpt,
-    ) -> None:
-        """Apply an exported best mode at deploy time (idempotent; undo with tune restore)."""
-        exported = load_export(config_file)
-        name = device or default_device(exported.device, exported.device_kind)
-        options = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
-        dev = open_device(name, allow_clock_changes=allow_clock_changes, **options)
-        steps = apply_export(exported, dev, dry_run=dry_run)
-        if exported.twin:
-            common.err_console.print("warning: this configuration was measured on a digital twin, not on hardware")
-        source = exported.provenance
-        if as_json:
-            common.emit_json(
-                {
-                    "device": dev.name,
-                    "dry_run": dry_run,
-                    "writes": steps,
-                    "batch_size": exported.batch_size,
-                    "knobs": exported.knobs,
-                    "study": source.study,
-                    "trial": source.trial,
-                }
-            )
-            return
-        energy = exported.metrics.get("j_per_query")
-        measured = f", {energy:.4g} J/query" if isinstance(energy, (int, float)) else ""
-        common.out_console.print(
-            f"the recommended configuration of study {source.study} (trial {source.trial}): "
-            f"batch {exported.batch_size}, {common.fmt(exported.knobs)}{measured}"
+@interrupts.deferring
+def apply(
+    config_file: Path = ConfigFile,
+    device: str | None = ApplyDevice,
+    dry_run: bool = DryRun,
+    allow_clock_changes: bool = options.AllowClockChanges,
+    sysfs_root: Path | None = options.SysfsRoot,
+    as_json: bool = options.Json,
+) -> None:
+    """Apply an exported best mode at deploy time (idempotent; undo with tune restore)."""
+    exported = load_export(config_file)
+    name = device or default_device(exported.device, exported.device_kind)
+    sysfs = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
+    dev = open_device(name, allow_clock_changes=allow_clock_changes, **sysfs)
+    steps = apply_export(exported, dev, dry_run=dry_run)
+    if exported.twin:
+        common.err_console.print("warning: this configuration was measured on a digital twin, not on hardware")
+    source = exported.provenance
+    if as_json:
+        common.emit_json(
+            {
+                "device": dev.name,
+                "dry_run": dry_run,
+                "writes": steps,
+                "batch_size": exported.batch_size,
+                "knobs": exported.knobs,
+                "study": source.study,
+                "trial": source.trial,
+            }
         )
-        verb = "would write" if dry_run else "applied"
-        for step in steps:
-            common.out_console.print(f"{verb}: {step}")
-        if not steps:
-            common.out_console.print(f"{dev.name} already runs this configuration")
-        if not dry_run:
-            common.out_console.print(
-                f"run the model with batch size {exported.batch_size}; undo with: tune restore --device {dev.name}"
-            )
+        return
+    energy = exported.metrics.get("j_per_query")
+    measured = f", {energy:.4g} J/query" if isinstance(energy, (int, float)) else ""
+    common.out_console.print(
+        f"the recommended configuration of study {source.study} (trial {source.trial}): "
+        f"batch {exported.batch_size}, {common.fmt(exported.knobs)}{measured}"
+    )
+    verb = "would write" if dry_run else "applied"
+    for step in steps:
+        common.out_console.print(f"{verb}: {step}")
+    if not steps:
+        common.out_console.print(f"{dev.name} already runs this configuration")
+    if not dry_run:
+        common.out_console.print(
+            f"run the model with batch size {exported.batch_size}; undo with: tune restore --device {dev.name}"
+        )
 
-    @app.command()
-    @interrupts.deferring
-    def restore(
-        device: str | None = typer.Option(
-            None, "--device", "-d", help="device to restore (default: every journaled one)"
-        ),
-        sysfs_root: Path | None = common.SysfsOpt,
-        as_json: bool = common.JsonOpt,
-    ) -> None:
-        """Put a device back as it was before tune apply or a crashed run, from the journal.
 
-        Without --device every journal is restored, each only to the built-in
-        board or GPU it names (never a plugin: a journal is a file, and must
-        not be able to load code); one that cannot be restored does not stop
-        the others, and is reported at the end.
-        """
-        options = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
-        names, failures = ([device], []) if device else journaled_devices()
-        restored = []
-        exit_code = UserError.exit_code
-        for name in names:
-            try:
-                dev = open_device(
-                    name,
-                    allow_clock_changes=name.startswith("cuda:"),
-                    **(options if not name.startswith(("cuda:", "sim:", "cpu")) else {}),
-                )
-                if restore_device(dev):
-                    restored.append(name)
-            except UserError as exc:
-                if device:
-                    raise
-                failures.append(str(exc))
-                exit_code = min(exit_code, exc.exit_code)  # a restore that went part way (1) outranks bad input (2)
-        if as_json:
-            common.emit_json({"restored": restored, "failed": failures})
-        elif restored or not failures:
-            common.out_console.print(
-                "restored: " + ", ".join(restored) if restored else "nothing to restore: no journal is pending"
+@interrupts.deferring
+def restore(
+    device: str | None = RestoreDevice,
+    sysfs_root: Path | None = options.SysfsRoot,
+    as_json: bool = options.Json,
+) -> None:
+    """Put a device back as it was before tune apply or a crashed run, from the journal.
+
+    Without --device every journal is restored, each only to the built-in
+    board or GPU it names (never a plugin: a journal is a file, and must
+    not be able to load code); one that cannot be restored does not stop
+    the others, and is reported at the end.
+    """
+    sysfs = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
+    names, failures = ([device], []) if device else journaled_devices()
+    restored = []
+    exit_code = UserError.exit_code
+    for name in names:
+        try:
+            dev = open_device(
+                name,
+                allow_clock_changes=name.startswith("cuda:"),
+                **(sysfs if not name.startswith(("cuda:", "sim:", "cpu")) else {}),
             )
-        if failures:
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            error = UserError(failures[0] + more)
-            error.exit_code = exit_code
-            raise error
+            if restore_device(dev):
+                restored.append(name)
+        except UserError as exc:
+            if device:
+                raise
+            failures.append(str(exc))
+            exit_code = min(exit_code, exc.exit_code)  # a restore that went part way (1) outranks bad input (2)
+    if as_json:
+        common.emit_json({"restored": restored, "failed": failures})
+    elif restored or not failures:
+        common.out_console.print(
+            "restored: " + ", ".join(restored) if restored else "nothing to restore: no journal is pending"
+        )
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        error = UserError(failures[0] + more)
+        error.exit_code = exit_code
+        raise error
 
 
 def journaled_devices() -> tuple[list[str], list[str]]:

@@ -6,42 +6,41 @@ from pathlib import Path
 
 import typer
 
-from tuner.cli import common
+from tuner.cli import common, options
 from tuner.cli.results import find_study
 from tuner.errors import UserError
 from tuner.fleet import StudyStatus, all_statuses, study_status
 
+StatusModel = typer.Option(None, "--model", "-m", help="the study's model (default: every study)")
+StatusDevice = typer.Option(
+    None, "--device", "-d", help="the study's device, results folder or kind, e.g. sim:orin, orin-agx"
+)
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def status(
-        model: str | None = typer.Option(None, "--model", "-m", help="the study's model (default: every study)"),
-        device: str | None = typer.Option(
-            None, "--device", "-d", help="the study's device, results folder or kind, e.g. sim:orin, orin-agx"
-        ),
-        max_latency: str | None = typer.Option(
-            None, "--max-latency", "-l", help="which study, when several bounds were tuned"
-        ),
-        storage: str | None = common.StorageOpt,
-        out: Path = common.OutOpt,
-        as_json: bool = common.JsonOpt,
-    ) -> None:
-        """Progress of a study across workers: trials done, running, failed, recommended configuration so far."""
-        if (model is None) != (device is None):
-            raise UserError("give both --model and --device to pick a study, or neither to list every study")
-        bound = common.latency(max_latency) if max_latency is not None else None
-        url = common.read_storage(storage, out)
-        if model is not None and device is not None:
-            statuses = [study_status(find_study(url, model, device, bound), url)]
-        else:
-            statuses = all_statuses(url)
-        if as_json:
-            common.emit_json({"studies": [s.model_dump(mode="json") for s in statuses]})
-            return
-        if not statuses:
-            common.out_console.print("no studies in this storage yet: start one with tune run")
-        for s in statuses:
-            print_status(s)
+
+def status(
+    model: str | None = StatusModel,
+    device: str | None = StatusDevice,
+    max_latency: str | None = options.StudyBound,
+    storage: str | None = options.Storage,
+    out: Path = options.Out,
+    as_json: bool = options.Json,
+) -> None:
+    """Progress of a study across workers: trials done, running, failed, recommended configuration so far."""
+    if (model is None) != (device is None):
+        raise UserError("give both --model and --device to pick a study, or neither to list every study")
+    bound = common.latency(max_latency) if max_latency is not None else None
+    url = common.read_storage(storage, out)
+    if model is not None and device is not None:
+        statuses = [study_status(find_study(url, model, device, bound), url)]
+    else:
+        statuses = all_statuses(url)
+    if as_json:
+        common.emit_json({"studies": [s.model_dump(mode="json") for s in statuses]})
+        return
+    if not statuses:
+        common.out_console.print("no studies in this storage yet: start one with tune run")
+    for s in statuses:
+        print_status(s)
 
 
 def print_status(s: StudyStatus) -> None:

@@ -14,6 +14,17 @@ from tuner.devices.meters.serve import MeterServer
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
 
+ServedMeter = typer.Option(
+    ..., "--meter", help="meter to serve: nvml-energy, rails, rapl (with --device), ptd://..., py:..., a plugin"
+)
+MeterDevice = typer.Option(None, "--device", "-d", help="device whose meter is served (built-in meters)")
+Listen = typer.Option(
+    f"127.0.0.1:{DEFAULT_PORT}", "--listen", help="address to listen on; loopback unless you name another"
+)
+TokenFile = typer.Option(
+    None, "--token-file", help=f"file holding the shared token (default ${TOKEN_ENV}, else a new one)"
+)
+
 
 def listen_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6); port 0 picks a free one."""
@@ -45,39 +56,29 @@ def meter_factory(meter: str, device: str | None):
     return fresh
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("meter-serve")
-    def meter_serve(
-        meter: str = typer.Option(
-            ..., "--meter", help="meter to serve: nvml-energy, rails, rapl (with --device), ptd://..., py:..., a plugin"
-        ),
-        device: str | None = typer.Option(
-            None, "--device", "-d", help="device whose meter is served (built-in meters)"
-        ),
-        listen: str = typer.Option(
-            f"127.0.0.1:{DEFAULT_PORT}", "--listen", help="address to listen on; loopback unless you name another"
-        ),
-        token_file: Path | None = typer.Option(
-            None, "--token-file", help=f"file holding the shared token (default ${TOKEN_ENV}, else a new one)"
-        ),
-    ) -> None:
-        """Serve a local meter over TCP (named start/stop/read, token required) to a tuner on another host."""
-        host, port = listen_address(listen)
-        make = meter_factory(meter, device)
-        if token_file is not None:
-            token = read_token(str(token_file))
-        else:
-            try:
-                token = read_token()
-            except UserError:
-                token = secrets.token_urlsafe(24)
-                typer.echo(f"token (give it to the tuner as ${TOKEN_ENV}): {token}", err=True)
-        server = MeterServer(make, token, host, port)
-        shown = f"[{server.address[0]}]" if ":" in server.address[0] else server.address[0]
-        typer.echo(f"serving {server.meter.name} on remote://{shown}:{server.address[1]}")
-        thread = server.start_background()
+def meter_serve(
+    meter: str = ServedMeter,
+    device: str | None = MeterDevice,
+    listen: str = Listen,
+    token_file: Path | None = TokenFile,
+) -> None:
+    """Serve a local meter over TCP (named start/stop/read, token required) to a tuner on another host."""
+    host, port = listen_address(listen)
+    make = meter_factory(meter, device)
+    if token_file is not None:
+        token = read_token(str(token_file))
+    else:
         try:
-            while thread.is_alive():
-                thread.join(0.5)
-        finally:
-            server.close()
+            token = read_token()
+        except UserError:
+            token = secrets.token_urlsafe(24)
+            typer.echo(f"token (give it to the tuner as ${TOKEN_ENV}): {token}", err=True)
+    server = MeterServer(make, token, host, port)
+    shown = f"[{server.address[0]}]" if ":" in server.address[0] else server.address[0]
+    typer.echo(f"serving {server.meter.name} on remote://{shown}:{server.address[1]}")
+    thread = server.start_background()
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+    finally:
+        server.close()

@@ -9,15 +9,37 @@ from pathlib import Path
 import typer
 
 from tuner import interrupts
-from tuner.cli import common
-from tuner.cli.tuning import ScenarioOpt, TargetQpsOpt, check_meter, open_for, window_settings
+from tuner.cli import common, options
 from tuner.devices.registry import device_help
 from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
 from tuner.models import check_model
-from tuner.report.collect import make_report, plans_for
+from tuner.report.collect import Plan, make_report, plans_for
 from tuner.report.document import write_report
-from tuner.scenario import window_for
 from tuner.storage import sqlite_path
+
+Models = typer.Option(..., "--model", "-m", help="model to characterize (repeatable)")
+Devices = typer.Option(..., "--device", "-d", help="device (repeatable): " + device_help())
+Modes = typer.Option(
+    None, "--modes", help="power modes to characterize, e.g. MAXN,15W,30W (default: every mode of each device)"
+)
+ReportKnobs = typer.Option(
+    None, "--knobs", help="knobs to vary besides the mode, e.g. precision,graph (others stay at the default)"
+)
+ReportBound = typer.Option(
+    None, "--max-latency", "-l", help="latency bound for the recommended configuration (default: none)"
+)
+FromStudy = typer.Option(
+    None, "--from-study", help="reuse the measurements of the studies in this tune.db (or its folder)"
+)
+ReportOut = typer.Option(Path("report"), "--out", help="report folder (report.md, report.html, figures)")
+ReportMeter = typer.Option(
+    None,
+    "--meter",
+    help="energy meter: the device's own (nvml-energy, rails, rapl, ...; default) or an outside one, "
+    "read with the device's: ptd://HOST:PORT, remote://HOST:PORT, py:module:Class (docs/meters.md)",
+)
+ReportSeed = typer.Option(None, "--seed", help="twins: add seeded measurement noise (default none)")
 
 
 def study_storage(text: str) -> str:
@@ -35,90 +57,83 @@ def study_storage(text: str) -> str:
     return f"sqlite:///{path.as_posix()}"
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    @interrupts.deferring
-    def report(
-        models: list[str] = typer.Option(..., "--model", "-m", help="model to characterize (repeatable)"),
-        devices: list[str] = typer.Option(..., "--device", "-d", help="device (repeatable): " + device_help()),
-        modes: str | None = typer.Option(
-            None, "--modes", help="power modes to characterize, e.g. MAXN,15W,30W (default: every mode of each device)"
-        ),
-        knobs: str | None = typer.Option(
-            None, "--knobs", help="knobs to vary besides the mode, e.g. precision,graph (others stay at the default)"
-        ),
-        batch_sizes: str | None = common.BatchOpt,
-        scenario: str = ScenarioOpt,
-        target_qps: float | None = TargetQpsOpt,
-        batch_timeout: float = typer.Option(
-            0.0, "--batch-timeout", help="server scenario: dynamic batching timeout, ms (0: greedy)"
-        ),
-        max_latency: str | None = typer.Option(
-            None, "--max-latency", "-l", help="latency bound for the recommended configuration (default: none)"
-        ),
-        from_study: str | None = typer.Option(
-            None, "--from-study", help="reuse the measurements of the studies in this tune.db (or its folder)"
-        ),
-        out: Path = typer.Option(Path("report"), "--out", help="report folder (report.md, report.html, figures)"),
-        window: float = typer.Option(10.0, "--window", help="longest measured window per point, seconds (hardware)"),
-        min_window: float = common.MinWindowOpt,
-        ci: str = common.CiOpt,
-        runtime: str = common.RuntimeOpt,
-        percentile: str = common.PercentileOpt,
-        meter: str | None = typer.Option(
-            None,
-            "--meter",
-            help="energy meter: the device's own (nvml-energy, rails, rapl, ...; default) or an outside one, "
-            "read with the device's: ptd://HOST:PORT, remote://HOST:PORT, py:module:Class (docs/meters.md)",
-        ),
-        seed: int | None = typer.Option(None, "--seed", help="twins: add seeded measurement noise (default none)"),
-        allow_clock_changes: bool = common.ClockOpt,
-        sysfs_root: Path | None = common.SysfsOpt,
-    ) -> None:
-        """Measure models on devices across power modes and batch sizes; write report.md and report.html."""
-        settings = window_for(
-            window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime),
-            scenario,
-            target_qps,
-            None if percentile == "p99" else percentile,
-        )
-        if batch_timeout < 0:
-            raise UserError("--batch-timeout must be zero or a positive number of ms, e.g. 10")
-        if settings.scenario == "server":
-            settings.options["batch_timeout_ms"] = batch_timeout
-        bound = common.latency(max_latency) if max_latency is not None else None
-        storage = study_storage(from_study) if from_study is not None else None
-        common.check_out_dir(out)
-        names = list(dict.fromkeys(devices))
-        for name in names:
-            check_meter(meter, name)
-        opened = [open_for(name, allow_clock_changes, sysfs_root) for name in names]
-        for model in dict.fromkeys(models):
-            for dev in opened:
-                check_model(model, runtime, dev.simulated, dev)
-        plans = plans_for(
-            opened, settings, common.knob_list(modes), common.knob_list(knobs), common.batch_list(batch_sizes)
-        )
-        with common.count_progress("report", "points", False) as bar:
-            task = bar.add_task("report", total=None)
+@interrupts.deferring
+def report(
+    models: list[str] = Models,
+    devices: list[str] = Devices,
+    modes: str | None = Modes,
+    knobs: str | None = ReportKnobs,
+    batch_sizes: str | None = options.BatchSizes,
+    scenario: str = options.Scenario,
+    target_qps: float | None = options.TargetQps,
+    batch_timeout: float = options.BatchTimeout,
+    max_latency: str | None = ReportBound,
+    from_study: str | None = FromStudy,
+    out: Path = ReportOut,
+    window: float = options.window("point"),
+    min_window: float = options.MinWindow,
+    ci: str = options.Ci,
+    runtime: str = options.Runtime,
+    percentile: str = options.Percentile,
+    meter: str | None = ReportMeter,
+    seed: int | None = ReportSeed,
+    allow_clock_changes: bool = options.AllowClockChanges,
+    sysfs_root: Path | None = options.SysfsRoot,
+) -> None:
+    """Measure models on devices across power modes and batch sizes; write report.md and report.html."""
+    settings = options.scenario_window(
+        options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime),
+        scenario,
+        target_qps,
+        batch_timeout,
+        None if percentile == "p99" else percentile,
+        server_only=True,
+    )
+    bound = common.latency(max_latency) if max_latency is not None else None
+    storage = study_storage(from_study) if from_study is not None else None
+    common.check_out_dir(out)
+    names = list(dict.fromkeys(devices))
+    for name in names:
+        options.check_meter(meter, name)
+    opened = [options.open_for(name, allow_clock_changes, sysfs_root) for name in names]
+    for model in dict.fromkeys(models):
+        for dev in opened:
+            check_model(model, runtime, dev.simulated, dev)
+    plans = plans_for(
+        opened, settings, common.knob_list(modes), common.knob_list(knobs), common.batch_list(batch_sizes)
+    )
+    _write_report(plans, list(dict.fromkeys(models)), settings, bound, storage, out)
 
-            def tick(label: str, done: int, total: int) -> None:
-                bar.update(task, description=label, completed=done, total=total)
 
-            data = make_report(
-                plans,
-                list(dict.fromkeys(models)),
-                settings,
-                "tune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["report"] else "tune report",
-                max_latency_ms=bound,
-                from_study=storage,
-                progress=tick,
-            )
-        write_report(data, out)
-        reused = sum(1 for p in data.points if p.source.startswith("study "))
-        twins = [d.device for d in data.devices if d.twin]
-        note = f" ({', '.join(twins)}: digital twin, not hardware)" if twins else ""
-        common.out_console.print(
-            f"{len(data.points)} points ({len(data.points) - reused} measured, {reused} reused){note} "
-            f"-> {out}/report.md, report.html"
+def _write_report(
+    plans: list[Plan],
+    models: list[str],
+    settings: WindowSettings,
+    bound: float | None,
+    storage: str | None,
+    out: Path,
+) -> None:
+    """Measure (or reuse) every planned point with a progress bar, write the report, and say what it holds."""
+    with common.count_progress("report", "points", False) as bar:
+        task = bar.add_task("report", total=None)
+
+        def tick(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
+        data = make_report(
+            plans,
+            models,
+            settings,
+            "tune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["report"] else "tune report",
+            max_latency_ms=bound,
+            from_study=storage,
+            progress=tick,
         )
+    write_report(data, out)
+    reused = sum(1 for p in data.points if p.source.startswith("study "))
+    twins = [d.device for d in data.devices if d.twin]
+    note = f" ({', '.join(twins)}: digital twin, not hardware)" if twins else ""
+    common.out_console.print(
+        f"{len(data.points)} points ({len(data.points) - reused} measured, {reused} reused){note} "
+        f"-> {out}/report.md, report.html"
+    )

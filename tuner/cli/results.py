@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 import typer
 
-from tuner.cli import common
+from tuner.cli import common, options
 from tuner.deploy import export_config, write_export
 from tuner.errors import UserError, did_you_mean
 from tuner.pareto import build_pareto, completed_records, results_dir, summary_points, write_results
@@ -15,9 +15,13 @@ from tuner.scenario import format_rate
 from tuner.storage import dashboard_storage, open_storage, redact, scrub, storage_errors
 from tuner.study import open_study
 
-ScenarioPick = typer.Option(
-    None, "--scenario", help="which study: offline, singlestream, server or server@RATEqps (as tune run named it)"
+ExportBound = typer.Option(
+    None, "--max-latency", "-l", help="the study's bound (which study, when several bounds were tuned)"
 )
+ShowAll = typer.Option(False, "--all", help="every measured configuration, not only the fronts")
+ExportFile = typer.Option(Path("best.yaml"), "--output", "-o", help="YAML file to write")
+Host = typer.Option("127.0.0.1", "--host", help="address to serve on (127.0.0.1: this machine only)")
+Port = typer.Option(8080, "--port", help="TCP port to serve on")
 
 
 def study_folder(out: Path, study: optuna.Study) -> Path:
@@ -85,100 +89,94 @@ def find_study(
     raise UserError(f"{what} of {model} on {device} matches: pick one with {choices}")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def pareto(
-        model: str = common.ModelOpt,
-        device: str = common.DeviceOpt,
-        max_latency: str | None = typer.Option(
-            None, "--max-latency", "-l", help="which study, when several bounds were tuned"
-        ),
-        scenario: str | None = ScenarioPick,
-        show_all: bool = typer.Option(False, "--all", help="every measured configuration, not only the fronts"),
-        storage: str | None = common.StorageOpt,
-        out: Path = common.OutOpt,
-        as_json: bool = common.JsonOpt,
-    ) -> None:
-        """Summarise a study: its recommended configuration, then each batch size's front; rewrite its files."""
-        bound = common.latency(max_latency) if max_latency is not None else None
-        common.check_out_dir(out)
-        url = common.read_storage(storage, out)
-        study = find_study(url, model, device, bound, scenario)
-        folder = study_folder(out, study)
-        result = write_results(study, folder) if not as_json else build_pareto(study)
-        if as_json:
-            common.emit_json(result.model_dump(mode="json"))
-            return
-        twin = " [digital twin]" if result.twin else ""
-        title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
-        lat = f"{result.percentile}_ms"
-        if show_all:
-            rows = completed_records(study)
-        else:
-            rows = [{**p.model_dump(), lat: p.latency_ms} for p in summary_points(result)]
-        pinned = common.pinned_knobs([r["config"] for r in rows + ([result.best] if result.best else [])])
-        if pinned:
-            common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
-        if result.best is None:
-            common.out_console.print(f"{title}: no configuration meets the bound yet")
-        else:
-            common.out_console.print(
-                common.recommended_table(result.best, f"recommended: {title}", result.percentile, pinned)
-            )
-        heading = "every measured configuration" if show_all else "per batch size, its front within the bound"
-        common.out_console.print(common.configs_table(f"{heading} (* recommended)", rows, result.percentile, pinned))
+def pareto(
+    model: str = options.Model,
+    device: str = options.Device,
+    max_latency: str | None = options.StudyBound,
+    scenario: str | None = options.StudyScenario,
+    show_all: bool = ShowAll,
+    storage: str | None = options.Storage,
+    out: Path = options.Out,
+    as_json: bool = options.Json,
+) -> None:
+    """Summarise a study: its recommended configuration, then each batch size's front; rewrite its files."""
+    bound = common.latency(max_latency) if max_latency is not None else None
+    common.check_out_dir(out)
+    url = common.read_storage(storage, out)
+    study = find_study(url, model, device, bound, scenario)
+    folder = study_folder(out, study)
+    result = write_results(study, folder) if not as_json else build_pareto(study)
+    if as_json:
+        common.emit_json(result.model_dump(mode="json"))
+        return
+    twin = " [digital twin]" if result.twin else ""
+    title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
+    lat = f"{result.percentile}_ms"
+    if show_all:
+        rows = completed_records(study)
+    else:
+        rows = [{**p.model_dump(), lat: p.latency_ms} for p in summary_points(result)]
+    pinned = common.pinned_knobs([r["config"] for r in rows + ([result.best] if result.best else [])])
+    if pinned:
+        common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
+    if result.best is None:
+        common.out_console.print(f"{title}: no configuration meets the bound yet")
+    else:
         common.out_console.print(
-            f"{result.configurations} configurations in {result.trials_completed} completed trials; "
-            f"{'' if show_all else '--all lists every one; '}written: {folder}/pareto.json, pareto.csv, pareto.png"
+            common.recommended_table(result.best, f"recommended: {title}", result.percentile, pinned)
         )
+    heading = "every measured configuration" if show_all else "per batch size, its front within the bound"
+    common.out_console.print(common.configs_table(f"{heading} (* recommended)", rows, result.percentile, pinned))
+    common.out_console.print(
+        f"{result.configurations} configurations in {result.trials_completed} completed trials; "
+        f"{'' if show_all else '--all lists every one; '}written: {folder}/pareto.json, pareto.csv, pareto.png"
+    )
 
-    @app.command()
-    def export(
-        model: str = common.ModelOpt,
-        device: str = common.DeviceOpt,
-        max_latency: str | None = typer.Option(
-            None, "--max-latency", "-l", help="the study's bound (which study, when several bounds were tuned)"
-        ),
-        scenario: str | None = ScenarioPick,
-        output: Path = typer.Option(Path("best.yaml"), "--output", "-o", help="YAML file to write"),
-        storage: str | None = common.StorageOpt,
-        out: Path = common.OutOpt,
-        as_json: bool = common.JsonOpt,
-    ) -> None:
-        """Write the study's recommended configuration as versioned YAML, for tune apply."""
-        bound = common.latency(max_latency) if max_latency is not None else None
-        common.check_out_file(output, "--output")
-        url = common.read_storage(storage, out)
-        study = find_study(url, model, device, bound, scenario)
-        exported = export_config(study, url)
-        write_export(exported, output)
-        if as_json:
-            common.emit_json({"written": str(output), **exported.model_dump(mode="json")})
-            return
-        twin = " [digital twin]" if exported.twin else ""
-        m = exported.metrics
-        common.out_console.print(
-            f"{output}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
-            f"batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
-            f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms (mean of {m['windows']} windows){twin}"
-        )
 
-    @app.command()
-    def dashboard(
-        storage: str | None = common.StorageOpt,
-        out: Path = common.OutOpt,
-        host: str = typer.Option("127.0.0.1", "--host", help="address to serve on (127.0.0.1: this machine only)"),
-        port: int = typer.Option(8080, "--port", help="TCP port to serve on"),
-    ) -> None:
-        """Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."""
-        if not 0 < port < 65536:
-            raise UserError(f"--port {port} is not a TCP port: give 1..65535, e.g. 8080")
-        try:
-            import optuna_dashboard
-        except ImportError:
-            raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
-        url = common.read_storage(storage, out)
-        common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
-        with storage_errors(url):
-            served = dashboard_storage(url)
-        optuna_dashboard.run_server(served, host=host, port=port)
+def export(
+    model: str = options.Model,
+    device: str = options.Device,
+    max_latency: str | None = ExportBound,
+    scenario: str | None = options.StudyScenario,
+    output: Path = ExportFile,
+    storage: str | None = options.Storage,
+    out: Path = options.Out,
+    as_json: bool = options.Json,
+) -> None:
+    """Write the study's recommended configuration as versioned YAML, for tune apply."""
+    bound = common.latency(max_latency) if max_latency is not None else None
+    common.check_out_file(output, "--output")
+    url = common.read_storage(storage, out)
+    study = find_study(url, model, device, bound, scenario)
+    exported = export_config(study, url)
+    write_export(exported, output)
+    if as_json:
+        common.emit_json({"written": str(output), **exported.model_dump(mode="json")})
+        return
+    twin = " [digital twin]" if exported.twin else ""
+    m = exported.metrics
+    common.out_console.print(
+        f"{output}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
+        f"batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
+        f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms (mean of {m['windows']} windows){twin}"
+    )
+
+
+def dashboard(
+    storage: str | None = options.Storage,
+    out: Path = options.Out,
+    host: str = Host,
+    port: int = Port,
+) -> None:
+    """Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."""
+    if not 0 < port < 65536:
+        raise UserError(f"--port {port} is not a TCP port: give 1..65535, e.g. 8080")
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
+    url = common.read_storage(storage, out)
+    common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
+    with storage_errors(url):
+        served = dashboard_storage(url)
+    optuna_dashboard.run_server(served, host=host, port=port)

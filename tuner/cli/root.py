@@ -1,5 +1,9 @@
 """The ``tune`` app: every command registered on one Typer application, and its entry point.
 
+Each command is a plain function in the module of its kind (tuning, results,
+deploy, fleet, search, serve, report, meters); COMMANDS names them all, in the
+order ``tune --help`` lists them (tuner.cli.catalog).
+
 Every command calls a library function; user mistakes surface as one line on
 stderr and exit code 2, never a traceback. That includes Click's own usage
 errors (a mistyped flag, a value that is not a number): they are printed as
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -36,23 +41,35 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+Version = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version and exit")
+
+
 @app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
-    ),
-) -> None:
+def _root(version: bool = Version) -> None:
     """Find the power mode and batch size that minimise energy per query under a latency bound."""
 
 
-tuning.register(app)
-results.register(app)
-deploy.register(app)
-fleet.register(app)
-search.register(app)
-serve.register(app)
-report.register(app)
-meters.register(app)
+COMMANDS: dict[str, Callable[..., None]] = {
+    "run": tuning.run,
+    "sweep": tuning.sweep,
+    "measure": tuning.measure,
+    "pareto": results.pareto,
+    "export": results.export,
+    "dashboard": results.dashboard,
+    "apply": deploy.apply,
+    "restore": deploy.restore,
+    "status": fleet.status,
+    "bench": search.bench,
+    "roofline": search.roofline,
+    "devices": search.devices,
+    "plan": serve.plan,
+    "govern": serve.govern,
+    "replay": serve.replay_cmd,
+    "report": report.report,
+    "meter-serve": meters.meter_serve,
+}
+for _name, _command in COMMANDS.items():
+    app.command(_name)(_command)
 
 
 def usage_line(exc: Exception) -> str:

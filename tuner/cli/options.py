@@ -1,0 +1,171 @@
+"""The options more than one command takes, each declared once, and what turns them into library settings.
+
+A command names an option here by its constant (``model: str = options.Model``);
+an option only one command takes is declared beside that command. The window
+options (window, min-window, ci, runtime, percentile, meter, seed, scenario,
+target-qps, batch-timeout) become one WindowSettings through
+:func:`window_settings` and :func:`scenario_window`; the device options
+(device, allow-clock-changes, sysfs-root, space) become a Device through
+:func:`open_for`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.models import OptionInfo
+
+from tuner.cli import common
+from tuner.devices import base
+from tuner.devices.registry import device_help
+from tuner.errors import UserError
+from tuner.measure.settings import WindowSettings
+from tuner.scenario import window_for
+from tuner.units import check_seconds
+
+Model = typer.Option(
+    ...,
+    "--model",
+    "-m",
+    help="zoo model (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn), "
+    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, or a TensorRT path.engine",
+)
+Device = typer.Option(..., "--device", "-d", help=device_help())
+Out = typer.Option(
+    Path("studies"),
+    "--out",
+    help="results folder, the same in every command: the study storage is <out>/tune.db (unless --storage), results "
+    "go to <out>/<device>/<model>/, or <out>/<model>/ when --out already ends with the device's folder name "
+    "(e.g. --out studies/h200 on an H200); a file such as best.yaml is named with -o, not --out",
+)
+Storage = typer.Option(
+    None,
+    "--storage",
+    help="Optuna storage URL (default sqlite:///<out>/tune.db); keep PostgreSQL passwords out of it: "
+    "PGPASSWORD, ~/.pgpass or ?password_env=VAR",
+)
+Json = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
+BatchSizes = typer.Option(None, "--batch-sizes", help="narrow batch sizes, e.g. 1,8,32")
+Knobs = typer.Option(None, "--knobs", help="tune only these knobs (others stay at their default), e.g. gpu_mhz,emc_mhz")
+Seed = typer.Option(None, "--seed", help="seed for the sampler and the twins' noise")
+StudyBound = typer.Option(None, "--max-latency", "-l", help="which study, when several bounds were tuned")
+StudyScenario = typer.Option(
+    None, "--scenario", help="which study: offline, singlestream, server or server@RATEqps (as tune run named it)"
+)
+PolicyFile = typer.Argument(..., help="a policy written by tune plan")
+
+# the measuring window
+MinWindow = typer.Option(
+    2.0, "--min-window", help="adaptive window: shortest window, seconds; equal to --window for a fixed window"
+)
+Ci = typer.Option(
+    "1%", "--ci", help="adaptive window: stop once the 95% interval of J/query is within this relative half-width"
+)
+Runtime = typer.Option(
+    "auto",
+    "--runtime",
+    help="what runs the model: auto (by the model), torch, onnxruntime, tensorrt (builds .onnx into engines)",
+)
+Percentile = typer.Option("p99", "--percentile", help="latency percentile the bound applies to: p50, p90 or p99")
+Meter = typer.Option(
+    None, "--meter", help="energy meter: nvml-energy, nvml-power, rapl, rails, jtop (device default if omitted)"
+)
+Scenario = typer.Option(
+    "offline",
+    "--scenario",
+    help="MLPerf LoadGen scenario: offline, server (Poisson arrivals at --target-qps, bound on p99, "
+    "dynamic batching tuned) or singlestream (one query at a time, bound on p90)",
+)
+TargetQps = typer.Option(None, "--target-qps", help="server scenario: arrival rate, queries/s")
+BatchTimeout = typer.Option(0.0, "--batch-timeout", help="server scenario: dynamic batching timeout, ms (0: greedy)")
+
+# opening the device
+AllowClockChanges = typer.Option(
+    False, "--allow-clock-changes", help="datacenter GPUs: let the tuner lock clocks and set the power limit"
+)
+SysfsRoot = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="Jetson: sysfs root (containers, tests)")
+Space = typer.Option(None, "--space", help="a search-space YAML to use instead of the packaged one")
+
+PERCENTILES = ("p50", "p90", "p99")
+METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
+
+
+def window(per: str, adaptive: bool = True) -> OptionInfo:
+    """``--window``: the (longest, when the window is adaptive) measured window per trial, point or repeat."""
+    what = "longest measured window" if adaptive else "measured window"
+    return typer.Option(10.0, "--window", help=f"{what} per {per}, seconds (hardware)")
+
+
+def window_settings(
+    window: float,
+    percentile: str,
+    meter: str | None,
+    seed: int | None,
+    noise: bool,
+    min_window: float | None = None,
+    ci: str = "1%",
+    runtime: str = "auto",
+) -> WindowSettings:
+    """The window options, checked, as the library's WindowSettings (the offline scenario)."""
+    common.choice(percentile, PERCENTILES, "--percentile")
+    check_seconds(window, "--window", "10", maximum=3600.0)
+    if min_window is not None:
+        check_seconds(min_window, "--min-window", "2", maximum=3600.0)
+    return WindowSettings(
+        window_s=window,
+        min_window_s=None if min_window is None else min(min_window, window),
+        ci=common.ci_fraction(ci),
+        percentile=percentile,
+        meter=meter,
+        seed=seed,
+        noise=noise,
+        runtime=runtime,
+    )
+
+
+def scenario_window(
+    settings: WindowSettings,
+    scenario: str,
+    target_qps: float | None,
+    batch_timeout: float,
+    percentile: str | None = None,
+    server_only: bool = False,
+) -> WindowSettings:
+    """``settings`` in ``scenario`` with the dynamic batching timeout (set in the server scenario only, or always)."""
+    settings = window_for(settings, scenario, target_qps, percentile)
+    if batch_timeout < 0:
+        raise UserError("--batch-timeout must be zero or a positive number of ms, e.g. 10")
+    if settings.scenario == "server" or not server_only:
+        settings.options["batch_timeout_ms"] = batch_timeout
+    return settings
+
+
+def check_meter(meter: str | None, device: str) -> None:
+    """Built-in devices take the built-in meters, or an external one (docs/meters.md); a plugin may name its own."""
+    from tuner.devices.jetson import DEVICE_KINDS
+    from tuner.devices.meters.registry import check_external, is_external
+
+    if meter is not None and is_external(meter):
+        return check_external(meter, device)
+
+    builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
+    if meter is not None and builtin:
+        common.choice(meter, METERS, "--meter")
+    common.check_measurable(device, meter)
+
+
+def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> base.Device:
+    """The device the device options name, its notes (if any) said on stderr."""
+    options: dict[str, Any] = {}
+    if space is not None:
+        options["space_file"] = str(space)
+    if allow_clock_changes:
+        options["allow_clock_changes"] = True
+    if sysfs_root is not None:
+        options["sysfs_root"] = sysfs_root
+    dev = common.device(name, **options)
+    for note in getattr(dev, "notes", []):
+        typer.echo(f"note: {note}", err=True)
+    return dev
