@@ -10,9 +10,9 @@ import typer
 from tuner import interrupts
 from tuner.cli import common, options
 from tuner.deploy import apply_export, load_export
-from tuner.devices.hardware_session import builtin_device_name, restore_device
+from tuner.devices.hardware_session import restore_device
 from tuner.devices.journal import journal_files, load_journal
-from tuner.devices.registry import device_name_for_kind, open_device
+from tuner.devices.registry import builtin_device_name, device_name_for_kind, open_device
 from tuner.errors import UserError
 
 ConfigFile = typer.Argument(..., help="a YAML file written by tune export")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,16 +49,6 @@ def hold(device: Device) -> Iterator[None]:
     with device_lock(lock_path(device.name), device.name):
         read_journal(device.name)
         yield
-
-
-_BUILTIN = re.compile(r"cuda:\d{1,3}|cpu")
-
-
-def builtin_device_name(name: str) -> bool:
-    """A device name that opens a built-in backend (a Jetson board, an NVIDIA GPU), never a plugin."""
-    from tuner.devices.jetson import DEVICE_KINDS
-
-    return name in DEVICE_KINDS or _BUILTIN.fullmatch(name) is not None
 
 
 def restore_pending(device: Device) -> bool:

@@ -324,3 +324,13 @@ def _jetson_boards() -> list[dict[str, Any]]:
             entry["why"] = what + twin
         found.append(entry)
     return found
+
+
+_BUILTIN = re.compile(r"cuda:\d{1,3}|cpu")
+
+
+def builtin_device_name(name: str) -> bool:
+    """A device name that opens a built-in backend (a Jetson board, an NVIDIA GPU), never a plugin."""
+    from tuner.devices.jetson import DEVICE_KINDS
+
+    return name in DEVICE_KINDS or _BUILTIN.fullmatch(name) is not None
