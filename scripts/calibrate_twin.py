@@ -40,7 +40,7 @@ from tuner.devices.virtual.twin import TwinDevice, TwinParams
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "tuner" / "devices" / "virtual" / "twin_params"
-MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py, calls 5 and 9; see docs/twin.md)"
+MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py on the lent H200; see docs/twin.md)"
 LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (on an H200)"
 FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/twin.md"
 # sim:h200's cost of one CUDA-graph replay (tests/test_twin_graph.py checks it against the card's windows).
@@ -181,11 +181,11 @@ def h200_params(previous: dict | None) -> dict:
             "launch_us": LAUNCH,
             "module_overhead_us": "forward host time minus the sum of its layers' host times, per layer, median "
             "over the five zoo models (launch microbenchmark on the lent H200)",
-            "host_factor": FITTED + " (the lent machine of the five-model sweep, call 8, against the machine "
-            "of the launch microbenchmark)",
+            "host_factor": FITTED + " (the lent machine of the five-model sweep read with the polling energy meter, "
+            "against the machine of the launch microbenchmark)",
             "host_ref_mhz": "the host clock host_factor refers to (assumed 3 GHz)",
             "runtimes": "eager PyTorch only",
-            "nchw_conv_eff": "speed of NCHW convolutions relative to channels_last, from the issue-3 fit "
+            "nchw_conv_eff": "speed of NCHW convolutions relative to channels_last, from an earlier whole-model fit "
             "(nchw_conv_factor 0.38); not microbenchmarked",
             "gpu_vf": "assumption: 0.7 V to 900 MHz, 1.0 V at 1980 MHz (not published)",
             "gpu_leak_w_per_v_tpc": "assumption: about 18 W leakage at 0.9 V over 66 TPCs",
@@ -270,7 +270,7 @@ def orin_params(previous: dict | None) -> dict:
             "kernel floors against the eager cuDNN floors microbenchmarked on the H200) is "
             + FITTED
             + " (the two SingleStream rows)",
-            "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the issue-3 twin assumed), then linear to 1.0 V at "
+            "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the first Orin twin assumed), then linear to 1.0 V at "
             "1300.5 MHz (Ampere mobile "
             "curves; not published)",
             "gpu_leak_w_per_v_tpc": "assumption: GPU leakage about 2.4 W at MAXN, per powered TPC (TPC_PG_MASK "

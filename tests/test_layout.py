@@ -80,7 +80,7 @@ def test_readme_architecture_matches_the_imports():
     assert upward == []
 
 
-def test_product_docstrings_and_comments_name_no_round_call_or_issue():
+def test_product_docstrings_comments_and_parameter_sources_name_no_round_call_or_issue():
     found = []
     for source in sorted([*(REPO / "tuner").rglob("*.py"), *(REPO / "runners").rglob("*.py")]):
         text = source.read_text()
@@ -91,6 +91,8 @@ def test_product_docstrings_and_comments_name_no_round_call_or_issue():
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
                 pieces.append(ast.get_docstring(node) or "")
         found += [f"{source.relative_to(REPO)}: {m.group(0)}" for piece in pieces for m in HISTORY.finditer(piece)]
+    for data in sorted([*(REPO / "tuner").rglob("*.json"), *(REPO / "runners").rglob("*.json")]):
+        found += [f"{data.relative_to(REPO)}: {m.group(0)}" for m in HISTORY.finditer(data.read_text())]
     assert found == []
 
 
