@@ -5,7 +5,9 @@ conftest.py: pytest puts this folder on sys.path, so ``from clirun import
 run_cli`` works under both ``pytest`` and ``python -m pytest``.
 """
 
+import hashlib
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -55,3 +57,23 @@ def in_process(*args: str) -> tuple[int, str, str]:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     return code, out.getvalue(), err.getvalue()
+
+
+def folder_state(root: Path) -> dict[str, tuple]:
+    """Every path under ``root`` with its type, size, mtime and content hash, to show a command wrote nothing.
+
+    Only regular files of up to 1 MiB are read, so a named pipe planted as bad input is never opened.
+    """
+    found: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            found[os.path.relpath(os.path.join(dirpath, name), root)] = ("dir",)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            digest = ""
+            if stat.S_ISREG(st.st_mode) and st.st_size <= 1 << 20:
+                with open(path, "rb") as fh:
+                    digest = hashlib.sha1(fh.read()).hexdigest()
+            found[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, digest)
+    return found

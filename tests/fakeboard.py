@@ -81,13 +81,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fakekernel
 
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def tiny_run(device: str = "orin-nano") -> list[str]:
@@ -434,6 +437,12 @@ class FakeBoard:
     gpu_device: Path
     hwmon_dirs: dict[str, Path]
     conf: dict[str, Any]
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeBoard:
+        """Point this test's tuner (and its child processes) at the board through :meth:`env`."""
+        for key, value in self.env().items():
+            monkeypatch.setenv(key, value)
+        return self
 
     def env(self) -> dict[str, str]:
         """Environment that points the tuner at this board and makes child processes obey its kernel."""

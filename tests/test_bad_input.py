@@ -11,14 +11,13 @@ SystemExit) because a process per row would cost minutes; a few marked
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 import yaml
-from clirun import in_process, run_cli
+from clirun import folder_state, in_process, run_cli
 
 from tuner.deploy import export_config, write_export
 from tuner.devices.virtual.twin import TwinDevice
@@ -321,23 +320,6 @@ PROC = {
 }
 
 
-def _tree(root: Path) -> dict[str, tuple]:
-    """Every path under ``root`` with its type, size, mtime and (for small files) content hash."""
-    found: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = ("dir",)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            digest = ""
-            if st.st_size <= 1 << 20:
-                with open(path, "rb") as fh:
-                    digest = hashlib.sha1(fh.read()).hexdigest()
-            found[os.path.relpath(path, root)] = ("file", st.st_size, st.st_mtime_ns, digest)
-    return found
-
-
 def _in_process(args: tuple[str, ...]) -> tuple[int, str]:
     code, _, err = in_process(*args)
     return code, err
@@ -349,18 +331,18 @@ def test_bad_input_refused_in_one_line_and_nothing_written(folder, monkeypatch, 
     monkeypatch.chdir(folder)
     monkeypatch.delenv("TUNE_SYSFS_ROOT", raising=False)
     monkeypatch.setenv("TUNE_STATE_DIR", str(folder / "state"))
-    before = _tree(folder)
+    before = folder_state(folder)
     code, err = _in_process(args)
     assert code == 2, (args, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), (args, err)
     assert "Traceback" not in err
     assert fix in lines[0], (args, lines[0])
-    assert _tree(folder) == before, f"{args} changed the folder"
+    assert folder_state(folder) == before, f"{args} changed the folder"
     if index in PROC:
         r = run_cli(*args, cwd=folder, env={"TUNE_STATE_DIR": str(folder / "state")})
         assert r.returncode == 2 and r.stderr.strip() == lines[0] and r.stdout == "", (args, r.stderr)
-        assert _tree(folder) == before, f"{args} changed the folder (subprocess)"
+        assert folder_state(folder) == before, f"{args} changed the folder (subprocess)"
 
 
 def test_the_table_covers_every_command_and_enough_rows():

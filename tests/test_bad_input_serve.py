@@ -10,67 +10,26 @@ Named pipes stand in for the special files that used to hang a command.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 from pathlib import Path
 
 import pytest
 import yaml
-from clirun import in_process
+from clirun import folder_state, in_process
+from policies import two_band_policy
 
 from tuner import atomicfile
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
-from tuner.serve.policy import Band, BandProvenance, Policy, load_policy, write_policy
+from tuner.serve.policy import Policy, load_policy, write_policy
 from tuner.serve.replay import TRACES, shipped_traces, trace_path
-
-
-def _tree(root: Path) -> dict[str, tuple]:
-    """Every path under ``root`` with its type, size, mtime and content hash (named pipes are never opened)."""
-    found: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = ("dir",)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            digest = ""
-            if stat.S_ISREG(st.st_mode) and st.st_size <= 1 << 20:
-                with open(path, "rb") as fh:
-                    digest = hashlib.sha1(fh.read()).hexdigest()
-            found[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns, digest)
-    return found
 
 
 def twin_policy() -> Policy:
     """Two bands of the AGX Orin twin: 15W below 100 q/s, MAXN above (batch 8, 5 ms timeout)."""
     space = TwinDevice("sim:orin").space()
-    base = space.default_config().knobs
-
-    def band(lo: float, hi: float, **knobs) -> Band:
-        return Band(
-            min_qps=lo,
-            max_qps=hi,
-            knobs={**base, **knobs},
-            batch_size=8,
-            batch_timeout_ms=5.0,
-            j_per_query=0.2,
-            latency_ms=30.0,
-            avg_w=20.0,
-            provenance=BandProvenance(study="s", storage="x", trial=0, measured_by_plan=True),
-        )
-
-    low = space.effective(band(0, 1, nvpmodel="15W").config()).knobs
-    return Policy(
-        model="resnet50",
-        device="sim:orin",
-        device_kind="orin-agx",
-        twin=True,
-        percentile="p99",
-        max_latency_ms=50.0,
-        bands=[band(0, 100, **low), band(100, 300)],
-    )
+    return two_band_policy(space, model="resnet50", device="sim:orin", device_kind="orin-agx", twin=True)
 
 
 def _edited(changes: dict, band: dict | None = None) -> str:
@@ -124,46 +83,26 @@ REPLAY = ("replay", "policy.yaml", "-d", "sim:orin", "--trace", "good.csv")
 PLAN = ("plan", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--trials", "2")
 LONG_SOCKET = "unix:" + "s" * 120
 
+# every policy file govern and replay must refuse alike (one validator), with the fix each error names
+BAD_POLICIES = (
+    ("v2.yaml", "has version 2"),
+    ("v0.yaml", "has version 0"),
+    ("lat-neg.yaml", "invalid at max_latency_ms"),
+    ("p999.yaml", "invalid at percentile"),
+    ("inf-timeout.yaml", "invalid at bands.0.batch_timeout_ms"),
+    ("nan-energy.yaml", "invalid at bands.0.j_per_query"),
+    ("odd-timeout.yaml", "batch_timeout_ms 7 is not one of"),
+    ("unknown-knob.yaml", "unknown knob 'warp'"),
+    ("bad-gpu.yaml", "gpu_mhz=999.0 is not supported"),
+    ("bad-mode.yaml", "nvpmodel=99W is not supported"),
+    ("empty-knobs.yaml", "invalid at bands.0.knobs"),
+    ("bs-huge.yaml", "batch size 1000000000"),
+    ("bs-odd.yaml", "batch_size 3 is not one of"),
+    ("policy.fifo", "not a regular file"),
+)
+
 ROWS: list[tuple[tuple[str, ...], str]] = [
-    # policies govern and replay refuse alike (one validator)
-    *[
-        (("govern", name, *GOVERN[2:]), fix)
-        for name, fix in (
-            ("v2.yaml", "has version 2"),
-            ("v0.yaml", "has version 0"),
-            ("lat-neg.yaml", "invalid at max_latency_ms"),
-            ("p999.yaml", "invalid at percentile"),
-            ("inf-timeout.yaml", "invalid at bands.0.batch_timeout_ms"),
-            ("nan-energy.yaml", "invalid at bands.0.j_per_query"),
-            ("odd-timeout.yaml", "batch_timeout_ms 7 is not one of"),
-            ("unknown-knob.yaml", "unknown knob 'warp'"),
-            ("bad-gpu.yaml", "gpu_mhz=999.0 is not supported"),
-            ("bad-mode.yaml", "nvpmodel=99W is not supported"),
-            ("empty-knobs.yaml", "invalid at bands.0.knobs"),
-            ("bs-huge.yaml", "batch size 1000000000"),
-            ("bs-odd.yaml", "batch_size 3 is not one of"),
-            ("policy.fifo", "not a regular file"),
-        )
-    ],
-    *[
-        (("replay", name, *REPLAY[2:]), fix)
-        for name, fix in (
-            ("v2.yaml", "has version 2"),
-            ("v0.yaml", "has version 0"),
-            ("lat-neg.yaml", "invalid at max_latency_ms"),
-            ("p999.yaml", "invalid at percentile"),
-            ("inf-timeout.yaml", "invalid at bands.0.batch_timeout_ms"),
-            ("nan-energy.yaml", "invalid at bands.0.j_per_query"),
-            ("odd-timeout.yaml", "batch_timeout_ms 7 is not one of"),
-            ("unknown-knob.yaml", "unknown knob 'warp'"),
-            ("bad-gpu.yaml", "gpu_mhz=999.0 is not supported"),
-            ("bad-mode.yaml", "nvpmodel=99W is not supported"),
-            ("empty-knobs.yaml", "invalid at bands.0.knobs"),
-            ("bs-huge.yaml", "batch size 1000000000"),
-            ("bs-odd.yaml", "batch_size 3 is not one of"),
-            ("policy.fifo", "not a regular file"),
-        )
-    ],
+    *[((command[0], name, *command[2:]), fix) for command in (GOVERN, REPLAY) for name, fix in BAD_POLICIES],
     # govern: rate sources, outputs, settings
     (("govern", "policy.yaml", "-d", "sim:orin", "--rate-source", "file:binary-rate"), "is not a rate"),
     (("govern", "policy.yaml", "-d", "sim:orin", "--rate-source", "file:rate.fifo"), "not a regular file"),
@@ -236,14 +175,14 @@ def test_serving_bad_input_refused_in_one_line_and_nothing_written(folder, monke
     args, fix = ROWS[index]
     monkeypatch.chdir(folder)
     monkeypatch.delenv("TUNE_SYSFS_ROOT", raising=False)
-    before = _tree(folder)
+    before = folder_state(folder)
     code, out, err = _in_process(args)
     assert code == 2, (args, out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), (args, err)
     assert "Traceback" not in err and out == "", (args, out)
     assert fix in lines[0], (args, lines[0])
-    assert _tree(folder) == before, f"{args} changed the folder"
+    assert folder_state(folder) == before, f"{args} changed the folder"
 
 
 def test_the_serving_table_covers_the_three_commands():
@@ -326,13 +265,14 @@ def test_export_on_a_full_disk_is_one_line_and_the_old_export_is_intact(tmp_path
     export = ("export", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", "s", "-o", "best.yaml")
     assert _in_process(export)[0] == 0
     old = (tmp_path / "best.yaml").read_bytes()
-    before = _tree(tmp_path)
+    before = folder_state(tmp_path)
     real = os.fdopen
     monkeypatch.setattr(atomicfile.os, "fdopen", lambda fd, mode="r", *a, **k: _full_disk(real, fd, mode, *a, **k))
     code, _out, err = _in_process(export)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "No space left on device" in err, err
     assert (tmp_path / "best.yaml").read_bytes() == old
-    assert {k for k in _tree(tmp_path) if not k.startswith("s/")} == {k for k in before if not k.startswith("s/")}
+    after = folder_state(tmp_path)
+    assert {k for k in after if not k.startswith("s/")} == {k for k in before if not k.startswith("s/")}
 
 
 # -- links another user planted ------------------------------------------------------
@@ -359,7 +299,7 @@ def test_writes_as_root_refuse_a_folder_another_user_can_write(folder, tmp_path,
     os.lchown(shared / "band.json.tmp", 65534, 65534)
     os.lchown(shared / "switches.jsonl", 65534, 65534)
     monkeypatch.chdir(folder)
-    before = _tree(shared)
+    before = folder_state(shared)
     for args in (
         (*GOVERN, "--state-file", str(shared / "band.json"), "--log", str(shared / "switches.jsonl")),
         (*GOVERN, "--state-file", str(shared / "band.json")),
@@ -370,11 +310,11 @@ def test_writes_as_root_refuse_a_folder_another_user_can_write(folder, tmp_path,
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
         assert "refusing to write in the folder" in err or "is a link" in err, err
     assert victim.read_text() == "precious\n" and victim2.read_text() == "precious too\n"
-    assert _tree(shared) == before
+    assert folder_state(shared) == before
     os.chown(shared, 0, 0)  # root's own folder, but writable by everyone (no sticky bit)
     code, _out, err = _in_process((*GOVERN, "--state-file", str(shared / "band.json")))
     assert code == 2 and "other users can write to it" in err, err
-    assert victim.read_text() == "precious\n" and _tree(shared) == before
+    assert victim.read_text() == "precious\n" and folder_state(shared) == before
 
 
 @needs_root

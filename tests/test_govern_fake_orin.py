@@ -9,48 +9,21 @@ import sys
 import pytest
 from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board
+from policies import two_band_policy
 
-from tuner.serve.policy import Band, BandProvenance, Policy, write_policy
+from tuner.serve.policy import write_policy
 
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    return fake
+    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
 
 
 def board_policy(path, kind="orin-agx", model="resnet50"):
     """Two bands the fake board supports: 15W below 100 q/s, MAXN above."""
     from tuner.devices.registry import open_device
 
-    space = open_device("orin").space()
-    base = space.default_config().knobs
-
-    def band(lo, hi, **knobs):
-        return Band(
-            min_qps=lo,
-            max_qps=hi,
-            knobs={**base, **knobs},
-            batch_size=8,
-            batch_timeout_ms=5.0,
-            j_per_query=0.2,
-            latency_ms=30.0,
-            avg_w=20.0,
-            provenance=BandProvenance(study="s", storage="x", trial=0, measured_by_plan=True),
-        )
-
-    low = space.effective(band(0, 1, nvpmodel="15W").config()).knobs
-    policy = Policy(
-        model=model,
-        device="orin",
-        device_kind=kind,
-        twin=False,
-        percentile="p99",
-        max_latency_ms=50.0,
-        bands=[band(0, 100, **low), band(100, 300)],
-    )
+    policy = two_band_policy(open_device("orin").space(), model=model, device="orin", device_kind=kind, twin=False)
     write_policy(policy, path)
     return policy
 

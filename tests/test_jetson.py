@@ -199,8 +199,7 @@ def test_missing_board_is_a_one_line_user_error(tmp_path: Path, board: FakeBoard
 
 
 def test_environment_points_at_the_board(board: FakeBoard, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in board.env().items():
-        monkeypatch.setenv(key, value)
+    board.install(monkeypatch)
     dev = JetsonDevice(board.model)
     assert dev.root == board.root and dev.nvpmodel == str(board.nvpmodel)
 

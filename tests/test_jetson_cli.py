@@ -31,9 +31,7 @@ pytestmark = pytest.mark.slow  # tune subprocesses with LoadGen windows on a fak
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
+    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
     monkeypatch.setenv("TUNE_TORCH_DEVICE", "cpu")
     return fake
 
@@ -163,10 +161,7 @@ COVER = [
 
 
 def matrix_board(tmp_path, monkeypatch, start, layout, grid):
-    fake = make_fake_board(tmp_path / "board", "orin-agx", layout, seed=2, grid=grid, start=start)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    return fake
+    return make_fake_board(tmp_path / "board", "orin-agx", layout, seed=2, grid=grid, start=start).install(monkeypatch)
 
 
 def invoke(*args):
@@ -296,9 +291,7 @@ def trt_board(tmp_path, monkeypatch):
 
     from runners import tensorrt_runner
 
-    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36.3", seed=1, start="MAXN")
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
+    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36.3", seed=1, start="MAXN").install(monkeypatch)
     monkeypatch.setenv("FAKE_TENSORRT", "2")
     module = fake_tensorrt.module()
     module.Builder.num_DLA_cores = 2

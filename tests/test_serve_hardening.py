@@ -37,10 +37,7 @@ SIGNAL_BOUND_S = 20.0
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    fake = make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    return fake
+    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
 
 
 def one_error(r: subprocess.CompletedProcess) -> str:

@@ -33,10 +33,7 @@ REPO = HERE.parent
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    fake = make_fake_board(tmp_path / "board", "orin-nano", "l4t36", seed=1)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    return fake
+    return make_fake_board(tmp_path / "board", "orin-nano", "l4t36", seed=1).install(monkeypatch)
 
 
 def jetson(board) -> JetsonDevice:
