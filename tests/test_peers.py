@@ -449,3 +449,61 @@ def test_a_bad_rate_source_url_is_one_line(spec):
     with pytest.raises(UserError) as caught:
         open_rate_source(spec)
     assert "\n" not in str(caught.value)
+
+
+# -- tune meter-serve from the command line -------------------------------------------------------
+
+PLUGINS = [
+    ("raises at import", "raise RuntimeError('broken at import')\n", "py:plug:M", "RuntimeError: broken at import"),
+    ("sys.exit at import", "import sys\nsys.exit(3)\n", "py:plug:M", "called sys.exit(3)"),
+    ("os._exit at import", "import os\nos._exit(0)\n", "py:plug:M", "called os._exit(0)"),
+    ("sys.exit in the factory", "import sys\ndef M(spec):\n    sys.exit(0)\n", "py:plug:M", "called sys.exit(0)"),
+    ("os._exit in the factory", "import os\ndef M(spec):\n    os._exit(0)\n", "py:plug:M", "called os._exit(0)"),
+    ("a syntax error", "def (:\n", "py:plug:M", "SyntaxError"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "spec", "fix"), [r[1:] for r in PLUGINS], ids=[r[0] for r in PLUGINS])
+def test_meter_serve_with_a_broken_plugin_is_one_line_exit_2(tmp_path, source, spec, fix):
+    from clirun import run_cli
+
+    (tmp_path / "plug.py").write_text(source)
+    r = run_cli(
+        "meter-serve",
+        "--meter",
+        spec,
+        "--listen",
+        "127.0.0.1:0",
+        env={"PYTHONPATH": str(tmp_path), "TUNE_METER_TOKEN": TOKEN},
+        timeout=120,
+    )
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fix in lines[0], r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.slow
+def test_meter_serve_listens_on_ipv6_loopback_from_the_cli_and_ends_on_sigterm(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    env = {**os.environ, "TUNE_METER_TOKEN": TOKEN, "PYTHONPATH": os.path.dirname(__file__)}
+    command = [sys.executable, "-m", "tuner", "meter-serve", "--meter", "py:fakemeter:ConstantMeter"]
+    proc = subprocess.Popen(
+        [*command, "--listen", "[::1]:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving constant on remote://[::1]:"), line + proc.stderr.read()
+        monkeypatch.setenv("TUNE_METER_TOKEN", TOKEN)
+        meter = open_meter(line.split()[3])
+        meter.start()
+        assert meter.stop().avg_w == pytest.approx(42.0)
+        proc.terminate()
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
