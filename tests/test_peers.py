@@ -184,6 +184,8 @@ def test_the_server_listens_on_ipv6_loopback():
 BAD_URLS = [
     "remote://[::1",
     "remote://host:99999",
+    "remote://host:",
+    "remote://[::1]]:4951",
     "remote://host:0",
     "remote://host:port",
     "remote://user:pw@host:4951",

@@ -42,6 +42,9 @@ def peer_url(url: str, scheme: str, default_port: int, keys: set[str], usage: st
         raise refuse("the port must be from 1 to 65535")
     if not _is_host(host):
         raise refuse(f"{host[:60]!r} is not a host name or an IP address")
+    named = f"[{host}]" if ":" in host else host
+    if parts.netloc.lower() not in (named.lower(), f"{named}:{port}".lower()):
+        raise refuse(f"{parts.netloc[:60]!r} is not HOST or HOST:PORT")
     unknown = sorted(set(query) - keys)
     if unknown:
         known = ", ".join(sorted(keys)) or "none"
