@@ -113,9 +113,6 @@ def check_out_file(path: Path, flag: str = "--output") -> Path:
     return path
 
 
-PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
-
-
 def run_storage(storage: str | None, out: Path) -> str:
     """The storage a measuring command will write, checked (not created) up front."""
     check_out_dir(out)
@@ -123,11 +120,6 @@ def run_storage(storage: str | None, out: Path) -> str:
         return f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
     path = sqlite_path(storage)
     if path is not None:
-        pseudo = next((top for top in PSEUDO_FILESYSTEMS if path.resolve().is_relative_to(top)), None)
-        if pseudo is not None:
-            raise UserError(
-                f"--storage {storage}: {pseudo} holds the kernel's files, not a database: name another file"
-            )
         if path.is_dir():
             raise UserError(f"--storage {storage}: {path} is a folder: name the database file, e.g. {path}/tune.db")
         check_out_dir(path.parent, "--storage")

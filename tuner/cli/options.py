@@ -12,6 +12,7 @@ target-qps, batch-timeout) become one WindowSettings through
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -181,8 +182,26 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
 
 # -- every value checked where it enters, before the command runs -------------------------------
 
-# Options whose range is the same wherever they are declared (by flag).
+# The kernel's pseudo-filesystems: a study database there is a typo or an attack, never a file.
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+def check_storage_location(url: str, flag: str = "--storage") -> str:
+    """A SQLite storage URL must name a file outside the kernel's pseudo-filesystems."""
+    from tuner.storage import sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None:
+        resolved = Path(os.path.abspath(path))
+        pseudo = next((top for top in PSEUDO_FILESYSTEMS if resolved.is_relative_to(top)), None)
+        if pseudo is not None:
+            raise UserError(f"{flag} {url}: {pseudo} holds the kernel's files, not a database: name another file")
+    return url
+
+
+# Options whose range (or form) is the same wherever they are declared (by flag).
 _RANGES = {
+    "--storage": check_storage_location,
     "--seed": check_seed,
     "--target-qps": check_rate,
     "--batch-timeout": lambda v, flag: check_range(v, flag, 0.0, MAX_BATCH_TIMEOUT_MS, "10"),
@@ -209,7 +228,7 @@ def check_values(ctx: Any, params: list[Any]) -> None:
         flag = _flag(param)
         for item in value if isinstance(value, list | tuple) else [value]:
             _check_number(flag, item)
-            if flag in _RANGES and isinstance(item, int | float) and not isinstance(item, bool):
+            if flag in _RANGES and not isinstance(item, bool):
                 _RANGES[flag](item, flag)
     given = {p.name for p in params if _from_user(ctx, p.name)}
     window, min_window = ctx.params.get("window"), ctx.params.get("min_window")
