@@ -77,6 +77,7 @@ COMMANDS = {
     "measure": ("measure", "-m", "tiny-cnn", "-d", "sim:orin", "-b", "1"),
     "roofline": ("roofline", "-m", "tiny-cnn", "-d", "sim:orin"),
     "report": ("report", "-m", "tiny-cnn", "-d", "sim:orin"),
+    "replay": ("replay", "policy.yaml", "--trace", "diurnal", "-d", "sim:orin"),
 }
 SERVER_COMMANDS = ("run", "measure", "report")
 

@@ -62,12 +62,12 @@ def raw(server: MeterServer, payload: bytes) -> bytes:
     """Connect, read the challenge, send ``payload``, return what comes back before the server hangs up."""
     with socket.create_connection(server.address, timeout=BOUND_S) as conn:
         conn.makefile("rb").readline()
-        conn.sendall(payload)
         got = b""
         try:
+            conn.sendall(payload)
             while chunk := conn.recv(65536):
                 got += chunk
-        except ConnectionResetError:  # closed with our bytes unread: the kernel resets instead
+        except (ConnectionResetError, BrokenPipeError):  # the server hung up with our bytes unread
             pass
         return got
 

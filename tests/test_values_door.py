@@ -35,6 +35,7 @@ ROWS: list[tuple[tuple[str, ...], str]] = [
     ((*MEASURE, "--seed", "99999999999"), "--seed must be an integer from 0"),
     (("roofline", "-m", "tiny-cnn", "-d", "sim:orin", "--seed", "-1"), "--seed must be an integer from 0"),
     (("report", "-m", "tiny-cnn", "-d", "sim:orin", "--seed", "4294967296"), "--seed must be an integer from 0"),
+    (("replay", "policy.yaml", "--trace", "diurnal", "-d", "sim:orin", "--seed", "-1"), "--seed must be an integer"),
     ((*SERVER, "--target-qps", "inf"), "--target-qps must be a finite number"),
     ((*SERVER, "--target-qps", "nan"), "--target-qps must be a finite number"),
     ((*SERVER, "--target-qps", "1e308"), "--target-qps 1e+308 q/s is outside 0.01 to 100000"),
