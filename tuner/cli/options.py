@@ -230,9 +230,8 @@ def check_values(ctx: Any, params: list[Any]) -> None:
             _check_number(flag, item)
             if flag in _RANGES and not isinstance(item, bool):
                 _RANGES[flag](item, flag)
-    given = {p.name for p in params if _from_user(ctx, p.name)}
     window, min_window = ctx.params.get("window"), ctx.params.get("min_window")
-    if "min_window" in given and window is not None and min_window is not None and min_window > window:
+    if _from_user(ctx, "min_window") and window is not None and min_window is not None and min_window > window:
         raise UserError(
             f"--min-window {min_window:g} is longer than --window {window:g}: the shortest window cannot be "
             f"longer than the longest; e.g. --min-window {min(2.0, window):g} --window {window:g}"
@@ -240,6 +239,7 @@ def check_values(ctx: Any, params: list[Any]) -> None:
 
 
 def _from_user(ctx: Any, name: str) -> bool:
+    """Whether the user gave the option (a default --min-window above a short --window is clipped, not refused)."""
     source = ctx.get_parameter_source(name)
     return getattr(source, "name", "") in ("COMMANDLINE", "ENVIRONMENT")
 

@@ -99,7 +99,8 @@ class PtdMeter:
             reply = conn.ask("Hello")
             if reply != HELLO:
                 raise MeterLost(f"{self.host}:{self.port} is not PTDaemon (it answered Hello with {reply[:60]!r})")
-            self.identity = conn.ask("Identify")
+            identity = conn.ask("Identify")
+            self.identity = "".join(c for c in identity if c.isprintable())[:200]  # it goes into every reading
             self._ranges = _ranges(conn.ask("RR"))
         except MeterLost:
             conn.close()
