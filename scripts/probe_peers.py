@@ -556,6 +556,14 @@ def cases(work: Path, server: MeterServer, quick: bool) -> list[Case]:
     return found
 
 
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, help="write the summary (markdown) here")
@@ -597,7 +605,9 @@ def main() -> None:
         "",
         f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU",
-        f"- command: python scripts/probe_peers.py{' --quick' if args.quick else ''} --out ...",
+        f"- command: python scripts/probe_peers.py{' --quick' if args.quick else ''}"
+        + (f" --out {args.out}" if args.out is not None else ""),
+        f"- code: commit {_commit()} (the probe's own changes, if any, uncommitted)",
         f"- user: uid {os.getuid()}; peers on loopback only; {seconds:.0f} s",
         "",
         "| class | pass | fail |",
