@@ -607,7 +607,7 @@ def main() -> None:
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, no GPU",
         f"- command: python scripts/probe_peers.py{' --quick' if args.quick else ''}"
         + (f" --out {args.out}" if args.out is not None else ""),
-        f"- code: commit {_commit()} (the probe's own changes, if any, uncommitted)",
+        f"- code: commit {_commit()}",
         f"- user: uid {os.getuid()}; peers on loopback only; {seconds:.0f} s",
         "",
         "| class | pass | fail |",
