@@ -18,7 +18,14 @@ class UserError(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an exception so the same finally-blocks restore the hardware."""
+    """SIGTERM, SIGHUP or SIGQUIT, turned into an exception so the same finally-blocks restore the hardware.
+
+    ``signum`` says which (a dropped SSH session is SIGHUP); it sets the exit code, 128 + signum.
+    """
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

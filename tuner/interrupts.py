@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM while the tuner holds hardware: record the signal, act on it at safe points.
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT while the tuner holds hardware: record the signal, act on it at safe points.
 
 An exception raised from inside a signal handler lands at an arbitrary
 bytecode: in the middle of a board write, inside Optuna while it starts a
@@ -12,8 +12,9 @@ after a measured window, between trials) and :func:`held` raises the signal
 when it ends, so the run unwinds through the same ``finally`` blocks that
 restore the hardware after an error.
 
-Both signals are installed for the whole of :func:`held`, whatever the
-previous disposition: a process started in the background by a
+All four are installed for the whole of :func:`held`, whatever the
+previous disposition (SIGHUP is a dropped SSH session, SIGQUIT Ctrl-\\; by
+default either kills the process with the board left as the trial set it): a process started in the background by a
 non-interactive shell inherits SIGINT as *ignored*, and would otherwise never
 hear it. A second signal while the first is still pending raises at once
 (the user insists; something is stuck between safe points), except while the
@@ -33,7 +34,9 @@ from typing import Any
 
 from tuner.errors import Terminated, UserError
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# What the exit message calls each signal's ending.
+ENDINGS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up", signal.SIGQUIT: "quit"}
 
 
 class _State:
@@ -52,9 +55,14 @@ _state = _State()
 
 
 def exception_for(signum: int) -> KeyboardInterrupt:
-    """KeyboardInterrupt for SIGINT, :class:`Terminated` for SIGTERM; remembered for the exit code."""
+    """KeyboardInterrupt for SIGINT, :class:`Terminated` for the others; remembered for the exit code."""
     _state.last = signum
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def ending(signum: int | None) -> str:
+    """How the exit message names the end a signal brought ("interrupted" for Ctrl-C, "hung up" for SIGHUP)."""
+    return ENDINGS.get(signum or signal.SIGINT, "terminated")
 
 
 def last_signal() -> int | None:
@@ -76,18 +84,18 @@ def _raise(signum: int, frame: Any) -> None:
 
 
 def install_process_handlers() -> None:
-    """For a CLI process: Ctrl-C and SIGTERM both raise, even if SIGINT was inherited as ignored.
+    """For a CLI process: every signal of SIGNALS raises, even if SIGINT was inherited as ignored.
 
     Outside :func:`held` nothing is held, so raising at once is what a user
-    expects; SIGTERM then ends a command as cleanly as Ctrl-C does. Each is
+    expects; SIGTERM, SIGHUP and SIGQUIT then end a command as cleanly as Ctrl-C does. Each is
     remembered (:func:`last_signal`), so one whose exception Python swallowed
     (raised inside a garbage-collection callback) still ends the command
     with the signal's exit code.
     """
     _state.last = None
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _raise)
-        signal.signal(signal.SIGTERM, _raise)
+        for sig in SIGNALS:
+            signal.signal(sig, _raise)
 
 
 def pending() -> int | None:
@@ -103,7 +111,7 @@ def check() -> None:
 
 @contextmanager
 def held() -> Iterator[None]:
-    """Record SIGINT and SIGTERM instead of raising, for the duration; raise a recorded one at the end.
+    """Record the signals of SIGNALS instead of raising, for the duration; raise a recorded one at the end.
 
     Re-entrant: only the outermost level installs and puts back the
     handlers, and raises. If the block ends with an error while a signal is
@@ -162,6 +170,13 @@ def listening(callback: Callable[[], None]) -> Iterator[None]:
             yield
         finally:
             _state.listeners.remove(callback)
+
+
+def sleep(seconds: float) -> None:
+    """Wait ``seconds``, or less: the wait ends at the first signal (which stays recorded for :func:`check`)."""
+    woken = threading.Event()
+    with listening(woken.set):
+        woken.wait(seconds)
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """The ``tune`` console script and ``python -m tuner``: signal handlers first, then the CLI.
 
 Importing the CLI (Typer, Rich, Optuna, pydantic) takes about a second; a
-Ctrl-C or SIGTERM in that second, in a process that inherited SIGINT as
+Ctrl-C, SIGTERM, SIGHUP or SIGQUIT in that second, in a process that inherited SIGINT as
 ignored, would otherwise be dropped, and the run would go on as if asked to.
 One that lands during the import ends the process before anything was done.
 (A signal that arrives before the interpreter runs this, in its first few
@@ -21,16 +21,16 @@ import sys
 def main() -> None:
     if _answered_at_once(sys.argv[1:]):
         return
-    from tuner.interrupts import held, install_process_handlers, last_signal
+    from tuner.interrupts import ending, held, install_process_handlers, last_signal
 
     install_process_handlers()
     try:
         with held():  # recorded, raised once the import is complete: never inside torch's C++ import
             from tuner.cli import main as cli_main
     except KeyboardInterrupt:
-        terminated = last_signal() == signal.SIGTERM
-        print(f"{'terminated' if terminated else 'interrupted'}: nothing was started", file=sys.stderr)
-        sys.exit(143 if terminated else 130)
+        signum = last_signal() or signal.SIGINT
+        print(f"{ending(signum)}: nothing was started", file=sys.stderr)
+        sys.exit(128 + signum)
     cli_main()
 
 

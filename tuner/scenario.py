@@ -19,6 +19,7 @@ from typing import Any
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config, Knob, SearchSpace
+from tuner.units import check_rate
 
 SCENARIOS = ("offline", "server", "singlestream")
 SCENARIO_PERCENTILE = {"server": "p99", "singlestream": "p90"}
@@ -51,7 +52,7 @@ def window_for(
     if name == "server":
         if target_qps is None or not target_qps > 0:
             raise UserError("the server scenario needs an arrival rate: pass --target-qps, e.g. --target-qps 300")
-        options["server_target_qps"] = float(target_qps)
+        options["server_target_qps"] = check_rate(target_qps)
     elif target_qps is not None:
         raise UserError(
             f"--target-qps applies to the server scenario only, not {name}: drop it or use --scenario server"

@@ -20,6 +20,15 @@ MIN_LATENCY_MS = 1e-3
 MAX_TRIALS = 1_000_000
 MAX_BATCH = 1 << 20
 MAX_LIST = 64
+# numpy's and Optuna's samplers take a 32-bit seed; anything else fails deep inside them.
+MAX_SEED = 2**32 - 1
+# Arrival rates, queries/s, wherever one enters (--target-qps, plan's --rates, a trace): below
+# the floor a Server window holds no query; no device here serves 100,000 queries a second, and
+# above that LoadGen schedules every query of a window up front (work no signal interrupts).
+MIN_RATE_QPS = 0.01
+MAX_RATE_QPS = 1e5
+# A dynamic batching timeout beyond a minute is no longer a latency-bound service.
+MAX_BATCH_TIMEOUT_MS = 60_000.0
 
 
 def parse_latency_ms(text: str) -> float:
@@ -74,4 +83,29 @@ def check_seconds(value: float | None, flag: str, example: str, maximum: float =
         return None
     if not math.isfinite(value) or value <= 0 or value > maximum:
         raise UserError(f"{flag} must be a positive number of seconds up to {maximum:g}, e.g. {example}")
+    return value
+
+
+def check_seed(value: int | None, flag: str = "--seed") -> int | None:
+    """A sampler seed: an integer from 0 to 2**32-1 (numpy's range), or None for none."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UserError(f"{flag} must be an integer from 0 to {MAX_SEED} (2**32-1), e.g. 1")
+    return value
+
+
+def check_rate(value: float, flag: str = "--target-qps") -> float:
+    """A finite arrival rate within [MIN_RATE_QPS, MAX_RATE_QPS] queries/s."""
+    if not (math.isfinite(value) and MIN_RATE_QPS <= value <= MAX_RATE_QPS):
+        raise UserError(
+            f"{flag} {value:g} q/s is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s: give a rate in that range"
+        )
+    return float(value)
+
+
+def check_range(value: float, flag: str, low: float, high: float, example: str) -> float:
+    """A finite number from ``low`` to ``high`` (both included)."""
+    if not math.isfinite(value) or not low <= value <= high:
+        raise UserError(f"{flag} must be a number from {low:g} to {high:g}, e.g. {example}")
     return value

@@ -7,6 +7,7 @@ that fails on bad input leaves the folder exactly as it found it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,19 @@ def device(name: str, **options: Any) -> Device:
 
 
 def emit_json(obj: Any) -> None:
-    """The whole stdout of a --json command: one JSON document."""
-    typer.echo(json.dumps(obj, indent=2, default=str))
+    """The whole stdout of a --json command: one JSON document, strict (a missing figure is null, never NaN)."""
+    typer.echo(json.dumps(_strict(obj), indent=2, default=str, allow_nan=False))
+
+
+def _strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float as None: bare NaN or Infinity is not JSON, and strict parsers refuse it."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: _strict(value) for key, value in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(value) for value in obj]
+    return obj
 
 
 def twin_note(device: Device) -> str:

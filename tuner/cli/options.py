@@ -11,10 +11,13 @@ target-qps, batch-timeout) become one WindowSettings through
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 from typer.models import OptionInfo
 
 from tuner.cli import common
@@ -23,7 +26,13 @@ from tuner.devices.registry import device_help
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
-from tuner.units import check_seconds
+from tuner.units import (
+    MAX_BATCH_TIMEOUT_MS,
+    check_range,
+    check_rate,
+    check_seconds,
+    check_seed,
+)
 
 Model = typer.Option(
     ...,
@@ -169,3 +178,75 @@ def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, spac
     for note in getattr(dev, "notes", []):
         typer.echo(f"note: {note}", err=True)
     return dev
+
+
+# -- every value checked where it enters, before the command runs -------------------------------
+
+# The kernel's pseudo-filesystems: a study database there is a typo or an attack, never a file.
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+def check_storage_location(url: str, flag: str = "--storage") -> str:
+    """A SQLite storage URL must name a file outside the kernel's pseudo-filesystems."""
+    from tuner.storage import sqlite_path
+
+    path = sqlite_path(url)
+    if path is not None:
+        resolved = Path(os.path.abspath(path))
+        pseudo = next((top for top in PSEUDO_FILESYSTEMS if resolved.is_relative_to(top)), None)
+        if pseudo is not None:
+            raise UserError(f"{flag} {url}: {pseudo} holds the kernel's files, not a database: name another file")
+    return url
+
+
+# Options whose range (or form) is the same wherever they are declared (by flag).
+_RANGES = {
+    "--storage": check_storage_location,
+    "--seed": check_seed,
+    "--target-qps": check_rate,
+    "--batch-timeout": lambda v, flag: check_range(v, flag, 0.0, MAX_BATCH_TIMEOUT_MS, "10"),
+}
+
+
+def _flag(param: Any) -> str:
+    longs = [opt for opt in getattr(param, "opts", []) if opt.startswith("--")]
+    return longs[0] if longs else str(param.name)
+
+
+def _check_number(flag: str, value: Any) -> None:
+    """Every decimal number an option takes is finite, whatever else its command checks (counts have their own)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{flag} must be a finite number, not {value}")
+
+
+def check_values(ctx: Any, params: list[Any]) -> None:
+    """The values a command was given, checked before it runs: finite, in range, consistent."""
+    for param in params:
+        value = ctx.params.get(param.name)
+        if value is None:
+            continue
+        flag = _flag(param)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            _check_number(flag, item)
+            if flag in _RANGES and not isinstance(item, bool):
+                _RANGES[flag](item, flag)
+    window, min_window = ctx.params.get("window"), ctx.params.get("min_window")
+    if _from_user(ctx, "min_window") and window is not None and min_window is not None and min_window > window:
+        raise UserError(
+            f"--min-window {min_window:g} is longer than --window {window:g}: the shortest window cannot be "
+            f"longer than the longest; e.g. --min-window {min(2.0, window):g} --window {window:g}"
+        )
+
+
+def _from_user(ctx: Any, name: str) -> bool:
+    """Whether the user gave the option (a default --min-window above a short --window is clipped, not refused)."""
+    source = ctx.get_parameter_source(name)
+    return getattr(source, "name", "") in ("COMMANDLINE", "ENVIRONMENT")
+
+
+class CheckedCommand(TyperCommand):
+    """A command whose option values are checked (:func:`check_values`) before its function runs."""
+
+    def invoke(self, ctx: Any) -> Any:
+        check_values(ctx, self.params)
+        return super().invoke(ctx)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import typer
 
 from tuner import __version__, interrupts
-from tuner.cli import deploy, fleet, meters, report, results, search, serve, tuning
+from tuner.cli import deploy, fleet, meters, options, report, results, search, serve, tuning
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -69,7 +69,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "meter-serve": meters.meter_serve,
 }
 for _name, _command in COMMANDS.items():
-    app.command(_name)(_command)
+    app.command(_name, cls=options.CheckedCommand)(_command)
 
 
 def usage_line(exc: Exception) -> str:
@@ -112,11 +112,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _interrupted() -> int:
-    """Say what an interruption left behind; the exit code says which signal (130 Ctrl-C, 143 SIGTERM)."""
-    from tuner.devices.hardware_session import restored_devices
+    """Say what an interruption left behind; the exit code is 128 + the signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+    from tuner.devices.hardware_session import left_behind
 
-    restored = restored_devices()
-    note = f"hardware state restored ({', '.join(dict.fromkeys(restored))})" if restored else "no hardware was changed"
-    terminated = interrupts.last_signal() == signal.SIGTERM
-    typer.echo(f"{'terminated' if terminated else 'interrupted'}: {note}", err=True)
-    return TERMINATED if terminated else INTERRUPTED
+    signum = interrupts.last_signal() or signal.SIGINT
+    typer.echo(f"{interrupts.ending(signum)}: {left_behind()}", err=True)
+    return 128 + signum

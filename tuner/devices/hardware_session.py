@@ -1,8 +1,10 @@
 """A device held for a run, an apply or a restore: locked, journaled first, put back however it ends.
 
-Ctrl-C and SIGTERM are recorded for the whole hold (tuner.interrupts) and
-raised at the next safe point or after the restore, so success, errors and
-both signals all leave through the same restore.
+Ctrl-C, SIGTERM, SIGHUP and SIGQUIT are recorded for the whole hold
+(tuner.interrupts) and raised at the next safe point or after the restore, so
+success, errors and every signal leave through the same restore. What each
+hold did to its device (restored, or a mode applied to stay) is kept for the
+message a signal's exit prints.
 """
 
 from __future__ import annotations
@@ -27,7 +29,15 @@ from tuner.devices.journal import (
 from tuner.devices.lock import device_lock
 from tuner.errors import UserError
 
-_restored: list[str] = []  # devices a hardware session of this process put back
+# What this process's holds left on each device, in order: "restored" or "applied" (a mode
+# deployed to stay). Read by the exit message after a signal: a signal that lands after an
+# apply's writes must say the board was changed, not that nothing was.
+_outcomes: dict[str, str] = {}
+
+
+def _left(device: str, outcome: str) -> None:
+    _outcomes.pop(device, None)
+    _outcomes[device] = outcome
 
 
 class RestoreFailed(UserError):
@@ -84,7 +94,7 @@ def restore_device(device: Device) -> bool:
     with interrupts.held(), hold(device):
         restored = restore_pending(device)
     if restored:
-        _restored.append(device.name)
+        _left(device.name, "restored")
     return restored
 
 
@@ -104,6 +114,7 @@ def deployment(device: Device) -> Iterator[None]:
         write_journal(device, before)
         try:
             interrupts.check()
+            _left(device.name, "applying")
             yield
             interrupts.check()
         except BaseException:
@@ -111,13 +122,30 @@ def deployment(device: Device) -> Iterator[None]:
                 device.restore(before)
             if fresh:
                 clear_journal(device.name)
-            _restored.append(device.name)
+            _left(device.name, "restored")
             raise
+        _left(device.name, "applied")
 
 
-def restored_devices() -> list[str]:
-    """Devices that a hardware session of this process journaled and put back (for the exit message)."""
-    return list(_restored)
+def left_behind() -> str:
+    """What this process's holds did to hardware, in one phrase for the message a signal's exit prints.
+
+    "no hardware was changed" only when no hold changed anything; a mode
+    applied to stay (the signal came after the writes) is named with its undo.
+    A hold cut mid-apply whose restore did not finish ("applying") is named
+    as possibly changed, with the journal's restore.
+    """
+    restored = [name for name, outcome in _outcomes.items() if outcome == "restored"]
+    applied = [name for name, outcome in _outcomes.items() if outcome == "applied"]
+    cut = [name for name, outcome in _outcomes.items() if outcome == "applying"]
+    said = []
+    if restored:
+        said.append(f"hardware state restored ({', '.join(restored)})")
+    for name in applied:
+        said.append(f"{name} keeps the mode applied before the signal (undo with tune restore --device {name})")
+    for name in cut:
+        said.append(f"{name} may be part-way through an apply (put it back with tune restore --device {name})")
+    return "; ".join(said) or "no hardware was changed"
 
 
 def _preload_runtime() -> None:
@@ -135,10 +163,10 @@ def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
     """Hold a device for a run: lock it, journal its state first, restore it however the run ends.
 
     A journal left by a crashed earlier run is restored first, so the state
-    read here is the board's true original. Ctrl-C and SIGTERM are recorded
-    for the whole session (see tuner.interrupts) and raised at the next safe
-    point or when the session ends, after the restore; success, errors and
-    both signals all leave through the same restore. Twins hold no hardware:
+    read here is the board's true original. Ctrl-C, SIGTERM, SIGHUP and SIGQUIT
+    are recorded for the whole session (see tuner.interrupts) and raised at the
+    next safe point or when the session ends, after the restore; success, errors
+    and every signal leave through the same restore. Twins hold no hardware:
     nothing is locked or journaled for them, but signals are handled alike.
     """
     with interrupts.held(), hold(device):
@@ -164,4 +192,4 @@ def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
                     f"fix the cause, then run tune restore --device {device.name}"
                 ) from exc
             clear_journal(device.name)
-            _restored.append(device.name)
+            _left(device.name, "restored")

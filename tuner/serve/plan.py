@@ -28,10 +28,11 @@ from tuner.records import is_feasible, recommended, tail_latency_ms, trial_recor
 from tuner.run_options import RunOptions
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
 from tuner.serve.policy import Band, BandPoint, BandProvenance, PlanPoint, Policy, stamp
-from tuner.serve.validate import MAX_PLAN_RATES, check_rate
+from tuner.serve.validate import MAX_PLAN_RATES
 from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
 from tuner.study import check_same_space, default_storage, narrowed_space, open_study, run_study, study_name
+from tuner.units import check_rate
 
 # The sampler a plan uses unless told: the roofline-guided default models
 # Offline physics, not queueing, and a plan runs a study per rate.

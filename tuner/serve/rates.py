@@ -9,8 +9,9 @@ ways, chosen with ``--rate-source``:
 - ``unix:PATH``: a local unix datagram socket the governor creates, to which
   the server sends the rate as text (the newest datagram wins);
 - ``http://127.0.0.1:PORT/metrics#METRIC``: a Prometheus text endpoint on
-  loopback; a gauge is the rate itself, a counter (``..._total``) is turned into
-  a rate from the change between two reads.
+  loopback (read directly: no proxy, no redirect, no cut body); a gauge is the
+  rate itself, a counter (``..._total``) is turned into a rate from the change
+  between two reads.
 
 An embedding server calls ``Governor.observe(rate)`` instead. A source that
 cannot be opened is a user error at start-up; one that fails later raises
@@ -21,20 +22,18 @@ highest-throughput band.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import math
 import os
 import re
 import socket
 import stat
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from tuner import interrupts
 from tuner.errors import UserError
 from tuner.readfile import read_tail
 
@@ -50,6 +49,7 @@ MAX_DATAGRAM = 256
 MAX_DRAIN = 10_000  # datagrams taken per read; the newest of them wins
 MAX_SOCKET_PATH = 108  # sun_path, with its terminating zero byte (Linux)
 # A Prometheus text sample: name, optional {labels}, value, optional timestamp.
+METRIC_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]{0,199}")
 SAMPLE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(\S+)(?:\s+-?\d+)?")
 
 
@@ -213,25 +213,44 @@ class PrometheusRate:
         return total
 
     def _fetch(self) -> str:
-        """The endpoint's answer, within ``HTTP_TIMEOUT_S`` in all and ``MAX_HTTP_BYTES`` in size."""
+        """The endpoint's body: a plain HTTP/1.0 GET on loopback, whole within HTTP_TIMEOUT_S and MAX_HTTP_BYTES.
+
+        Written on a bare socket, not urllib: no proxy from the environment is
+        consulted (the endpoint is on this host), no redirect is followed (a
+        3xx is refused), the deadline covers the headers as well as the body
+        (however slowly they trickle) and ends at the first signal, and a body
+        shorter than its Content-Length, or without its final newline, is a
+        cut reply, not a rate.
+        """
+        parts = urlsplit(self.url)
+        host = "127.0.0.1" if parts.hostname == "localhost" else (parts.hostname or "")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if parts.scheme != "http":
+            raise RateUnavailable(f"{self.url}: only http:// is read on loopback (no TLS there)")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         deadline = time.monotonic() + HTTP_TIMEOUT_S
-        chunks: list[bytes] = []
-        size = 0
+        request = f"GET {path} HTTP/1.0\r\nHost: {parts.netloc}\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+        data = b""
         try:
-            with urllib.request.urlopen(self.url, timeout=HTTP_TIMEOUT_S) as response:
+            with socket.create_connection((host, port), timeout=HTTP_TIMEOUT_S) as sock:
+                sock.sendall(request.encode("ascii"))
                 while True:
-                    if time.monotonic() > deadline:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or interrupts.pending() is not None:
                         raise RateUnavailable(f"{self.url} did not answer within {HTTP_TIMEOUT_S:g} s")
-                    chunk = response.read1(65536)
+                    sock.settimeout(min(left, 0.2))
+                    try:
+                        chunk = sock.recv(65536)
+                    except TimeoutError:
+                        continue
                     if not chunk:
                         break
-                    size += len(chunk)
-                    if size > MAX_HTTP_BYTES:
+                    data += chunk
+                    if len(data) > MAX_HTTP_BYTES:
                         raise RateUnavailable(f"{self.url} answered more than {MAX_HTTP_BYTES >> 20} MiB")
-                    chunks.append(chunk)
-        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
-            raise RateUnavailable(f"cannot read {self.url}: {getattr(exc, 'reason', exc)}") from None
-        return b"".join(chunks).decode(errors="replace")
+        except (OSError, UnicodeEncodeError) as exc:
+            raise RateUnavailable(f"cannot read {self.url}: {getattr(exc, 'strerror', None) or exc}") from None
+        return _http_body(data, self.url)
 
     def read(self) -> float:
         value, now = self._value(), time.monotonic()
@@ -246,6 +265,35 @@ class PrometheusRate:
         """Nothing held open between reads."""
 
 
+def _http_body(data: bytes, url: str) -> str:
+    """The body of a whole ``200`` reply; a redirect, another status, chunks or a cut body are refused."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        raise RateUnavailable(f"{url} sent no complete HTTP header (a cut reply)")
+    lines = head.decode("latin-1").split("\r\n")
+    status = lines[0].split(" ", 2)
+    if len(status) < 2 or not status[0].startswith("HTTP/1.") or not status[1].isdigit():
+        raise RateUnavailable(f"{url} did not answer HTTP ({lines[0][:40]!r})")
+    code = int(status[1])
+    if 300 <= code < 400:
+        raise RateUnavailable(f"{url} answered a redirect ({code}): redirects are not followed; give the final URL")
+    if code != 200:
+        raise RateUnavailable(f"{url} answered HTTP {code}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        raise RateUnavailable(f"{url} answered in chunks to an HTTP/1.0 request: not read")
+    length = headers.get("content-length")
+    if length is not None:
+        if not length.isdigit() or int(length) != len(body):
+            raise RateUnavailable(f"{url} sent {len(body)} bytes of a {length[:20]}-byte body (a cut reply)")
+    elif body and not body.endswith(b"\n"):
+        raise RateUnavailable(f"{url} sent a body that stops mid-line (a cut reply)")
+    return body.decode(errors="replace")
+
+
 def open_rate_source(spec: str, warn: Callable[[str], None] | None = None) -> RateSource:
     """Open ``--rate-source``; one that cannot work at all is a user error before anything is applied.
 
@@ -255,17 +303,22 @@ def open_rate_source(spec: str, warn: Callable[[str], None] | None = None) -> Ra
     """
     if spec.startswith(("http://", "https://")):
         url, _, metric = spec.partition("#")
+        usage = "write http://127.0.0.1:PORT/metrics#METRIC"
+        if len(spec) > 2048 or not spec.isascii() or not spec.isprintable() or any(c.isspace() for c in spec):
+            raise UserError(f"cannot read the rate source URL {spec[:80]!r}: printable ASCII without spaces; {usage}")
         try:
             parts = urlsplit(url)
             host, _port = parts.hostname or "", parts.port
         except ValueError as exc:
-            raise UserError(
-                f"cannot read the rate source URL {url!r} ({exc}): write http://127.0.0.1:PORT/metrics#METRIC"
-            ) from None
+            raise UserError(f"cannot read the rate source URL {url[:80]!r} ({exc}): {usage}") from None
+        if parts.scheme != "http" or parts.username is not None or parts.password is not None:
+            raise UserError(f"the rate source URL {url[:80]!r} must be plain http:// with no user or password: {usage}")
         if host not in LOOPBACK and f"[{host}]" not in LOOPBACK:
             raise UserError(f"the Prometheus endpoint must be on loopback, not {host!r}: use http://127.0.0.1:PORT/...")
         if not metric:
             raise UserError(f"name the metric after '#': e.g. {url}#serving_requests_per_second")
+        if not METRIC_NAME.fullmatch(metric):
+            raise UserError(f"{metric[:60]!r} is not a Prometheus metric name: e.g. {url}#serving_requests_per_second")
         source: RateSource = PrometheusRate(url, metric)
         try:
             source.read()

@@ -37,8 +37,9 @@ from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
 from tuner.serve.policy import Band, Policy
 from tuner.serve.switching import SwitchCosts, switch_power_w, switch_seconds
-from tuner.serve.validate import MAX_RATE_QPS, MAX_REPLAY_STEPS, MAX_TRACE_BYTES, MAX_TRACE_ROWS, check_policy_for
+from tuner.serve.validate import MAX_REPLAY_STEPS, MAX_TRACE_BYTES, MAX_TRACE_ROWS, check_policy_for
 from tuner.space import Config
+from tuner.units import MAX_RATE_QPS
 
 SIM_CAP_S = 20.0
 PRE_SWITCH_S = 5.0

@@ -16,11 +16,6 @@ from tuner.errors import UserError
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS
 from tuner.serve.policy import Policy, check_policy
 
-# Arrival rates a plan or a trace may name, queries/s: below the floor a Server
-# window holds no query; above the ceiling a simulated window of arrivals no
-# costs more memory and time than a replay should (no device here serves 100,000 queries a second).
-MIN_RATE_QPS = 0.01
-MAX_RATE_QPS = 1e5
 MAX_PLAN_RATES = 200
 # The governor's settings, seconds: an interval is also how long the first
 # signal may wait for the loop's next safe point.
@@ -30,15 +25,6 @@ MAX_SECONDS = 7 * 86400.0
 MAX_TRACE_BYTES = 16 << 20
 MAX_TRACE_ROWS = 200_000
 MAX_REPLAY_STEPS = 1_000_000
-
-
-def check_rate(rate: float, what: str) -> float:
-    """A finite arrival rate within [MIN_RATE_QPS, MAX_RATE_QPS]."""
-    if not (math.isfinite(rate) and MIN_RATE_QPS <= rate <= MAX_RATE_QPS):
-        raise UserError(
-            f"{what} {rate:g} q/s is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s: give a rate in that range"
-        )
-    return rate
 
 
 def check_rules(

@@ -30,15 +30,17 @@ import math
 import re
 import time
 import uuid
-from urllib.parse import parse_qs, urlsplit
 
+from tuner import interrupts
 from tuner.devices.meters.lines import LineConnection
+from tuner.devices.meters.urls import peer_url
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, MeterLost
 
 HELLO = "Hello, PTDaemon here!"
 DEFAULT_PORT = 8888
 SAMPLES_NEEDED = 5
+MAX_SAMPLES = 1_000_000
 _VERSION = re.compile(r"version=([^\s,-]+)")
 _COUNTER = itertools.count(1)
 
@@ -73,26 +75,23 @@ class PtdMeter:
     @classmethod
     def from_url(cls, url: str) -> PtdMeter:
         """``ptd://host[:port][?amps=A&volts=V&interval_ms=N&settle_s=S]``; a malformed one is a user error."""
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"amps", "volts", "interval_ms", "settle_s"}
-        if parts.scheme != "ptd" or not parts.hostname or unknown:
-            raise UserError(
-                f"cannot read --meter {url}: write ptd://HOST:PORT (PTDaemon's -p port, 8888 by default), "
-                "optionally ?amps=RANGE&volts=RANGE&interval_ms=1000&settle_s=10"
-            )
+        usage = (
+            "write ptd://HOST:PORT (PTDaemon's -p port, 8888 by default), "
+            "optionally ?amps=RANGE&volts=RANGE&interval_ms=1000&settle_s=10"
+        )
+        host, port, query = peer_url(url, "ptd", DEFAULT_PORT, {"amps", "volts", "interval_ms", "settle_s"}, usage)
+        shown = f"ptd://{host}:{port}"
         try:
-            port = parts.port or DEFAULT_PORT
             interval = int(query.get("interval_ms", "1000"))
             settle = float(query.get("settle_s", "10"))
         except ValueError:
-            raise UserError(f"--meter {url}: port, interval_ms and settle_s must be numbers") from None
-        if not 10 <= interval <= 60_000 or not 0 <= settle <= 600:
-            raise UserError(f"--meter {url}: interval_ms must be 10..60000 and settle_s 0..600")
+            raise UserError(f"--meter {shown}: interval_ms and settle_s must be numbers") from None
+        if not 10 <= interval <= 60_000 or not 0 <= settle <= 600:  # NaN fails both comparisons: refused
+            raise UserError(f"--meter {shown}: interval_ms must be 10..60000 and settle_s 0..600")
         for key in ("amps", "volts"):
             if key in query and query[key] != "Auto" and not _positive(query[key]):
-                raise UserError(f"--meter {url}: {key} must be a range in {key} or Auto, not {query[key]!r}")
-        return cls(parts.hostname, port, query.get("amps"), query.get("volts"), interval, settle)
+                raise UserError(f"--meter {shown}: {key} must be a range in {key} or Auto, not {query[key][:20]!r}")
+        return cls(host, port, query.get("amps"), query.get("volts"), interval, settle)
 
     def _connect(self) -> LineConnection:
         conn = LineConnection(self.host, self.port, f"PTDaemon at {self.host}:{self.port}", self.timeout_s)
@@ -100,7 +99,8 @@ class PtdMeter:
             reply = conn.ask("Hello")
             if reply != HELLO:
                 raise MeterLost(f"{self.host}:{self.port} is not PTDaemon (it answered Hello with {reply[:60]!r})")
-            self.identity = conn.ask("Identify")
+            identity = conn.ask("Identify")
+            self.identity = "".join(c for c in identity if c.isprintable())[:200]  # it goes into every reading
             self._ranges = _ranges(conn.ask("RR"))
         except MeterLost:
             conn.close()
@@ -146,7 +146,9 @@ class PtdMeter:
                 self._set(conn, which, value)
                 changed = True
         if changed:
-            time.sleep(self.settle_s)
+            interrupts.sleep(self.settle_s)
+            if interrupts.pending() is not None:
+                raise MeterLost("a signal arrived while the analyzer's ranges settled")
         self._mark = f"powertune-{uuid.uuid4().hex[:8]}-{next(_COUNTER)}"
         reply = conn.ask(f"Go,{self.interval_ms},0,{self._mark}")
         if not reply.startswith("Starting untimed measurement"):
@@ -161,7 +163,7 @@ class PtdMeter:
             reply = conn.ask("Stop")
             if not reply.startswith("Stopping untimed measurement"):
                 raise MeterLost(f"PTDaemon did not stop measuring: {reply[:80]}")
-            watts = _read_samples(conn)
+            watts = _read_samples(conn, max_samples(duration, self.interval_ms))
             for which, value, initial in (("A", self.amps, self._ranges[0]), ("V", self.volts, self._ranges[1])):
                 if value is not None:
                     self._set(conn, which, initial)
@@ -182,19 +184,32 @@ class PtdMeter:
         return EnergyReading(avg * duration, duration, avg, self.name, list(self.rails), len(good), warning, extra)
 
 
-def _read_samples(conn: LineConnection) -> list[float]:
-    """``RL`` (or the multichannel/DC form power-dev falls back to): the window's samples, first Watts of each."""
+def max_samples(duration_s: float, interval_ms: int) -> int:
+    """The most samples a window of ``duration_s`` can hold at ``interval_ms``, with room for the analyzer's slack."""
+    return min(MAX_SAMPLES, 2 * math.ceil(duration_s * 1000.0 / interval_ms) + 10)
+
+
+def _read_samples(conn: LineConnection, most: int) -> list[float]:
+    """``RL`` (or the multichannel/DC form power-dev falls back to): the window's samples, first Watts of each.
+
+    A count above ``most`` (more than the window can hold) is refused before a
+    sample is read, and all of them must arrive within the connection's timeout.
+    """
     header = conn.ask("RL,*,*")
     if "Invalid number of parameters" in header:
         header = conn.ask("RL")
     elif "Unknown command" in header:
         header = conn.ask("DC-RL")
-    match = re.match(r"Last (\d+) samples", header)
+    match = re.fullmatch(r"Last (\d{1,12}) samples.*", header)
     if match is None:
         raise MeterLost(f"PTDaemon answered RL with {header[:80]!r}, not 'Last N samples'")
+    count = int(match.group(1))
+    if count > most:
+        raise MeterLost(f"PTDaemon announced {count} samples; a window this long holds at most {most}: not read")
+    deadline = time.monotonic() + conn.timeout_s
     watts = []
-    for _ in range(int(match.group(1))):
-        fields = conn.receive("the window's samples").split(",")
+    for _ in range(count):
+        fields = conn.receive("the window's samples", deadline).split(",")
         try:
             watts.append(float(fields[fields.index("Watts") + 1]))
         except (ValueError, IndexError):
@@ -215,7 +230,9 @@ def _ranges(reply: str) -> tuple[str, str]:
 
 
 def _positive(text: str) -> bool:
+    """A finite positive number (an analyzer range): PTDaemon would be sent it verbatim."""
     try:
-        return float(text) > 0
+        value = float(text)
     except ValueError:
         return False
+    return math.isfinite(value) and value > 0 and len(text) <= 20 and text.replace(".", "", 1).isdigit()

@@ -15,6 +15,7 @@ from typing import Any
 
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
+from tuner.usercode import user_code
 
 PLUGIN_GROUP = "powertune.meters"
 
@@ -42,22 +43,17 @@ def open_meter(spec: str) -> Meter:
         from tuner.devices.meters.remote import RemoteMeter
 
         return RemoteMeter.from_url(spec)
+    fix = "fix the plugin or pick another --meter (docs/meters.md)"
     if spec.startswith("py:"):
         factory = _import_target(spec)
     else:
         entry = _entry_point(spec.split(":", 1)[0])
         if entry is None:
             raise UserError(f"unknown meter {spec!r}: see docs/meters.md")
-        try:
+        with user_code(f"meter plugin {entry.name!r} ({entry.value}) while loading", fix):
             factory = entry.load()
-        except Exception as exc:
-            raise UserError(f"meter plugin {entry.name!r} ({entry.value}) failed to load: {exc}") from None
-    try:
+    with user_code(f"meter plugin {spec} while starting", fix):
         meter = factory(spec)
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(f"meter plugin {spec} failed to start: {type(exc).__name__}: {exc}") from None
     if not isinstance(meter, Meter):
         raise UserError(f"meter plugin {spec} did not return a Meter (name, rails, min_window_s, start, stop)")
     return meter
@@ -71,9 +67,12 @@ def _import_target(spec: str) -> Any:
     if not module_name or not attr:
         raise UserError(f"cannot read --meter {spec}: write py:package.module:Class")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import {module_name} for --meter {spec}: {exc}; check PYTHONPATH") from None
+        with user_code(f"importing {module_name} for --meter {spec}", "check PYTHONPATH and the module"):
+            module = importlib.import_module(module_name)
+    except UserError as exc:
+        if "ModuleNotFoundError" in str(exc) or "ImportError" in str(exc):
+            raise UserError(f"cannot import {module_name} for --meter {spec}: check PYTHONPATH") from None
+        raise
     if not hasattr(module, attr):
         raise UserError(f"{module_name} has no {attr!r} for --meter {spec}: check the name")
     return getattr(module, attr)

@@ -24,9 +24,11 @@ from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, Knob, Mode, SearchSpace
+from tuner.units import MAX_SEED
 
 MIN_CONFIGS = 1_000
 MAX_CONFIGS = 50_000
+MAX_BOARDS = 10_000  # boards one benchmark may name; a hundred thousand would take days
 WORKLOADS = ("wl-conv", "wl-mlp", "wl-attn")
 NAMES = {
     "mode": ("nvpmodel", "power_profile", "perf_mode"),
@@ -438,12 +440,21 @@ def _scaled(profile: ModelProfile, flops: float = 1.0, bytes_: float = 1.0) -> M
 
 
 def board_seeds(text: str) -> list[int]:
-    """``0-19`` or ``3,5,8`` (or both, comma-separated) to a list of board seeds."""
+    """``0-19`` or ``3,5,8`` (or both, comma-separated) to a list of board seeds.
+
+    Seeds are 0..2**32-1 and a list holds at most ``MAX_BOARDS``: a range
+    the other way round or of a billion boards is refused before any is made.
+    """
     seeds: list[int] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         low, _, high = part.partition("-")
         try:
-            seeds += list(range(int(low), int(high) + 1)) if high else [int(low)]
+            first, last = int(low), int(high) if high else int(low)
         except ValueError:
             raise UserError(f"cannot read board seeds {text!r}: write e.g. 0-19 or 3,5,8") from None
+        if not 0 <= first <= last <= MAX_SEED:
+            raise UserError(f"board seeds {part!r}: write LOW-HIGH with 0 <= LOW <= HIGH <= {MAX_SEED}, e.g. 0-19")
+        if len(seeds) + last - first + 1 > MAX_BOARDS:
+            raise UserError(f"board seeds {text!r} name more than {MAX_BOARDS} boards: give a shorter range, e.g. 0-19")
+        seeds += list(range(first, last + 1))
     return seeds
