@@ -168,6 +168,40 @@ def test_the_dashboard_names_the_same_best_and_reads_in_units(tmp_path):
     assert int(batch["param_external_value"]) in study.user_attrs["batch_sizes"]
     verdicts = [a for t in detail["trials"] for a in t["user_attrs"] if a["key"] == "verdict"]
     assert verdicts and all(a["value"].startswith(("meets", "misses")) for a in verdicts)
+    # Feasibility as the dashboard reads it (its Infeasible badge and the History plot's best line).
+    assert detail["objective_names"] == ["J/query"]
+    bound = {a["key"]: a["value"] for a in detail["user_attrs"]}["latency_bound"]
+    assert bound.startswith("p99 <= 20 ms")
+    done = [t for t in detail["trials"] if t["state"] == "Complete"]
+    assert all(len(t["constraints"]) == 1 for t in done)
+    for t in done:
+        stored = study.trials[t["number"]]
+        assert (t["constraints"][0] <= 0) == all(v <= 0 for v in stored.constraints.values())
+    infeasible = [t for t in done if t["constraints"][0] > 0]
+    assert infeasible, "the study should hold a trial over the bound for this test to mean anything"
+    feasible_values = [t["values"][0] for t in done if t["constraints"][0] <= 0]
+    assert shown["values"][0] == min(feasible_values)
+
+
+def test_the_dashboard_reads_the_constraints_of_a_study_written_before_they_were_mirrored(tmp_path):
+    """A study with Optuna's named constraints only (older powertune): tune dashboard still shows them."""
+    pytest.importorskip("optuna_dashboard", reason="needs the dashboard extra: pip install 'powertune[dashboard]'")
+    import optuna_dashboard
+
+    from tuner.storage import dashboard_storage
+
+    url = f"sqlite:///{tmp_path}/tune.db"
+    study = optuna.create_study(study_name="old", storage=url)
+    for value, slack in ((1.0, 5.0), (2.0, -1.0)):
+        trial = study.ask()
+        trial.set_constraint("latency", slack)
+        study.tell(trial, value)
+    app = optuna_dashboard.wsgi(dashboard_storage(url))
+    environ = {"PATH_INFO": "/api/studies/1", "wsgi.errors": io.StringIO()}
+    wsgiref.util.setup_testing_defaults(environ)
+    detail = json.loads(b"".join(app(environ, lambda *_: None)))
+    assert [t["constraints"] for t in detail["trials"]] == [[5.0], [-1.0]]
+    assert detail["best_trials"][0]["number"] == 1
 
 
 def test_a_study_with_index_parameters_is_not_resumed(tmp_path):

@@ -21,6 +21,7 @@ from rich.text import Text
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
+from tuner.provenance import twin_note as twin_note
 from tuner.storage import redact, sqlite_path
 from tuner.units import parse_int_list, parse_latency_ms
 
@@ -138,26 +139,6 @@ def read_storage(storage: str | None, out: Path) -> str:
     return url
 
 
-def check_measurable(device: str, meter: str | None) -> None:
-    """Refuse, before a study or a sweep starts, a device that cannot measure here with the meter asked for.
-
-    ``tune devices`` says the same thing (tuner.devices.registry.cpu_problem):
-    the CPU has one meter, RAPL, and without its counters every trial would fail.
-    """
-    if device != "cpu":
-        return
-    from tuner.devices.registry import cpu_problem
-
-    problem = cpu_problem()
-    if problem is not None:
-        raise UserError(
-            f"--device cpu cannot measure energy here: {problem}; "
-            "tune a digital twin instead (e.g. --device sim:orin; tune devices lists what works here)"
-        )
-    if meter not in (None, "rapl"):
-        raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")
-
-
 def device(name: str, **options: Any) -> Device:
     return open_device(name, **options)
 
@@ -165,13 +146,6 @@ def device(name: str, **options: Any) -> Device:
 def emit_json(obj: Any) -> None:
     """The whole stdout of a --json command: one JSON document."""
     typer.echo(json.dumps(obj, indent=2, default=str))
-
-
-def twin_note(device: Device) -> str:
-    """The label every simulated result carries; a simulated device may say better what it is (``simulated_note``)."""
-    if not device.simulated:
-        return ""
-    return getattr(device, "simulated_note", " [digital twin: simulated, not measured on hardware]")
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]], compact: bool = False) -> Table:

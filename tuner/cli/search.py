@@ -14,6 +14,7 @@ from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
+from tuner.devices.registry import check_meter
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
@@ -164,7 +165,7 @@ def roofline(
         raise UserError("--points must be at least 2, e.g. 12")
     check_seconds(window, "--window", "10", maximum=3600.0)
     common.check_out_dir(out)
-    common.check_measurable(device, None)
+    check_meter(None, device)
     dev = common.device(device)
     check_model(model, simulated=dev.simulated, device=dev)
     payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))

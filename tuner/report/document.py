@@ -80,7 +80,8 @@ def _config_text(p: Point) -> str:
 def device_section(data: ReportData, info: DeviceInfo, model: str, points: list[Point], folder: Path) -> list[Block]:
     title = f"{model} on {info.device}"
     stem = f"{_slug(info.device)}-{_slug(model)}"
-    best = recommended(points, data.percentile, data.max_latency_ms)
+    answer = data.answer(info.device, model)
+    best = answer.point() if answer is not None else recommended(points, data.percentile, data.max_latency_ms)
     blocks: list[Block] = [Heading(3, f"{title}{_tag(info)}")]
     if info.twin:
         blocks.append(
@@ -91,13 +92,29 @@ def device_section(data: ReportData, info: DeviceInfo, model: str, points: list[
         blocks.append(Para(f"Recommended configuration: none{bound or ' (no valid measurement)'}."))
     else:
         m = best.measurement
+        where = (
+            f"trial {answer.trial} of study {answer.study}, its recommended configuration (what tune export names)"
+            if answer is not None
+            else best.group
+        )
         blocks.append(
             Para(
-                f"Recommended configuration{bound}: {best.group}, batch {best.config.batch_size}: "
+                f"Recommended configuration{bound}: {where}: batch {best.config.batch_size}, "
                 f"{_g(m.j_per_query)} J/query, {_g(m.qps)} queries/s, {_g(m.avg_w)} W, "
                 f"{data.percentile} {_g(m.latency_ms(data.percentile))} ms ({_config_text(best)})."
             )
         )
+    for other in data.answers:
+        if (other.device, other.model) == (info.device, model) and other is not answer:
+            m = other.measurement
+            blocks.append(
+                Para(
+                    f"Study {other.study} ({other.percentile} <= {other.max_latency_ms:g} ms, another bound than "
+                    f"this report's) recommends trial {other.trial}: batch {other.config.batch_size}, "
+                    f"{_g(m.j_per_query)} J/query, {other.percentile} {_g(m.latency_ms(other.percentile))} ms "
+                    f"({_config_text(other.point())}); give --max-latency {other.max_latency_ms:g}ms to report on it."
+                )
+            )
     groups: dict[str, list[Point]] = {}
     for p in points:
         groups.setdefault(p.group, []).append(p)
