@@ -52,6 +52,11 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
     code, text, err = cli("status", "--out", str(out), "-m", model, "-d", device, "--json")
     assert code == 0, err
     (status,) = json.loads(text)["studies"]
+    report = out / "report"
+    batch = str(best.user_attrs["batch_size"])
+    code, _, err = cli("report", *flags[:6], "--from-study", str(out), "--batch-sizes", batch, "--out", str(report))
+    assert code == 0, err
+    reported = json.loads((report / "report.json").read_text())["answers"]
     named = {
         "optuna": key,
         "run": key_of(summary_trial),
@@ -59,7 +64,9 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
         "apply": key_of(applied["trial"]),
         "status": key_of(status["best"]["trial"]),
         **{f"pareto {i}": key_of(p["trial"]) for i, p in enumerate(marked)},
+        **{f"report {i}": key_of(a["trial"]) for i, a in enumerate(reported)},
     }
+    assert len(reported) == 1 and f"trial {best.number} of study" in (report / "report.md").read_text()
     assert marked, "pareto marks no row"
     assert all(v <= 0 for v in best.constraints.values()), "Optuna's best is not feasible in the study"
     assert exported["knobs"] == best.user_attrs["effective"] and exported["batch_size"] == best.user_attrs["batch_size"]
@@ -99,6 +106,42 @@ def test_every_reader_names_the_same_configuration_and_after_a_resume(tmp_path, 
     # A resumed study never reports a dearer answer: it keeps its best unless a cheaper one was confirmed.
     assert second.best["j_per_query"] <= first.best["j_per_query"]
     assert second.previous_best["trial"] == first.best_trial
+
+
+def test_every_rate_of_a_plan_names_its_study_s_answer(tmp_path):
+    """tune plan's bands and points, export --scenario, pareto's star and status --scenario: one trial per rate."""
+    out = tmp_path / "plan"
+    flags = ["-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(out)]
+    code, _, err = cli(
+        "plan", *flags, "--rates", "40,90,140", "--trials", "6", "--refine", "3", "--knobs", "nvpmodel,gpu_mhz",
+        "--batch-sizes", "1,4,8", "--seed", "2", "-o", str(out / "policy.yaml"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert err.startswith("plan: 3 rates, 0 from existing studies, 3 to tune")
+    from tuner.serve.policy import load_policy
+
+    policy = load_policy(out / "policy.yaml")
+    storage = f"sqlite:///{out}/tune.db"
+    feasible = [p for p in policy.points if p.feasible]
+    assert len(feasible) >= 2, policy.points
+    for point in feasible:
+        scenario = f"server@{point.rate_qps:g}qps"
+        best = optuna.load_study(study_name=point.study, storage=storage).best_trial
+        code, text, err = cli("export", *flags, "--scenario", scenario, "-o", str(tmp_path / "e.yaml"), "--json")
+        assert code == 0, err
+        exported = json.loads(text)["provenance"]["trial"]
+        code, text, err = cli("pareto", *flags, "--scenario", scenario, "--json")
+        assert code == 0, err
+        marked = [p["trial"] for front in json.loads(text)["fronts"].values() for p in front if p["recommended"]]
+        code, text, err = cli("status", *flags, "--scenario", scenario, "--json")
+        assert code == 0, err
+        (status,) = json.loads(text)["studies"]
+        assert marked and set(marked) == {best.number}, (scenario, marked, best.number)
+        assert point.trial == exported == status["best"]["trial"] == best.number, scenario
+        band = next(b for b in policy.bands if b.min_qps < point.rate_qps <= b.max_qps)
+        assert band.j_per_query == pytest.approx(best.value) or band.provenance.trial != best.number
+        if band.max_qps == point.rate_qps:  # the band cites the trial of the rate at its upper edge
+            assert band.provenance.trial == best.number and band.provenance.study == point.study
 
 
 def test_a_resumed_run_says_in_one_line_when_the_answer_changed(tmp_path):

@@ -86,7 +86,8 @@ def find_study(
         for s in sorted(pool, key=lambda s: (study_label(s.user_attrs), s.user_attrs.get("max_latency_ms", 0)))
     )
     what = "no study" if not picked else f"{len(picked)} studies"
-    raise UserError(f"{what} of {model} on {device} matches: pick one with {choices}")
+    verb = "matches" if not picked else "match"
+    raise UserError(f"{what} of {model} on {device} {verb}: pick one with {choices}")
 
 
 def pareto(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -386,9 +387,11 @@ def _print_measure(
 
 
 class trial_progress:
-    """A rich progress bar on stderr: trial n/N, the recommended configuration's energy so far, ETA.
+    """Progress on stderr: trial n/N, the recommended configuration's energy so far, ETA.
 
-    With ``study_wide`` the count is the study's completed trials from every
+    On a terminal a rich progress bar; otherwise (logs, CI, ssh without a
+    tty) one line per finished trial, as Optuna's own logging prints. With
+    ``study_wide`` the count is the study's completed trials from every
     worker, which is what ``--study-trials`` aims at.
     """
 
@@ -396,6 +399,8 @@ class trial_progress:
         self.total = total
         self.quiet = quiet
         self.study_wide = study_wide
+        self.lines = not common.err_console.is_terminal
+        self.started = time.monotonic()
         self.progress = Progress(
             TextColumn("trial {task.completed}/{task.total}"),
             BarColumn(),
@@ -404,7 +409,7 @@ class trial_progress:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             console=common.err_console,
-            disable=quiet,
+            disable=quiet or self.lines,
             transient=False,
         )
         self.task: TaskID | None = None
@@ -418,18 +423,39 @@ class trial_progress:
 
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
-        if self.task is None:
-            self.progress.__enter__()
-            self.task = self.progress.add_task("trials", total=self.total, best="-")
         best = recommended(study)
         label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
         if self.study_wide:
             measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+        if self.lines:
+            typer.echo(self.line(trial, min(measured, self.total), label), err=True)
+            return
+        if self.task is None:
+            self.progress.__enter__()
+            self.task = self.progress.add_task("trials", total=self.total, best="-")
         self.progress.update(self.task, completed=min(measured, self.total), best=label)
+
+    def line(self, trial: optuna.trial.FrozenTrial, done: int, best: str) -> str:
+        """One finished trial: its number, value and verdict, the best so far, elapsed time and ETA."""
+        elapsed = time.monotonic() - self.started
+        left = "-" if done == 0 else _clock(elapsed / done * (self.total - done))
+        if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
+            outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
+        else:
+            outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
+        return (
+            f"trial {trial.number} finished ({done}/{self.total}): {outcome}; best {best}; "
+            f"elapsed {_clock(elapsed)}, ETA {left}"
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self.task is not None:
             self.progress.__exit__(*exc)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def resumed_line(summary: RunSummary) -> str:
