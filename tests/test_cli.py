@@ -61,7 +61,7 @@ def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
     assert exported.twin and exported.device_kind == "orin-agx" and exported.version == 1
     assert exported.metrics["p99_ms"] <= 50
     assert set(exported.knobs) == {"nvpmodel", "gpu_mhz", "emc_mhz", "cpu_cores", "cpu_mhz"}
-    assert best.read_text().startswith("# powertune best-mode configuration (measured on a digital twin")
+    assert best.read_text().startswith("# powertune best-mode configuration (digital twin: simulated, not measured")
 
 
 def test_json_output_is_one_object_and_resume_adds_trials(tmp_path):

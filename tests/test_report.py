@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 from clirun import run_cli
 
 from tuner.devices.registry import open_device
@@ -216,3 +217,11 @@ def test_server_scenario_rows_are_one_per_maximum_batch_size_at_the_given_timeou
     plans = plans_for([open_device("sim:orin")], single, modes=["MAXN"])
     points = make_report(plans, ["resnet50"], single, "test").points
     assert [(p.group, p.config.batch_size) for p in points] == [("MAXN", 1)]
+
+
+def test_modes_with_a_device_that_has_none_is_refused_not_silently_one_group():
+    from tuner.errors import UserError
+
+    devices = [open_device("sim:orin"), open_device("sim:h200")]
+    with pytest.raises(UserError, match="sim:h200 has none"):
+        plans_for(devices, WindowSettings(), modes=["MAXN"])

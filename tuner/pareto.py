@@ -319,12 +319,14 @@ def log_ticks(ax: Any) -> None:
 def trial_source(trial: optuna.trial.FrozenTrial) -> str:
     """Where a trial's numbers come from, so an empty reused_from is never a mystery."""
     a = trial.user_attrs
+    measured = "simulated on a digital twin" if a.get("twin") else "measured"
     if "reused_from" in a:
         return f"copied from trial {a['reused_from']} (same effective configuration)"
     if "repeat_of" in a:
-        return f"re-measurement of trial {a['repeat_of']}: mean of {windows(trial)} windows"
+        again = "re-simulation" if a.get("twin") else "re-measurement"
+        return f"{again} of trial {a['repeat_of']}: mean of {windows(trial)} windows"
     if "j_per_query" in a:
-        return "measured" if windows(trial) == 1 else f"measured and confirmed: mean of {windows(trial)} windows"
+        return measured if windows(trial) == 1 else f"{measured}, confirmed: mean of {windows(trial)} windows"
     return ""
 
 

@@ -23,7 +23,7 @@ from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
 from tuner.provenance import twin_note as twin_note
 from tuner.storage import redact, sqlite_path
-from tuner.units import parse_int_list, parse_latency_ms
+from tuner.units import figure, parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
@@ -180,7 +180,7 @@ def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return figure(value)
     if isinstance(value, dict):
         return " ".join(f"{k}={knob_value(v)}" for k, v in value.items())
     return str(value)
@@ -222,7 +222,7 @@ def configs_table(
     lat = f"{percentile}_ms"
     t = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
     for name in ["", "trial", "batch", *knobs, "J/query", f"{percentile}_ms", *(["ok"] if verdict else []), "windows"]:
-        t.add_column(name.replace("_", "\n"), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
+        t.add_column(column_head(name), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
     for r in rows:
         cells = [
             "*" if r.get("recommended") else "",
@@ -236,6 +236,17 @@ def configs_table(
         ]
         t.add_row(*[fmt(v) for v in cells])
     return Group(Text(title), t)
+
+
+UNITS = {"mhz": "MHz", "w": "W", "ms": "ms", "qps": "q/s", "c": "C"}
+
+
+def column_head(name: str) -> str:
+    """A knob or figure as a column heading, a line per word, its unit spelt as one (power_limit_w: power limit W)."""
+    words = name.split("_")
+    if len(words) > 1 and words[-1] in UNITS:
+        words[-1] = UNITS[words[-1]]
+    return "\n".join(words)
 
 
 def knob_value(value: Any) -> str:

@@ -344,7 +344,13 @@ def replay_cmd(
     check_policy_for(policy, dev)
     rates = load_trace(path, scale)
     rules = GovernorRules(headroom, hysteresis, min_dwell, smoothing)
-    report = replay(policy, dev, rates, seed, interval, rules)  # type: ignore[arg-type]
+    with common.count_progress("replay", "", as_json) as bar:
+        task = bar.add_task("replay", total=None)
+
+        def tick(strategy: str, done: int, total: int) -> None:
+            bar.update(task, description=f"replay: {strategy}", completed=done, total=total)
+
+        report = replay(policy, dev, rates, seed, interval, rules, progress=tick)  # type: ignore[arg-type]
     with atomicfile.replacing(figure) as tmp:
         plot_replay(report, tmp)
     summary = {**report.summary(), "plot": str(figure)}

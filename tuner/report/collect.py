@@ -31,7 +31,7 @@ from tuner.records import windows
 from tuner.report.analysis import recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, StudyAnswer, Trace
 from tuner.scenario import label as scenario_label
-from tuner.space import Config, SearchSpace
+from tuner.space import Config, SearchSpace, spelling
 from tuner.sweep import run_sweep
 
 TRACE_PERIOD_S = 0.05
@@ -50,7 +50,8 @@ class Plan:
     def group(self, config: Config) -> str:
         """``15W``, ``precision=fp16 graph=eager``, or ``default`` when nothing but the batch size varies."""
         parts = [
-            str(config.knobs[k]) if k == self.space.mode_knob else f"{k}={config.knobs[k]}" for k in self.group_knobs
+            str(config.knobs[k]) if k == self.space.mode_knob else f"{k}={spelling(config.knobs[k])}"
+            for k in self.group_knobs
         ]
         return " ".join(parts) or "default"
 
@@ -59,6 +60,12 @@ def check_modes(modes: list[str], devices: list[Device]) -> None:
     """Every listed mode must be a mode of at least one device: a typo is not silently skipped."""
     known = {m for d in devices for m in d.space().modes}
     unknown = [m for m in modes if m not in known]
+    modeless = [d.name for d in devices if d.space().mode_knob is None]
+    if known and modeless:
+        raise UserError(
+            f"--modes applies to devices with power modes; {', '.join(modeless)} has none: "
+            "report it in a run of its own (without --modes), or vary its knobs with --knobs"
+        )
     if unknown:
         shown = ", ".join(sorted(known)) or "none (no device here has power modes)"
         raise UserError(f"unknown mode {unknown[0]!r}{did_you_mean(unknown[0], sorted(known))}: modes here are {shown}")

@@ -9,6 +9,8 @@ from tuner.report import plots
 from tuner.report.analysis import best_per_batch, recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, write_data
 from tuner.report.render import Block, Figure, Heading, Para, Table, write_pages
+from tuner.space import spelling
+from tuner.units import figure
 
 
 def _slug(text: str) -> str:
@@ -16,7 +18,7 @@ def _slug(text: str) -> str:
 
 
 def _g(value: float) -> str:
-    return f"{value:.4g}"
+    return figure(value)
 
 
 def _tag(info: DeviceInfo) -> str:
@@ -74,7 +76,7 @@ def group_table(points: list[Point], percentile: str) -> Table:
 
 
 def _config_text(p: Point) -> str:
-    return " ".join(f"{k}={v}" for k, v in p.config.knobs.items())
+    return " ".join(f"{k}={spelling(v)}" for k, v in p.config.knobs.items())
 
 
 def device_section(data: ReportData, info: DeviceInfo, model: str, points: list[Point], folder: Path) -> list[Block]:
