@@ -166,15 +166,12 @@ def summary_points(pareto: ParetoFile, per_batch: int = 4) -> list[FrontPoint]:
 
     Each batch size keeps its fastest and its cheapest configuration that
     meet the bound (and the recommended one); a batch size with none that
-    meets it shows its fastest, so the table says how far it is.
+    meets it has no row (see ``out_of_bound``).
     """
     rows: list[FrontPoint] = []
     for name, points in pareto.fronts.items():
-        if name == "global":
-            continue
         feasible = [p for p in points if p.feasible]
-        if not feasible:
-            rows.append(points[0])
+        if name == "global" or not feasible:
             continue
         keep = {0, len(feasible) - 1, *(i for i, p in enumerate(feasible) if p.recommended)}
         step = max(1, (len(feasible) - 1) // max(per_batch - 1, 1))
@@ -183,6 +180,15 @@ def summary_points(pareto: ParetoFile, per_batch: int = 4) -> list[FrontPoint]:
             keep.remove(max(i for i in keep if i not in (0, len(feasible) - 1) and not feasible[i].recommended))
         rows.extend(feasible[i] for i in sorted(keep))
     return rows
+
+
+def out_of_bound(pareto: ParetoFile) -> dict[int, FrontPoint]:
+    """Per batch size with no configuration within the bound, its fastest (how far it is from the bound)."""
+    return {
+        points[0].batch_size: points[0]
+        for name, points in pareto.fronts.items()
+        if name != "global" and points and not any(p.feasible for p in points)
+    }
 
 
 def results_dir(out: Path, device_slug: str, model: str) -> Path:

@@ -146,7 +146,9 @@ def _bench_results(report: BenchReport, folder: Path, as_json: bool) -> None:
         "re-measurements of the exported best over the bound"
     )
     common.out_console.print(
-        f"{len(report.runs)} runs in {report.seconds:.0f} s -> {folder}/search.json, search.md (every column)"
+        f"{len(report.runs)} runs ({len({r.strategy for r in report.runs})} strategies on "
+        f"{len(report.landscapes)} landscapes; a row per strategy and suite) in {report.seconds:.0f} s "
+        f"-> {folder}/search.json, search.md (every column)"
     )
 
 

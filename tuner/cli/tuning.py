@@ -275,11 +275,12 @@ def _print_sweep(
     """What tune sweep prints: the best configuration per batch size, then the optimum."""
     note = common.twin_note(dev)
     by_batch = characterization(rows, bound, percentile)
-    pinned = common.pinned_knobs([r[1] for r in by_batch])
+    pinned = common.pinned_knobs([r[1] for r in by_batch if r[1]])
     if pinned:
         common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
     for r in by_batch:
-        r[1] = {k: v for k, v in r[1].items() if k not in pinned} or "-"
+        none = "none valid" if bound is None else "none within the bound"
+        r[1] = {k: v for k, v in r[1].items() if k not in pinned} or ("-" if r[1] else none)
     common.out_console.print(
         common.table(
             f"{model} on {dev.name}: best per batch size{note}",
