@@ -98,8 +98,7 @@ def expected_seconds(device: Device, space: SearchSpace, model: str, settings: W
 
     On hardware it is a floor (every point is at least one window, plus the
     time to apply it); the probe scores the sweep's own first few hundred
-    configurations (the default ones alone score faster than the sweep's, so
-    an estimate from them fell short of the sweep's own ETA).
+    configurations (the default ones alone score faster than the average).
     """
     measure_many = getattr(device, "measure_many", None)
     if measure_many is None:
