@@ -138,6 +138,8 @@ def _write_report(
         f"-> {out}/report.md, report.html"
     )
     for info in data.devices:
+        for note in info.notes:
+            common.err_console.print(f"note: {note}")
         for model in models:
             answer = data.answer(info.device, model)
             if answer is not None:

@@ -46,6 +46,7 @@ class Plan:
     device: Device
     space: SearchSpace
     group_knobs: list[str]
+    note: str = ""
 
     def group(self, config: Config) -> str:
         """``15W``, ``precision=fp16 graph=eager``, or ``default`` when nothing but the batch size varies."""
@@ -60,12 +61,6 @@ def check_modes(modes: list[str], devices: list[Device]) -> None:
     """Every listed mode must be a mode of at least one device: a typo is not silently skipped."""
     known = {m for d in devices for m in d.space().modes}
     unknown = [m for m in modes if m not in known]
-    modeless = [d.name for d in devices if d.space().mode_knob is None]
-    if known and modeless:
-        raise UserError(
-            f"--modes applies to devices with power modes; {', '.join(modeless)} has none: "
-            "report it in a run of its own (without --modes), or vary its knobs with --knobs"
-        )
     if unknown:
         shown = ", ".join(sorted(known)) or "none (no device here has power modes)"
         raise UserError(f"unknown mode {unknown[0]!r}{did_you_mean(unknown[0], sorted(known))}: modes here are {shown}")
@@ -102,7 +97,10 @@ def plan(
     space = space.narrow(knobs=tuned, batch_sizes=batch_sizes)
     if settings.scenario == "singlestream":
         space = space.narrow(batch_sizes=[1])
-    return Plan(device, space, tuned)
+    note = ""
+    if modes is not None and space.mode_knob is None:
+        note = f"{device.name} has no power modes: --modes does not apply to it, its group is its default configuration"
+    return Plan(device, space, tuned, note)
 
 
 def study_points(
@@ -273,7 +271,7 @@ def power_trace(device: Device, model: str, point: Point, settings: WindowSettin
     )
 
 
-def device_info(device: Device, points: list[Point]) -> DeviceInfo:
+def device_info(device: Device, points: list[Point], note: str = "") -> DeviceInfo:
     """The device's provenance plus the meters and rails its measurements name, and an outside meter's details."""
     measured = [p.measurement for p in points if p.measurement is not None]
     details = {
@@ -289,6 +287,7 @@ def device_info(device: Device, points: list[Point]) -> DeviceInfo:
         meters=sorted({m.meter for m in measured}),
         rails=sorted({r for m in measured for r in m.rails}),
         meter_details=details,
+        notes=[note] if note else [],
     )
 
 
@@ -340,7 +339,7 @@ def make_report(
                     traces.append(trace)
                 mine += found
         points += mine
-        infos.append(device_info(p.device, mine))
+        infos.append(device_info(p.device, mine, p.note))
     return ReportData(
         created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command=command,

@@ -97,6 +97,7 @@ class DeviceInfo(BaseModel):
     meters: list[str] = Field(default_factory=list)
     rails: list[str] = Field(default_factory=list)
     meter_details: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
 
 
 class ReportData(BaseModel):

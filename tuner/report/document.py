@@ -89,6 +89,7 @@ def device_section(data: ReportData, info: DeviceInfo, model: str, points: list[
         blocks.append(
             Para(f"Every figure in this section is from a {TWIN_LABEL} (simulated, not measured on hardware).")
         )
+    blocks += [Para(f"Note: {note}.") for note in info.notes]
     bound = "" if data.max_latency_ms is None else f" within {data.max_latency_ms:g} ms {data.percentile}"
     if best is None:
         blocks.append(Para(f"Recommended configuration: none{bound or ' (no valid measurement)'}."))
