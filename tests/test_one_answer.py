@@ -239,6 +239,7 @@ def test_the_dashboard_reads_the_constraints_of_a_study_written_before_they_were
 
     url = f"sqlite:///{tmp_path}/tune.db"
     study = optuna.create_study(study_name="old", storage=url)
+    study.set_user_attr("max_latency_ms", 50.0)
     for value, slack in ((1.0, 5.0), (2.0, -1.0)):
         trial = study.ask()
         trial.set_constraint("latency", slack)
@@ -249,6 +250,8 @@ def test_the_dashboard_reads_the_constraints_of_a_study_written_before_they_were
     detail = json.loads(b"".join(app(environ, lambda *_: None)))
     assert [t["constraints"] for t in detail["trials"]] == [[5.0], [-1.0]]
     assert detail["best_trials"][0]["number"] == 1
+    assert detail["objective_names"] == ["J/query"]
+    assert {a["key"]: a["value"] for a in detail["user_attrs"]}["latency_bound"].startswith("p99 <= 50 ms")
 
 
 def test_a_study_with_index_parameters_is_not_resumed(tmp_path):

@@ -42,6 +42,7 @@ from urllib.parse import quote, unquote
 import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
+from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import interrupts
@@ -300,6 +301,9 @@ def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
 # Where Optuna keeps a trial's constraints: a list under this key (the form optuna-dashboard reads) and,
 # since Optuna 5, one "constraints:<name>" key each. Optuna reads both; the list mirrors the named ones.
 CONSTRAINTS_KEY = _CONSTRAINTS_KEY
+# Where Optuna keeps the objectives' names (Study.set_metric_names), which optuna-dashboard shows.
+METRIC_NAMES_KEY = _SYSTEM_ATTR_METRIC_NAMES
+OBJECTIVE_NAME = "J/query"
 NAMED_PREFIX = f"{CONSTRAINTS_KEY}:"
 
 
@@ -506,6 +510,18 @@ class ConstrainedBestStorage(optuna.storages.RDBStorage):
             if named and CONSTRAINTS_KEY not in t.system_attrs:
                 t.system_attrs = {**t.system_attrs, CONSTRAINTS_KEY: list(named.values())}
         return trials
+
+    def get_all_studies(self) -> list[optuna.study.FrozenStudy]:
+        """Every study, a powertune study written before it named them with its objective's name and bound."""
+        studies = super().get_all_studies()
+        for study in studies:
+            attrs = study.user_attrs
+            if "max_latency_ms" not in attrs:
+                continue
+            study.system_attrs.setdefault(METRIC_NAMES_KEY, [OBJECTIVE_NAME])
+            bound = f"{attrs.get('percentile', 'p99')} <= {float(attrs['max_latency_ms']):g} ms"
+            study.user_attrs.setdefault("latency_bound", f"{bound} (constraint latency <= 0)")
+        return studies
 
 
 def dashboard_storage(url: str) -> ConstrainedBestStorage:

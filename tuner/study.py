@@ -36,7 +36,15 @@ from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
 from tuner.space import Grid, SearchSpace
-from tuner.storage import QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
+from tuner.storage import (
+    OBJECTIVE_NAME,
+    QuotaStudy,
+    StudyFull,
+    open_storage,
+    redact,
+    storage_errors,
+    storage_lock,
+)
 from tuner.strategies import proposal_counts
 from tuner.units import format_ms
 
@@ -61,7 +69,6 @@ def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[in
 
 
 MEMORY_STORAGE = ":memory:"
-OBJECTIVE_NAME = "J/query"
 
 
 def open_study(
