@@ -243,3 +243,30 @@ def test_knob_values_print_exactly_as_the_space_writes_them():
         "gpu_mhz=1300.5 cpu_mhz=2201.6 emc_mhz=3199 channels_last=yes"
     )
     assert knob_value(2112.0) == "2112" and fmt(0.123456) == "0.1235"
+
+
+# -- a run whose stderr is not a terminal prints a line per trial; twin trials say twin -----------------------------
+
+
+def test_a_run_into_a_log_prints_a_line_per_trial_and_its_twin_trials_say_simulated(tmp_path):
+    import csv
+
+    code, _, err = cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "-n", "3")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("trial ")]
+    assert len(lines) == 3 and all(" finished (" in line and "ETA" in line for line in lines)
+    assert lines[-1].split(" finished (")[1].startswith("3/3)")
+    with open(tmp_path / "sim-orin" / "resnet50" / "trials.csv", newline="") as fh:
+        sources = [row["source"] for row in csv.DictReader(fh)]
+    assert sources and all(s.startswith(("simulated on a digital twin", "copied from")) for s in sources)
+    assert not any("measured" in s for s in sources)
+
+
+def test_pareto_out_naming_the_study_s_own_folder_writes_there(tmp_path):
+    code, _, err = cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "-n", "2")
+    assert code == 0, err
+    own = tmp_path / "sim-orin" / "resnet50"
+    storage = f"sqlite:///{tmp_path}/tune.db"
+    code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--storage", storage, "--out", str(own))
+    assert code == 0, err
+    assert (own / "pareto.json").is_file() and not (own / "sim-orin").exists()

@@ -29,8 +29,10 @@ STUDY_BOUNDS = {"sim:orin": 50.0, "sim:h200": 20.0, "sim:orin-nano": 80.0, "gen:
 cli = in_process
 
 
-def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: int | None) -> dict[str, object]:
-    """The configuration each reader names (its trial's effective key), per reader."""
+def answers(
+    out: Path, model: str, device: str, bound_ms: float, summary_trial: int | None, report: bool = False
+) -> dict[str, object]:
+    """The configuration each reader names (its trial's effective key), per reader; ``report`` adds tune report's."""
     storage = f"sqlite:///{out}/tune.db"
     flags = ["-m", model, "-d", device, "-l", f"{bound_ms:g}ms", "--out", str(out)]
     study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
@@ -52,6 +54,14 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
     code, text, err = cli("status", "--out", str(out), "-m", model, "-d", device, "--json")
     assert code == 0, err
     (status,) = json.loads(text)["studies"]
+    reported = []
+    if report:
+        folder = out / "report"
+        batch = str(best.user_attrs["batch_size"])
+        code, _, err = cli("report", *flags[:6], "--from-study", str(out), "--batch-sizes", batch, "--out", str(folder))
+        assert code == 0, err
+        reported = json.loads((folder / "report.json").read_text())["answers"]
+        assert len(reported) == 1 and f"trial {best.number} of study" in (folder / "report.md").read_text()
     named = {
         "optuna": key,
         "run": key_of(summary_trial),
@@ -59,6 +69,7 @@ def answers(out: Path, model: str, device: str, bound_ms: float, summary_trial: 
         "apply": key_of(applied["trial"]),
         "status": key_of(status["best"]["trial"]),
         **{f"pareto {i}": key_of(p["trial"]) for i, p in enumerate(marked)},
+        **{f"report {i}": key_of(a["trial"]) for i, a in enumerate(reported)},
     }
     assert marked, "pareto marks no row"
     assert all(v <= 0 for v in best.constraints.values()), "Optuna's best is not feasible in the study"
@@ -94,11 +105,47 @@ def test_every_reader_names_the_same_configuration_and_after_a_resume(tmp_path, 
     named = answers(tmp_path, model, device, bound, first.best_trial)
     assert len(set(named.values())) == 1, named
     _, second = run_study(dev, options.model_copy(update={"trials": 8, "seed": seed + 100}))
-    named_again = answers(tmp_path, model, device, bound, second.best_trial)
+    named_again = answers(tmp_path, model, device, bound, second.best_trial, report=True)
     assert len(set(named_again.values())) == 1, named_again
     # A resumed study never reports a dearer answer: it keeps its best unless a cheaper one was confirmed.
     assert second.best["j_per_query"] <= first.best["j_per_query"]
     assert second.previous_best["trial"] == first.best_trial
+
+
+def test_every_rate_of_a_plan_names_its_study_s_answer(tmp_path):
+    """tune plan's bands and points, export --scenario, pareto's star and status --scenario: one trial per rate."""
+    out = tmp_path / "plan"
+    flags = ["-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(out)]
+    code, _, err = cli(
+        "plan", *flags, "--rates", "40,90,140", "--trials", "6", "--refine", "3", "--knobs", "nvpmodel,gpu_mhz",
+        "--batch-sizes", "1,4,8", "--seed", "2", "-o", str(out / "policy.yaml"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert err.startswith("plan: 3 rates, 0 from existing studies, 3 to tune")
+    from tuner.serve.policy import load_policy
+
+    policy = load_policy(out / "policy.yaml")
+    storage = f"sqlite:///{out}/tune.db"
+    feasible = [p for p in policy.points if p.feasible]
+    assert len(feasible) >= 2, policy.points
+    for point in feasible:
+        scenario = f"server@{point.rate_qps:g}qps"
+        best = optuna.load_study(study_name=point.study, storage=storage).best_trial
+        code, text, err = cli("export", *flags, "--scenario", scenario, "-o", str(tmp_path / "e.yaml"), "--json")
+        assert code == 0, err
+        exported = json.loads(text)["provenance"]["trial"]
+        code, text, err = cli("pareto", *flags, "--scenario", scenario, "--json")
+        assert code == 0, err
+        marked = [p["trial"] for front in json.loads(text)["fronts"].values() for p in front if p["recommended"]]
+        code, text, err = cli("status", *flags, "--scenario", scenario, "--json")
+        assert code == 0, err
+        (status,) = json.loads(text)["studies"]
+        assert marked and set(marked) == {best.number}, (scenario, marked, best.number)
+        assert point.trial == exported == status["best"]["trial"] == best.number, scenario
+        band = next(b for b in policy.bands if b.min_qps < point.rate_qps <= b.max_qps)
+        assert band.j_per_query == pytest.approx(best.value) or band.provenance.trial != best.number
+        if band.max_qps == point.rate_qps:  # the band cites the trial of the rate at its upper edge
+            assert band.provenance.trial == best.number and band.provenance.study == point.study
 
 
 def test_a_resumed_run_says_in_one_line_when_the_answer_changed(tmp_path):
@@ -168,6 +215,43 @@ def test_the_dashboard_names_the_same_best_and_reads_in_units(tmp_path):
     assert int(batch["param_external_value"]) in study.user_attrs["batch_sizes"]
     verdicts = [a for t in detail["trials"] for a in t["user_attrs"] if a["key"] == "verdict"]
     assert verdicts and all(a["value"].startswith(("meets", "misses")) for a in verdicts)
+    # Feasibility as the dashboard reads it (its Infeasible badge and the History plot's best line).
+    assert detail["objective_names"] == ["J/query"]
+    bound = {a["key"]: a["value"] for a in detail["user_attrs"]}["latency_bound"]
+    assert bound.startswith("p99 <= 20 ms")
+    done = [t for t in detail["trials"] if t["state"] == "Complete"]
+    assert all(len(t["constraints"]) == 1 for t in done)
+    for t in done:
+        stored = study.trials[t["number"]]
+        assert (t["constraints"][0] <= 0) == all(v <= 0 for v in stored.constraints.values())
+    infeasible = [t for t in done if t["constraints"][0] > 0]
+    assert infeasible, "the study should hold a trial over the bound for this test to mean anything"
+    feasible_values = [t["values"][0] for t in done if t["constraints"][0] <= 0]
+    assert shown["values"][0] == min(feasible_values)
+
+
+def test_the_dashboard_reads_the_constraints_of_a_study_written_before_they_were_mirrored(tmp_path):
+    """A study with Optuna's named constraints only (older powertune): tune dashboard still shows them."""
+    pytest.importorskip("optuna_dashboard", reason="needs the dashboard extra: pip install 'powertune[dashboard]'")
+    import optuna_dashboard
+
+    from tuner.storage import dashboard_storage
+
+    url = f"sqlite:///{tmp_path}/tune.db"
+    study = optuna.create_study(study_name="old", storage=url)
+    study.set_user_attr("max_latency_ms", 50.0)
+    for value, slack in ((1.0, 5.0), (2.0, -1.0)):
+        trial = study.ask()
+        trial.set_constraint("latency", slack)
+        study.tell(trial, value)
+    app = optuna_dashboard.wsgi(dashboard_storage(url))
+    environ = {"PATH_INFO": "/api/studies/1", "wsgi.errors": io.StringIO()}
+    wsgiref.util.setup_testing_defaults(environ)
+    detail = json.loads(b"".join(app(environ, lambda *_: None)))
+    assert [t["constraints"] for t in detail["trials"]] == [[5.0], [-1.0]]
+    assert detail["best_trials"][0]["number"] == 1
+    assert detail["objective_names"] == ["J/query"]
+    assert {a["key"]: a["value"] for a in detail["user_attrs"]}["latency_bound"].startswith("p99 <= 50 ms")
 
 
 def test_a_study_with_index_parameters_is_not_resumed(tmp_path):

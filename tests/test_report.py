@@ -216,3 +216,11 @@ def test_server_scenario_rows_are_one_per_maximum_batch_size_at_the_given_timeou
     plans = plans_for([open_device("sim:orin")], single, modes=["MAXN"])
     points = make_report(plans, ["resnet50"], single, "test").points
     assert [(p.group, p.config.batch_size) for p in points] == [("MAXN", 1)]
+
+
+def test_modes_with_a_device_that_has_none_is_said_not_silently_one_group():
+    devices = [open_device("sim:orin"), open_device("sim:h200")]
+    plans = plans_for(devices, WindowSettings(), modes=["MAXN"], batch_sizes=[1])
+    assert plans[0].note == "" and plans[1].note.startswith("sim:h200 has no power modes: --modes does not apply")
+    data = make_report(plans[1:], ["resnet50"], WindowSettings(), "test")
+    assert data.devices[0].notes == [plans[1].note]

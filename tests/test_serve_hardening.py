@@ -276,7 +276,7 @@ def test_plan_holds_the_device_lock_for_the_whole_plan(board, tmp_path, monkeypa
 
     seen: list[bool] = []
 
-    def fake_plan(device, options, on_rate=None):
+    def fake_plan(device, options, on_rate=None, on_start=None):
         seen.append(str(lock_path(device.name)) in lock._held)
         raise UserError("stop here")
 

@@ -97,3 +97,12 @@ def test_corrupt_space_file_is_one_line_error(tmp_path, content, message):
 def test_space_model_requires_version_one():
     with pytest.raises(ValueError):
         SearchSpace.model_validate({"version": 2, "kind": "x", "knobs": {}, "batch_sizes": [1]})
+
+
+def test_a_whole_number_names_the_one_clock_less_than_a_unit_away():
+    """The README's --set gpu_mhz=1300 names the Orin's 1300.5 MHz; a number between two values is refused."""
+    space = load_space("orin-agx")
+    assert parse_assignments(["gpu_mhz=1300"], space) == {"gpu_mhz": 1300.5}
+    assert parse_assignments(["gpu_mhz=1300.5"], space) == {"gpu_mhz": 1300.5}
+    with pytest.raises(UserError, match="gpu_mhz=1250 is not supported"):
+        parse_assignments(["gpu_mhz=1250"], space)

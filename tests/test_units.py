@@ -25,3 +25,12 @@ def test_int_list():
         parse_int_list("1,x", "--batch-sizes")
     with pytest.raises(UserError):
         parse_int_list("0", "--batch-sizes")
+
+
+def test_figures_never_print_in_exponent_form_and_units_head_their_columns():
+    from tuner.cli.common import column_head, fmt
+    from tuner.units import figure
+
+    assert figure(13761.2) == "13761" and fmt(13761.2) == "13761"
+    assert figure(0.074681) == "0.07468" and figure(45.9) == "45.9"
+    assert column_head("power_limit_w") == "power\nlimit\nW" and column_head("gpu_mhz") == "gpu\nMHz"

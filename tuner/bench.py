@@ -320,16 +320,19 @@ def _pct(values: list[float], q: float) -> float:
 def summarize(runs: list[RunResult], landscapes: list[Landscape], settings: BenchSettings) -> list[dict]:
     """Per strategy and suite (and twin device): trials to 2%/5% (median, p90), regret at 10/20/40, violations.
 
+    A suite of one device has no separate row for it (the two would be the same).
+
     A run that never got within the target counts as infinitely many trials,
     so a median or p90 beyond the budget reads as "> budget"; regret at k
     is NaN (shown "-") where the budget is under k trials.
     """
     rows = []
     groups: dict[tuple[str, str], list[RunResult]] = {}
+    devices = {suite: {land.device for land in landscapes if land.suite == suite} for suite in DEVICE_SUITES}
     for r in runs:
         land = landscapes[r.landscape]
         groups.setdefault((r.strategy, land.suite), []).append(r)
-        if land.suite in DEVICE_SUITES:
+        if land.suite in DEVICE_SUITES and len(devices[land.suite]) > 1:  # one device: its row is the suite's
             groups.setdefault((r.strategy, land.device), []).append(r)
     order = {name: i for i, name in enumerate(SUITES)}
     for (strategy, scope), members in sorted(

@@ -106,7 +106,7 @@ def write_export(config: ExportedConfig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# powertune best-mode configuration"
     if config.twin:
-        header += " (measured on a digital twin, not hardware)"
+        header += " (digital twin: simulated, not measured on hardware)"
     atomicfile.write_text(path, header + "\n" + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 

@@ -32,7 +32,7 @@ from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.scenario import label, split
 from tuner.space import Config, SearchSpace
-from tuner.storage import set_user_attrs
+from tuner.storage import named_constraints, set_constraint, set_user_attrs
 
 CONFIRM_WINDOWS = 2
 """More windows that confirm a first window which would become the best, in the same trial."""
@@ -175,7 +175,7 @@ class Objective:
         if len(windows) == 1:
             record_measurement(trial, new[0], windows=own, measurements=1)
             latency = new[0].latency_ms(percentile)
-            trial.set_constraint("latency", latency - bound)
+            set_constraint(trial, "latency", latency - bound)
             trial.set_user_attr("verdict", _verdict_line(latency, bound, 1, 0.0, note))
             return new[0].j_per_query
         mean = pooled(windows)
@@ -183,7 +183,7 @@ class Objective:
         spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
         margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
         record_measurement(trial, new[-1], **mean, windows=own, measurements=len(windows), latency_margin=margin)
-        trial.set_constraint("latency", mean[lat_key] * (1 + margin) - bound)
+        set_constraint(trial, "latency", mean[lat_key] * (1 + margin) - bound)
         trial.set_user_attr("verdict", _verdict_line(mean[lat_key], bound, len(windows), margin, ""))
         return mean["j_per_query"]
 
@@ -210,8 +210,8 @@ class Objective:
         earlier = self.study.get_trials(deepcopy=False)[source]
         copied = {k: v for k, v in earlier.user_attrs.items() if k in (*METRIC_KEYS, *ORIGIN_KEYS, "verdict")}
         set_user_attrs(trial, {**copied, "reused_from": source})
-        for key, value in earlier.constraints.items():
-            trial.set_constraint(key, value)
+        for key, value in named_constraints(earlier.system_attrs).items():
+            set_constraint(trial, key, value)
         return float(earlier.value)
 
 

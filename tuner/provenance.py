@@ -91,3 +91,13 @@ def twin_hardware(title: str) -> str:
 def provenance(device: Device) -> dict[str, Any]:
     """Everything a result file records about where and with what it was measured."""
     return {**device_provenance(device), "software": dict(software_versions())}
+
+
+TWIN_NOTE = " [digital twin: simulated, not measured on hardware]"
+
+
+def twin_note(device: Device) -> str:
+    """The label every simulated result carries; a simulated device may say better what it is (``simulated_note``)."""
+    if not device.simulated:
+        return ""
+    return getattr(device, "simulated_note", TWIN_NOTE)

@@ -448,7 +448,12 @@ def _index_of(values: list[KnobValue], value: KnobValue) -> int:
 
 
 def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobValue]:
-    """Parse ``--set knob=value`` items, typed after the knob's allowed values."""
+    """Parse ``--set knob=value`` items, typed after the knob's allowed values.
+
+    A number names a value as the space file writes it, or the one value less
+    than one unit away: clocks are often fractional MHz (1300.5), and users
+    write them whole.
+    """
     result: dict[str, KnobValue] = {}
     for item in items:
         if "=" not in item:
@@ -460,12 +465,20 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobVal
                 f"choose from {', '.join(space.knobs)}"
             )
         allowed = space.knobs[name].values
-        matches = [a for a in allowed if _spells(a, raw)]
+        matches = [a for a in allowed if _spells(a, raw)] or _within_one(allowed, raw)
         if not matches:
-            shown = ", ".join(_spelling(a) for a in allowed)
+            shown = ", ".join(spelling(a) for a in allowed)
             raise UserError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
         result[name] = matches[0]
     return result
+
+
+def _within_one(allowed: list[KnobValue], raw: str) -> list[KnobValue]:
+    """The one numeric value less than one unit from ``raw`` (gpu_mhz=1300 for 1300.5 MHz), if exactly one is."""
+    if not _is_number(raw):
+        return []
+    near = [a for a in allowed if _is_numeric(a) and abs(float(a) - float(raw)) < 1.0]
+    return near if len(near) == 1 else []
 
 
 _YAML_BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
@@ -481,7 +494,7 @@ def _spells(value: KnobValue, raw: str) -> bool:
     return str(value) == raw
 
 
-def _spelling(value: KnobValue) -> str:
+def spelling(value: KnobValue) -> str:
     """A value as the space files write it (true/false, not Python's True/False)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 

@@ -41,7 +41,9 @@ from urllib.parse import quote, unquote
 
 import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
-from optuna.trial import TrialState
+from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
+from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import interrupts
 from tuner.errors import UserError
@@ -296,6 +298,33 @@ def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
     trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
+# Where Optuna keeps a trial's constraints: a list under this key (the form optuna-dashboard reads) and,
+# since Optuna 5, one "constraints:<name>" key each. Optuna reads both; the list mirrors the named ones.
+CONSTRAINTS_KEY = _CONSTRAINTS_KEY
+# Where Optuna keeps the objectives' names (Study.set_metric_names), which optuna-dashboard shows.
+METRIC_NAMES_KEY = _SYSTEM_ATTR_METRIC_NAMES
+OBJECTIVE_NAME = "J/query"
+NAMED_PREFIX = f"{CONSTRAINTS_KEY}:"
+
+
+def named_constraints(system_attrs: dict[str, Any]) -> dict[str, float]:
+    """A trial's named constraints (``latency``), in the order they were set; the mirrored list left out."""
+    return {k.removeprefix(NAMED_PREFIX): float(v) for k, v in system_attrs.items() if k.startswith(NAMED_PREFIX)}
+
+
+def set_constraint(trial: optuna.Trial, name: str, value: float) -> None:
+    """Optuna's named constraint, mirrored into the list form optuna-dashboard reads.
+
+    The dashboard (0.21) reads a trial's constraints from ``constraints`` only;
+    without the list it shows no trial as infeasible and draws the best-value
+    line through trials that broke the bound.
+    """
+    trial.set_constraint(name, value)
+    listed = list(named_constraints(trial.storage.get_trial_system_attrs(trial._trial_id)).values())
+    trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, listed)
+    trial._cached_frozen_trial.system_attrs[CONSTRAINTS_KEY] = listed
+
+
 def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str | optuna.storages.BaseStorage:
     """What ``optuna.create_study`` should get for ``url``: an RDBStorage with heartbeat where possible.
 
@@ -472,6 +501,27 @@ class ConstrainedBestStorage(optuna.storages.RDBStorage):
         if self.get_study_directions(study_id)[0] == optuna.study.StudyDirection.MAXIMIZE:
             return max(feasible, key=lambda t: float(t.value))
         return min(feasible, key=lambda t: float(t.value))
+
+    def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
+        """Every trial with its constraints in the list form the dashboard reads (studies written before it)."""
+        trials = super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        for t in trials:
+            named = named_constraints(t.system_attrs)
+            if named and CONSTRAINTS_KEY not in t.system_attrs:
+                t.system_attrs = {**t.system_attrs, CONSTRAINTS_KEY: list(named.values())}
+        return trials
+
+    def get_all_studies(self) -> list[optuna.study.FrozenStudy]:
+        """Every study, a powertune study written before it named them with its objective's name and bound."""
+        studies = super().get_all_studies()
+        for study in studies:
+            attrs = study.user_attrs
+            if "max_latency_ms" not in attrs:
+                continue
+            study.system_attrs.setdefault(METRIC_NAMES_KEY, [OBJECTIVE_NAME])
+            bound = f"{attrs.get('percentile', 'p99')} <= {float(attrs['max_latency_ms']):g} ms"
+            study.user_attrs.setdefault("latency_bound", f"{bound} (constraint latency <= 0)")
+        return studies
 
 
 def dashboard_storage(url: str) -> ConstrainedBestStorage:

@@ -1,9 +1,11 @@
 """One tuning study end to end: open or resume it, run trials until done, summarise.
 
 A study is keyed by model, device, scenario and latency bound, so running the
-same command again resumes it and adds trials. What one trial does lives in
-tuner.objective; the study's answer (Optuna's best trial) and flat records
-in tuner.records.
+same command again resumes it and adds trials. ``tune_study`` is all of
+``tune run`` (open and check the device, hold it, run, write the result
+files); ``run_study`` is its loop on an open device, which ``tune plan`` runs
+per rate. What one trial does lives in tuner.objective; the study's answer
+(Optuna's best trial) and flat records in tuner.records.
 """
 
 from __future__ import annotations
@@ -13,24 +15,37 @@ import json
 import logging
 import random
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
+from tuner.devices.registry import check_meter, open_device
 from tuner.errors import UserError
+from tuner.models import check_model
 from tuner.objective import MeasurementRejected, Objective
-from tuner.provenance import provenance
+from tuner.pareto import results_dir, write_results
+from tuner.provenance import provenance, twin_note
 from tuner.records import recommended, trial_record
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
 from tuner.space import Grid, SearchSpace
-from tuner.storage import QuotaStudy, StudyFull, open_storage, redact, storage_errors, storage_lock
+from tuner.storage import (
+    OBJECTIVE_NAME,
+    QuotaStudy,
+    StudyFull,
+    open_storage,
+    redact,
+    storage_errors,
+    storage_lock,
+)
+from tuner.strategies import proposal_counts
 from tuner.units import format_ms
 
 
@@ -133,10 +148,113 @@ class RunSummary(BaseModel):
     previous_best: dict | None = None
 
 
+class StudyRequest(BaseModel):
+    """What ``tune run`` asks for: a device by name (and how to open it) and the run's options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str
+    options: RunOptions
+    allow_clock_changes: bool = False
+    sysfs_root: Path | None = None
+    space_file: Path | None = None
+
+
+class StudyResult(BaseModel):
+    """What ``tune run`` reports: the run's summary, the device it ran on, and where its result files are."""
+
+    summary: RunSummary
+    device: str
+    twin: bool
+    twin_note: str = ""
+    model: str
+    max_latency_ms: float
+    percentile: str
+    scenario: str
+    results: Path
+    seconds: float
+    pareto_points: int
+    strategy_notes: list[str] = Field(default_factory=list)
+    proposed_by: dict[str, int] = Field(default_factory=dict)
+
+
+TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None]
+
+
+def study_folder(options: RunOptions, device: Device) -> Path:
+    """Where a study's result files go: <out>/<device>/<model>, and a folder per rate for Server."""
+    folder = results_dir(options.out, device.slug, options.model)
+    if options.window.scenario != "offline":
+        folder = folder / label(options.window).replace("@", "-")
+    return folder
+
+
+def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = None) -> Device:
+    """The device a request names, opened once its meter, model, space and sampler are known to be usable."""
+    options = request.options
+    check_meter(options.window.meter, request.device)
+    extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
+    device = open_device(
+        request.device,
+        allow_clock_changes=request.allow_clock_changes,
+        space_file=None if request.space_file is None else str(request.space_file),
+        **extra,
+    )
+    for note in getattr(device, "notes", []):
+        if on_note is not None:
+            on_note(f"note: {note}")
+    check_model(options.model, options.window.runtime, device.simulated, device)
+    narrowed_space(device, options.knobs, options.batch_sizes)
+    make_sampler(options.sampler, options.seed)
+    return device
+
+
+def tune_study(
+    request: StudyRequest,
+    on_trial: TrialCallback | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> StudyResult:
+    """All of ``tune run``: check and open the device, run the study holding it, write its result files.
+
+    ``on_trial`` sees every finished trial (progress); ``on_note`` gets what
+    the device says when it opens and, on Ctrl-C or SIGTERM, where the
+    results of the completed trials were written (the study itself resumes).
+    """
+    started = time.monotonic()
+    device = open_checked(request, on_note)
+    options = request.options
+    folder = study_folder(options, device)
+
+    def partial(study: optuna.Study) -> None:
+        done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        if done:
+            write_results(study, folder)
+            if on_note is not None:
+                on_note(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
+
+    study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial)
+    pareto = write_results(study, folder)
+    return StudyResult(
+        summary=summary,
+        device=device.name,
+        twin=device.simulated,
+        twin_note=twin_note(device),
+        model=options.model,
+        max_latency_ms=options.max_latency_ms,
+        percentile=options.window.percentile,
+        scenario=label(options.window),
+        results=folder,
+        seconds=round(time.monotonic() - started, 2),
+        pareto_points=len(pareto.fronts.get("global", [])),
+        strategy_notes=study.user_attrs.get("strategy_notes", []),
+        proposed_by=proposal_counts(study),
+    )
+
+
 def run_study(
     device: Device,
     options: RunOptions,
-    on_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None] | None = None,
+    on_trial: TrialCallback | None = None,
     sampler: optuna.samplers.BaseSampler | None = None,
     on_interrupt: Callable[[optuna.Study], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
@@ -162,7 +280,7 @@ def run_study(
 def _run_study(
     device: Device,
     options: RunOptions,
-    on_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None] | None,
+    on_trial: TrialCallback | None,
     sampler: optuna.samplers.BaseSampler | None,
     on_interrupt: Callable[[optuna.Study], None] | None,
 ) -> tuple[optuna.Study, RunSummary]:
@@ -302,6 +420,13 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     study.set_user_attr("twin", device.simulated)
     study.set_user_attr("max_latency_ms", options.max_latency_ms)
     study.set_user_attr("percentile", options.window.percentile)
+    # What optuna-dashboard shows: the objective's name and, beside each trial's constraint, the bound it is against.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([OBJECTIVE_NAME])
+    study.set_user_attr(
+        "latency_bound", f"{options.window.percentile} <= {options.max_latency_ms:g} ms (constraint latency <= 0)"
+    )
     study.set_user_attr("scenario", options.window.scenario)
     if options.window.scenario == "server":
         study.set_user_attr("target_qps", options.window.options["server_target_qps"])

@@ -53,6 +53,18 @@ def format_ms(value_ms: float) -> str:
     return f"{value_ms:g}ms"
 
 
+def figure(value: float) -> str:
+    """A figure to 4 significant digits, never in exponent form where a reader expects a plain number.
+
+    13761.2 reads 13761 (not 1.376e+04); 0.07468 and 45.9 as ``:.4g`` writes them.
+    """
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e4:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
     """Parse '1,8,32' into [1, 8, 32], naming the flag in the error.
 

@@ -22,8 +22,9 @@ from rich.text import Text
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
+from tuner.provenance import twin_note as twin_note
 from tuner.storage import redact, sqlite_path
-from tuner.units import parse_int_list, parse_latency_ms
+from tuner.units import figure, parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)
@@ -139,26 +140,6 @@ def read_storage(storage: str | None, out: Path) -> str:
     return url
 
 
-def check_measurable(device: str, meter: str | None) -> None:
-    """Refuse, before a study or a sweep starts, a device that cannot measure here with the meter asked for.
-
-    ``tune devices`` says the same thing (tuner.devices.registry.cpu_problem):
-    the CPU has one meter, RAPL, and without its counters every trial would fail.
-    """
-    if device != "cpu":
-        return
-    from tuner.devices.registry import cpu_problem
-
-    problem = cpu_problem()
-    if problem is not None:
-        raise UserError(
-            f"--device cpu cannot measure energy here: {problem}; "
-            "tune a digital twin instead (e.g. --device sim:orin; tune devices lists what works here)"
-        )
-    if meter not in (None, "rapl"):
-        raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")
-
-
 def device(name: str, **options: Any) -> Device:
     return open_device(name, **options)
 
@@ -177,13 +158,6 @@ def _strict(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_strict(value) for value in obj]
     return obj
-
-
-def twin_note(device: Device) -> str:
-    """The label every simulated result carries; a simulated device may say better what it is (``simulated_note``)."""
-    if not device.simulated:
-        return ""
-    return getattr(device, "simulated_note", " [digital twin: simulated, not measured on hardware]")
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]], compact: bool = False) -> Table:
@@ -218,7 +192,7 @@ def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return figure(value)
     if isinstance(value, dict):
         return " ".join(f"{k}={knob_value(v)}" for k, v in value.items())
     return str(value)
@@ -260,7 +234,7 @@ def configs_table(
     lat = f"{percentile}_ms"
     t = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
     for name in ["", "trial", "batch", *knobs, "J/query", f"{percentile}_ms", *(["ok"] if verdict else []), "windows"]:
-        t.add_column(name.replace("_", "\n"), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
+        t.add_column(column_head(name), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
     for r in rows:
         cells = [
             "*" if r.get("recommended") else "",
@@ -274,6 +248,17 @@ def configs_table(
         ]
         t.add_row(*[fmt(v) for v in cells])
     return Group(Text(title), t)
+
+
+UNITS = {"mhz": "MHz", "w": "W", "ms": "ms", "qps": "q/s", "c": "C"}
+
+
+def column_head(name: str) -> str:
+    """A knob or figure as a column heading, a line per word, its unit spelt as one (power_limit_w: power limit W)."""
+    words = name.split("_")
+    if len(words) > 1 and words[-1] in UNITS:
+        words[-1] = UNITS[words[-1]]
+    return "\n".join(words)
 
 
 def knob_value(value: Any) -> str:

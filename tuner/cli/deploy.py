@@ -53,7 +53,9 @@ def apply(
     dev = open_device(name, allow_clock_changes=allow_clock_changes, **sysfs)
     steps = apply_export(exported, dev, dry_run=dry_run)
     if exported.twin:
-        common.err_console.print("warning: this configuration was measured on a digital twin, not on hardware")
+        common.err_console.print(
+            "warning: this configuration comes from a digital twin (simulated, not measured on hardware)"
+        )
     source = exported.provenance
     if as_json:
         common.emit_json(

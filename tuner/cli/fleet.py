@@ -21,6 +21,7 @@ def status(
     model: str | None = StatusModel,
     device: str | None = StatusDevice,
     max_latency: str | None = options.StudyBound,
+    scenario: str | None = options.StudyScenario,
     storage: str | None = options.Storage,
     out: Path = options.Out,
     as_json: bool = options.Json,
@@ -31,7 +32,7 @@ def status(
     bound = common.latency(max_latency) if max_latency is not None else None
     url = common.read_storage(storage, out)
     if model is not None and device is not None:
-        statuses = [study_status(find_study(url, model, device, bound), url)]
+        statuses = [study_status(find_study(url, model, device, bound, scenario), url)]
     else:
         statuses = all_statuses(url)
     if as_json:

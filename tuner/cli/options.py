@@ -98,7 +98,6 @@ SysfsRoot = typer.Option(None, "--sysfs-root", envvar="TUNE_SYSFS_ROOT", help="J
 Space = typer.Option(None, "--space", help="a search-space YAML to use instead of the packaged one")
 
 PERCENTILES = ("p50", "p90", "p99")
-METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
 
 
 def window(per: str, adaptive: bool = True) -> OptionInfo:
@@ -149,20 +148,6 @@ def scenario_window(
     if settings.scenario == "server" or not server_only:
         settings.options["batch_timeout_ms"] = batch_timeout
     return settings
-
-
-def check_meter(meter: str | None, device: str) -> None:
-    """Built-in devices take the built-in meters, or an external one (docs/meters.md); a plugin may name its own."""
-    from tuner.devices.jetson import DEVICE_KINDS
-    from tuner.devices.meters.registry import check_external, is_external
-
-    if meter is not None and is_external(meter):
-        return check_external(meter, device)
-
-    builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
-    if meter is not None and builtin:
-        common.choice(meter, METERS, "--meter")
-    common.check_measurable(device, meter)
 
 
 def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> base.Device:

@@ -10,7 +10,7 @@ import typer
 
 from tuner import interrupts
 from tuner.cli import common, options
-from tuner.devices.registry import device_help
+from tuner.devices.registry import check_meter, device_help
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model
@@ -94,7 +94,7 @@ def report(
     common.check_out_dir(out)
     names = list(dict.fromkeys(devices))
     for name in names:
-        options.check_meter(meter, name)
+        check_meter(meter, name)
     opened = [options.open_for(name, allow_clock_changes, sysfs_root) for name in names]
     for model in dict.fromkeys(models):
         for dev in opened:
@@ -137,3 +137,13 @@ def _write_report(
         f"{len(data.points)} points ({len(data.points) - reused} measured, {reused} reused){note} "
         f"-> {out}/report.md, report.html"
     )
+    for info in data.devices:
+        for note in info.notes:
+            common.err_console.print(f"note: {note}")
+        for model in models:
+            answer = data.answer(info.device, model)
+            if answer is not None:
+                common.out_console.print(
+                    f"recommended for {model} on {info.device}: trial {answer.trial} of study {answer.study} "
+                    f"({answer.measurement.j_per_query:.4g} J/query, batch {answer.config.batch_size})"
+                )

@@ -10,7 +10,7 @@ import typer
 from tuner.cli import common, options
 from tuner.deploy import export_config, write_export
 from tuner.errors import UserError, did_you_mean
-from tuner.pareto import build_pareto, completed_records, results_dir, summary_points, write_results
+from tuner.pareto import build_pareto, completed_records, out_of_bound, results_dir, summary_points, write_results
 from tuner.scenario import format_rate
 from tuner.storage import dashboard_storage, open_storage, redact, scrub, storage_errors
 from tuner.study import open_study
@@ -86,7 +86,8 @@ def find_study(
         for s in sorted(pool, key=lambda s: (study_label(s.user_attrs), s.user_attrs.get("max_latency_ms", 0)))
     )
     what = "no study" if not picked else f"{len(picked)} studies"
-    raise UserError(f"{what} of {model} on {device} matches: pick one with {choices}")
+    verb = "matches" if not picked else "match"
+    raise UserError(f"{what} of {model} on {device} {verb}: pick one with {choices}")
 
 
 def pareto(
@@ -127,6 +128,12 @@ def pareto(
         )
     heading = "every measured configuration" if show_all else "per batch size, its front within the bound"
     common.out_console.print(common.configs_table(f"{heading} (* recommended)", rows, result.percentile, pinned))
+    far = {} if show_all else out_of_bound(result)
+    if far:
+        common.out_console.print(
+            "none within the bound at batch "
+            + ", ".join(f"{b} (fastest {p.latency_ms:.4g} ms, trial {p.trial})" for b, p in sorted(far.items()))
+        )
     common.out_console.print(
         f"{result.configurations} configurations in {result.trials_completed} completed trials; "
         f"{'' if show_all else '--all lists every one; '}written: {folder}/pareto.json, pareto.csv, pareto.png"

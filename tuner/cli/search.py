@@ -14,6 +14,7 @@ from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
+from tuner.devices.registry import check_meter
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
@@ -145,7 +146,9 @@ def _bench_results(report: BenchReport, folder: Path, as_json: bool) -> None:
         "re-measurements of the exported best over the bound"
     )
     common.out_console.print(
-        f"{len(report.runs)} runs in {report.seconds:.0f} s -> {folder}/search.json, search.md (every column)"
+        f"{len(report.runs)} runs ({len({r.strategy for r in report.runs})} strategies on "
+        f"{len(report.landscapes)} landscapes; a row per strategy and suite) in {report.seconds:.0f} s "
+        f"-> {folder}/search.json, search.md (every column)"
     )
 
 
@@ -164,7 +167,7 @@ def roofline(
         raise UserError("--points must be at least 2, e.g. 12")
     check_seconds(window, "--window", "10", maximum=3600.0)
     common.check_out_dir(out)
-    common.check_measurable(device, None)
+    check_meter(None, device)
     dev = common.device(device)
     check_model(model, simulated=dev.simulated, device=dev)
     payload = roofline_report(dev, model, points, seed, window, results_dir(out, dev.slug, model))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import optuna
 import typer
 
 from tuner import atomicfile, interrupts
@@ -14,6 +16,8 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import UserError
 from tuner.models import check_model
+from tuner.records import recommended
+from tuner.scenario import format_rate
 from tuner.serve.estimate import DEFAULT_SMOOTHING_S
 from tuner.serve.governor import (
     DEFAULT_DWELL_S,
@@ -158,8 +162,12 @@ def plan(
         out=out,
         window=options.window_settings(window, "p99", meter, seed, True),
     )
+    progress = PlanProgress(settings, as_json)
+    settings.on_trial = progress.trial
     with hold(dev):
-        results = plan_rates(dev, settings, on_rate=lambda result: _planned(result, dev.simulated))
+        results = plan_rates(
+            dev, settings, on_rate=lambda result: _planned(result, dev.simulated), on_start=progress.start
+        )
     policy = _write_policy(dev, settings, results, output, plot)
     if as_json:
         common.emit_json({"policy": str(output), "plot": str(plot), **policy.model_dump(mode="json")})
@@ -177,6 +185,51 @@ def _write_policy(dev: Device, settings: PlanOptions, results: list[RateResult],
     with atomicfile.replacing(plot) as tmp:
         plot_policy(policy, tmp)
     return policy
+
+
+class PlanProgress:
+    """What tune plan says while it runs: its size first, then a line per finished trial with an ETA.
+
+    The ETA is an upper bound: it assumes every rate still to tune takes its
+    most trials (search, refine, verify, cross-check); a rate whose search
+    finds nothing cheaper nearby takes fewer.
+    """
+
+    def __init__(self, settings: PlanOptions, quiet: bool) -> None:
+        self.settings = settings
+        self.quiet = quiet
+        self.total = 0
+        self.done = 0
+        self.started = time.monotonic()
+
+    def start(self, to_tune: list[float]) -> None:
+        self.total = len(to_tune) * self.settings.trials_per_rate()
+        self.started = time.monotonic()
+        if self.quiet:
+            return
+        reused = len(self.settings.rates) - len(to_tune)
+        common.err_console.print(
+            f"plan: {len(self.settings.rates)} rates, {reused} from existing studies, {len(to_tune)} to tune "
+            f"(at most {self.settings.trials_per_rate()} trials each: {self.settings.trials} search, "
+            f"{self.settings.refine_trials} refine, verify and cross-check): at most {self.total} trials; "
+            "a line per trial follows, with an ETA"
+        )
+
+    def trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, _measured: int) -> None:
+        self.done += 1
+        if self.quiet:
+            return
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / self.done * max(self.total - self.done, 0)
+        value = "failed" if trial.value is None else f"{trial.value:.4g} J/query"
+        best = recommended(study)
+        shown = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
+        rate = format_rate(float(study.user_attrs.get("target_qps", 0.0)))
+        common.err_console.print(
+            f"{rate} q/s trial {trial.number}: {value}; best {shown}; {self.done}/{self.total} at most; "
+            f"elapsed {elapsed / 60:.1f} min, ETA at most {eta / 60:.1f} min",
+            soft_wrap=True,
+        )
 
 
 def _planned(result: RateResult, simulated: bool) -> None:
@@ -291,7 +344,13 @@ def replay_cmd(
     check_policy_for(policy, dev)
     rates = load_trace(path, scale)
     rules = GovernorRules(headroom, hysteresis, min_dwell, smoothing)
-    report = replay(policy, dev, rates, seed, interval, rules)  # type: ignore[arg-type]
+    with common.count_progress("replay", "", as_json) as bar:
+        task = bar.add_task("replay", total=None)
+
+        def tick(strategy: str, done: int, total: int) -> None:
+            bar.update(task, description=f"replay: {strategy}", completed=done, total=total)
+
+        report = replay(policy, dev, rates, seed, interval, rules, progress=tick)  # type: ignore[arg-type]
     with atomicfile.replacing(figure) as tmp:
         plot_replay(report, tmp)
     summary = {**report.summary(), "plot": str(figure)}

@@ -14,18 +14,18 @@ from tuner import interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
+from tuner.devices.registry import check_meter
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
-from tuner.pareto import results_dir, write_results
+from tuner.pareto import results_dir
 from tuner.run_options import DEFAULT_SAMPLER, RunOptions
-from tuner.sampling import SAMPLERS, canonical, make_sampler
+from tuner.sampling import SAMPLERS, canonical
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
-from tuner.strategies import proposal_counts
-from tuner.study import RunSummary, narrowed_space, run_study
+from tuner.study import RunSummary, StudyRequest, StudyResult, narrowed_space, tune_study
 from tuner.sweep import (
     LARGE_SWEEP,
     SweepRow,
@@ -106,21 +106,16 @@ def run(
 ) -> None:
     """Run (or resume) a study: minimum energy per query subject to the latency bound."""
     trials = _trial_budget(trials, study_trials, heartbeat, timeout)
-    bound = common.latency(max_latency)
-    sampler = common.choice(canonical(sampler), SAMPLERS, "--sampler")
-    options.check_meter(meter, device)
-    url = common.run_storage(storage, out)
-    dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     settings = RunOptions(
         model=model,
-        max_latency_ms=bound,
+        max_latency_ms=common.latency(max_latency),
         trials=trials,
         timeout_s=timeout,
         seed=seed,
         batch_sizes=common.batch_list(batch_sizes),
         knobs=common.knob_list(knobs),
-        sampler=sampler,
-        storage=url,
+        sampler=common.choice(canonical(sampler), SAMPLERS, "--sampler"),
+        storage=common.run_storage(storage, out),
         study_trials=study_trials,
         worker_id=worker_id,
         heartbeat_s=heartbeat,
@@ -131,10 +126,16 @@ def run(
             target_qps,
         ),
     )
-    check_model(model, runtime, dev.simulated, dev)
-    narrowed_space(dev, settings.knobs, settings.batch_sizes)
-    make_sampler(sampler, seed)
-    _run_study(dev, settings, as_json)
+    request = StudyRequest(
+        device=device,
+        options=settings,
+        allow_clock_changes=allow_clock_changes,
+        sysfs_root=sysfs_root,
+        space_file=space,
+    )
+    with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
+        result = tune_study(request, on_trial=on_trial, on_note=lambda line: typer.echo(line, err=True))
+    common.emit_json(_run_payload(result)) if as_json else _print_run(result)
 
 
 def _trial_budget(trials: int | None, study_trials: int | None, heartbeat: int, timeout: float | None) -> int:
@@ -147,65 +148,42 @@ def _trial_budget(trials: int | None, study_trials: int | None, heartbeat: int, 
     return trials
 
 
-def _run_study(dev: Device, settings: RunOptions, as_json: bool) -> None:
-    """Run the study holding the device, write its result files, and say what it found."""
-    started = time.monotonic()
-    folder = results_dir(settings.out, dev.slug, settings.model)
-    if settings.window.scenario != "offline":
-        folder = folder / scenario_label(settings.window).replace("@", "-")
-    total = settings.trials if settings.study_trials is None else settings.study_trials
-    with hold(dev), trial_progress(total, as_json, settings.study_trials is not None) as on_trial:
-        study, summary = run_study(
-            dev, settings, on_trial=on_trial, on_interrupt=lambda study: _partial_results(study, folder)
-        )
-    pareto = write_results(study, folder)
-    payload = {
-        **summary.model_dump(),
-        "device": dev.name,
-        "twin": dev.simulated,
-        "model": settings.model,
-        "max_latency_ms": settings.max_latency_ms,
-        "scenario": scenario_label(settings.window),
-        "results": str(folder),
-        "seconds": round(time.monotonic() - started, 2),
-        "pareto_points": len(pareto.fronts.get("global", [])),
-        "strategy_notes": study.user_attrs.get("strategy_notes", []),
-        "proposed_by": proposal_counts(study),
+def _run_payload(result: StudyResult) -> dict[str, Any]:
+    """What tune run --json prints: the summary, then where and how it ran."""
+    return {
+        **result.summary.model_dump(),
+        **result.model_dump(mode="json", exclude={"summary", "twin_note", "percentile"}),
     }
-    if as_json:
-        common.emit_json(payload)
-    else:
-        _print_run(dev, settings, summary, payload)
 
 
-def _print_run(dev: Device, settings: RunOptions, summary: RunSummary, payload: dict[str, Any]) -> None:
+def _print_run(result: StudyResult) -> None:
     """What tune run prints: the study's recommended configuration, and where its result files are."""
-    note = common.twin_note(dev)
+    summary, note = result.summary, result.twin_note
     common.out_console.print(
         f"study {summary.study}: {summary.measured} measured, {summary.total_trials} trials in storage{note}"
     )
-    for line in payload["strategy_notes"]:
+    for line in result.strategy_notes:
         common.out_console.print(f"note: {line}")
-    if payload["proposed_by"]:
-        tally = ", ".join(f"{k} {v}" for k, v in payload["proposed_by"].items())
+    if result.proposed_by:
+        tally = ", ".join(f"{k} {v}" for k, v in result.proposed_by.items())
         common.out_console.print(f"proposed by: {tally} (per trial: proposed_by, why in trials.csv)")
     changed = resumed_line(summary)
     if changed:
         common.out_console.print(changed)
     if summary.best is None:
         common.out_console.print(
-            f"no configuration met {settings.max_latency_ms:g} ms: relax --max-latency or widen the space"
+            f"no configuration met {result.max_latency_ms:g} ms: relax --max-latency or widen the space"
         )
     else:
         common.out_console.print(
             common.recommended_table(
                 summary.best,
-                f"recommended for {settings.model} on {dev.name} ({settings.window.percentile} <= "
-                f"{settings.max_latency_ms:g} ms, {scenario_label(settings.window)}){note}",
-                settings.window.percentile,
+                f"recommended for {result.model} on {result.device} ({result.percentile} <= "
+                f"{result.max_latency_ms:g} ms, {result.scenario}){note}",
+                result.percentile,
             )
         )
-    common.out_console.print(f"results: {payload['results']}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
+    common.out_console.print(f"results: {result.results}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
 
 
 @interrupts.deferring
@@ -237,7 +215,7 @@ def sweep(
     """
     bound = common.latency(max_latency) if max_latency is not None else None
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
-    options.check_meter(meter, device)
+    check_meter(meter, device)
     common.check_out_dir(out)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
@@ -297,11 +275,12 @@ def _print_sweep(
     """What tune sweep prints: the best configuration per batch size, then the optimum."""
     note = common.twin_note(dev)
     by_batch = characterization(rows, bound, percentile)
-    pinned = common.pinned_knobs([r[1] for r in by_batch])
+    pinned = common.pinned_knobs([r[1] for r in by_batch if r[1]])
     if pinned:
         common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
     for r in by_batch:
-        r[1] = {k: v for k, v in r[1].items() if k not in pinned} or "-"
+        none = "none valid" if bound is None else "none within the bound"
+        r[1] = {k: v for k, v in r[1].items() if k not in pinned} or ("-" if r[1] else none)
     common.out_console.print(
         common.table(
             f"{model} on {dev.name}: best per batch size{note}",
@@ -351,7 +330,7 @@ def measure(
     check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
     settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
-    options.check_meter(meter, device)
+    check_meter(meter, device)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
     space_ = dev.space()
@@ -408,18 +387,12 @@ def _print_measure(
     common.out_console.print(f"meter: {meters}{spread}")
 
 
-def _partial_results(study: optuna.Study, folder: Path) -> None:
-    """On Ctrl-C or SIGTERM: the result files for the trials that completed (the study itself resumes)."""
-    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
-    if done:
-        write_results(study, folder)
-        common.err_console.print(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
-
-
 class trial_progress:
-    """A rich progress bar on stderr: trial n/N, the recommended configuration's energy so far, ETA.
+    """Progress on stderr: trial n/N, the recommended configuration's energy so far, ETA.
 
-    With ``study_wide`` the count is the study's completed trials from every
+    On a terminal a rich progress bar; otherwise (logs, CI, ssh without a
+    tty) one line per finished trial, as Optuna's own logging prints. With
+    ``study_wide`` the count is the study's completed trials from every
     worker, which is what ``--study-trials`` aims at.
     """
 
@@ -427,6 +400,8 @@ class trial_progress:
         self.total = total
         self.quiet = quiet
         self.study_wide = study_wide
+        self.lines = not common.err_console.is_terminal
+        self.started = time.monotonic()
         self.progress = Progress(
             TextColumn("trial {task.completed}/{task.total}"),
             BarColumn(),
@@ -435,7 +410,7 @@ class trial_progress:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             console=common.err_console,
-            disable=quiet,
+            disable=quiet or self.lines,
             transient=False,
         )
         self.task: TaskID | None = None
@@ -449,18 +424,39 @@ class trial_progress:
 
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
-        if self.task is None:
-            self.progress.__enter__()
-            self.task = self.progress.add_task("trials", total=self.total, best="-")
         best = recommended(study)
         label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
         if self.study_wide:
             measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+        if self.lines:
+            typer.echo(self.line(trial, min(measured, self.total), label), err=True)
+            return
+        if self.task is None:
+            self.progress.__enter__()
+            self.task = self.progress.add_task("trials", total=self.total, best="-")
         self.progress.update(self.task, completed=min(measured, self.total), best=label)
+
+    def line(self, trial: optuna.trial.FrozenTrial, done: int, best: str) -> str:
+        """One finished trial: its number, value and verdict, the best so far, elapsed time and ETA."""
+        elapsed = time.monotonic() - self.started
+        left = "-" if done == 0 else _clock(elapsed / done * (self.total - done))
+        if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
+            outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
+        else:
+            outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
+        return (
+            f"trial {trial.number} finished ({done}/{self.total}): {outcome}; best {best}; "
+            f"elapsed {_clock(elapsed)}, ETA {left}"
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self.task is not None:
             self.progress.__exit__(*exc)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def resumed_line(summary: RunSummary) -> str:

@@ -272,6 +272,39 @@ def cpu_problem() -> str | None:
     return None
 
 
+METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
+"""The meters of the built-in devices (``--meter``); an outside meter is a URL (tuner.devices.meters)."""
+
+
+def check_meter(meter: str | None, device: str) -> None:
+    """Refuse, before anything is opened, a meter the device cannot use or a device that cannot measure here.
+
+    Built-in devices take the built-in meters, or an outside one (docs/meters.md);
+    a plugin may name its own. The CPU has one meter, RAPL, and without its
+    counters every trial would fail (``tune devices`` says the same: cpu_problem).
+    """
+    from tuner.devices.jetson import DEVICE_KINDS
+    from tuner.devices.meters.registry import check_external, is_external
+
+    if meter is not None and is_external(meter):
+        return check_external(meter, device)
+    builtin = device.startswith(("sim:", "cuda:")) or device == "cpu" or device in DEVICE_KINDS
+    if meter is not None and builtin and meter.lower() not in METERS:
+        raise UserError(
+            f"unknown meter {meter!r}{did_you_mean(meter.lower(), METERS)}: choose one of {', '.join(METERS)}"
+        )
+    if device != "cpu":
+        return
+    problem = cpu_problem()
+    if problem is not None:
+        raise UserError(
+            f"--device cpu cannot measure energy here: {problem}; "
+            "tune a digital twin instead (e.g. --device sim:orin; tune devices lists what works here)"
+        )
+    if meter not in (None, "rapl"):
+        raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")
+
+
 def _gpus() -> list[dict[str, Any]]:
     """One entry per NVIDIA GPU that NVML lists, or one ``cuda:N`` entry saying why there is none."""
     gpu: dict[str, Any] = {"kind": "nvml", "twin": False}

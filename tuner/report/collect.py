@@ -26,11 +26,12 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.objective import METRIC_KEYS, ORIGIN_KEYS
 from tuner.provenance import provenance
+from tuner.records import recommended as study_recommended
 from tuner.records import windows
 from tuner.report.analysis import recommended
-from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, Trace
+from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, StudyAnswer, Trace
 from tuner.scenario import label as scenario_label
-from tuner.space import Config, SearchSpace
+from tuner.space import Config, SearchSpace, spelling
 from tuner.sweep import run_sweep
 
 TRACE_PERIOD_S = 0.05
@@ -45,11 +46,13 @@ class Plan:
     device: Device
     space: SearchSpace
     group_knobs: list[str]
+    note: str = ""
 
     def group(self, config: Config) -> str:
         """``15W``, ``precision=fp16 graph=eager``, or ``default`` when nothing but the batch size varies."""
         parts = [
-            str(config.knobs[k]) if k == self.space.mode_knob else f"{k}={config.knobs[k]}" for k in self.group_knobs
+            str(config.knobs[k]) if k == self.space.mode_knob else f"{k}={spelling(config.knobs[k])}"
+            for k in self.group_knobs
         ]
         return " ".join(parts) or "default"
 
@@ -94,7 +97,10 @@ def plan(
     space = space.narrow(knobs=tuned, batch_sizes=batch_sizes)
     if settings.scenario == "singlestream":
         space = space.narrow(batch_sizes=[1])
-    return Plan(device, space, tuned)
+    note = ""
+    if modes is not None and space.mode_knob is None:
+        note = f"{device.name} has no power modes: --modes does not apply to it, its group is its default configuration"
+    return Plan(device, space, tuned, note)
 
 
 def study_points(
@@ -106,21 +112,8 @@ def study_points(
     reused one copies a trial that is already counted); a configuration
     measured by several trials gives the one holding most windows (its mean).
     """
-    from tuner.study import open_study
-
     found: dict[str, tuple[Measurement, str]] = {}
-    try:
-        summaries = optuna.get_all_study_summaries(storage)
-    except Exception as exc:
-        raise UserError(f"cannot read --from-study {storage}: {type(exc).__name__}: {exc}") from None
-    rate = settings.options.get("server_target_qps")
-    for summary in summaries:
-        attrs = summary.user_attrs
-        if attrs.get("device") != device.name or attrs.get("model") != model:
-            continue
-        if attrs.get("scenario", "offline") != settings.scenario or attrs.get("target_qps") != rate:
-            continue
-        study = open_study(summary.study_name, storage)
+    for study in matching_studies(storage, device, model, settings):
         done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         most: dict[str, optuna.trial.FrozenTrial] = {}
         for t in done:
@@ -131,11 +124,61 @@ def study_points(
             a = trial.user_attrs
             if "reused_from" in a or "effective" not in a or "meter" not in a or any(k not in a for k in METRIC_KEYS):
                 continue
-            figures = {k: a[k] for k in (*METRIC_KEYS, *ORIGIN_KEYS) if k in a}
-            m = Measurement(**{**figures, "queries": round(figures["queries"])})  # a mean over windows
             key = _key(Config(knobs=a["effective"], batch_size=int(a["batch_size"])))
-            found[key] = (m, f"study {summary.study_name} trial {trial.number}")
+            found[key] = (trial_measurement(trial), f"study {study.study_name} trial {trial.number}")
     return found
+
+
+def matching_studies(storage: str, device: Device, model: str, settings: WindowSettings) -> list[optuna.Study]:
+    """The studies of a storage for this device, model and scenario (Server: at this rate)."""
+    from tuner.study import open_study
+
+    try:
+        summaries = optuna.get_all_study_summaries(storage)
+    except Exception as exc:
+        raise UserError(f"cannot read --from-study {storage}: {type(exc).__name__}: {exc}") from None
+    rate = settings.options.get("server_target_qps")
+    out = []
+    for summary in summaries:
+        attrs = summary.user_attrs
+        if attrs.get("device") != device.name or attrs.get("model") != model:
+            continue
+        if attrs.get("scenario", "offline") != settings.scenario or attrs.get("target_qps") != rate:
+            continue
+        out.append(open_study(summary.study_name, storage))
+    return out
+
+
+def trial_measurement(trial: optuna.trial.FrozenTrial) -> Measurement:
+    """A measured trial's figures as a Measurement (a confirmed trial's are the mean of its windows)."""
+    a = trial.user_attrs
+    figures = {k: a[k] for k in (*METRIC_KEYS, *ORIGIN_KEYS) if k in a}
+    return Measurement(**{**figures, "queries": round(figures["queries"])})
+
+
+def study_answers(storage: str, device: Device, model: str, settings: WindowSettings) -> list[StudyAnswer]:
+    """Each matching study's recommended configuration: tuner.records' answer, the one every command names."""
+    answers = []
+    for study in matching_studies(storage, device, model, settings):
+        best = study_recommended(study)
+        if best is None or any(k not in best.user_attrs for k in METRIC_KEYS):
+            continue
+        attrs = best.user_attrs
+        answers.append(
+            StudyAnswer(
+                device=device.name,
+                model=model,
+                study=study.study_name,
+                trial=best.number,
+                max_latency_ms=float(study.user_attrs.get("max_latency_ms", 0.0)),
+                percentile=str(study.user_attrs.get("percentile", "p99")),
+                config=Config(
+                    knobs=dict(attrs.get("effective", attrs.get("config", {}))), batch_size=int(attrs["batch_size"])
+                ),
+                measurement=trial_measurement(best),
+            )
+        )
+    return answers
 
 
 def _key(config: Config) -> str:
@@ -228,7 +271,7 @@ def power_trace(device: Device, model: str, point: Point, settings: WindowSettin
     )
 
 
-def device_info(device: Device, points: list[Point]) -> DeviceInfo:
+def device_info(device: Device, points: list[Point], note: str = "") -> DeviceInfo:
     """The device's provenance plus the meters and rails its measurements name, and an outside meter's details."""
     measured = [p.measurement for p in points if p.measurement is not None]
     details = {
@@ -244,6 +287,7 @@ def device_info(device: Device, points: list[Point]) -> DeviceInfo:
         meters=sorted({m.meter for m in measured}),
         rails=sorted({r for m in measured for r in m.rails}),
         meter_details=details,
+        notes=[note] if note else [],
     )
 
 
@@ -276,6 +320,7 @@ def make_report(
     points: list[Point] = []
     traces: list[Trace] = []
     infos: list[DeviceInfo] = []
+    answers: list[StudyAnswer] = []
     for p in plans:
         mine: list[Point] = []
         with hold(p.device):
@@ -284,13 +329,17 @@ def make_report(
                 label = f"{model} on {p.device.name}"
                 tick = None if progress is None else (lambda done, total, label=label: progress(label, done, total))
                 found = measure_plan(p, model, settings, reuse, tick)
-                best = recommended(found, settings.percentile, max_latency_ms)
+                theirs = study_answers(from_study, p.device, model, settings) if from_study else []
+                answers += theirs
+                best = answer_point(theirs, settings.percentile, max_latency_ms) or recommended(
+                    found, settings.percentile, max_latency_ms
+                )
                 trace = None if best is None else power_trace(p.device, model, best, settings)
                 if trace is not None:
                     traces.append(trace)
                 mine += found
         points += mine
-        infos.append(device_info(p.device, mine))
+        infos.append(device_info(p.device, mine, p.note))
     return ReportData(
         created=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command=command,
@@ -301,4 +350,13 @@ def make_report(
         devices=infos,
         points=points,
         traces=traces,
+        answers=answers,
     )
+
+
+def answer_point(answers: list[StudyAnswer], percentile: str, bound_ms: float | None) -> Point | None:
+    """The study answer at the report's bound and percentile, as a point; None when no study has that bound."""
+    for a in answers:
+        if a.max_latency_ms == bound_ms and a.percentile == percentile:
+            return a.point()
+    return None

@@ -17,7 +17,7 @@ from tuner import atomicfile
 from tuner.measurement import Measurement
 from tuner.space import Config
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 TWIN_LABEL = "digital twin"
 
 
@@ -55,6 +55,37 @@ class Trace(BaseModel):
     note: str = ""
 
 
+class StudyAnswer(BaseModel):
+    """A study's recommended configuration (Optuna's best trial, as ``tune export`` names it), read by --from-study.
+
+    When the report's bound and percentile are the study's, this is the
+    report's recommended configuration: one answer, whatever the report's
+    own grid of modes and batch sizes holds.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str
+    model: str
+    study: str
+    trial: int
+    max_latency_ms: float
+    percentile: str
+    config: Config
+    measurement: Measurement
+
+    def point(self) -> Point:
+        """The answer as a report point (plots and the power trace draw points)."""
+        return Point(
+            device=self.device,
+            model=self.model,
+            group=f"study trial {self.trial}",
+            config=self.config,
+            measurement=self.measurement,
+            source=f"study {self.study} trial {self.trial}",
+        )
+
+
 class DeviceInfo(BaseModel):
     """Where a device's figures come from: hardware or twin, driver or L4T, host, versions, meter and rails."""
 
@@ -66,6 +97,7 @@ class DeviceInfo(BaseModel):
     meters: list[str] = Field(default_factory=list)
     rails: list[str] = Field(default_factory=list)
     meter_details: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
 
 
 class ReportData(BaseModel):
@@ -73,7 +105,7 @@ class ReportData(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1] = REPORT_VERSION
+    version: Literal[1, 2] = REPORT_VERSION
     created: str
     command: str
     scenario: str
@@ -83,9 +115,22 @@ class ReportData(BaseModel):
     devices: list[DeviceInfo]
     points: list[Point]
     traces: list[Trace] = Field(default_factory=list)
+    answers: list[StudyAnswer] = Field(default_factory=list)
 
     def device_info(self, name: str) -> DeviceInfo:
         return next(d for d in self.devices if d.device == name)
+
+    def answer(self, device: str, model: str) -> StudyAnswer | None:
+        """The study answer that is this report's recommendation: same device, model, bound and percentile."""
+        return next(
+            (
+                a
+                for a in self.answers
+                if (a.device, a.model, a.max_latency_ms, a.percentile)
+                == (device, model, self.max_latency_ms, self.percentile)
+            ),
+            None,
+        )
 
 
 def write_data(data: ReportData, path: Path) -> None:

@@ -9,6 +9,8 @@ from tuner.report import plots
 from tuner.report.analysis import best_per_batch, recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, write_data
 from tuner.report.render import Block, Figure, Heading, Para, Table, write_pages
+from tuner.space import spelling
+from tuner.units import figure
 
 
 def _slug(text: str) -> str:
@@ -16,7 +18,7 @@ def _slug(text: str) -> str:
 
 
 def _g(value: float) -> str:
-    return f"{value:.4g}"
+    return figure(value)
 
 
 def _tag(info: DeviceInfo) -> str:
@@ -74,30 +76,48 @@ def group_table(points: list[Point], percentile: str) -> Table:
 
 
 def _config_text(p: Point) -> str:
-    return " ".join(f"{k}={v}" for k, v in p.config.knobs.items())
+    return " ".join(f"{k}={spelling(v)}" for k, v in p.config.knobs.items())
 
 
 def device_section(data: ReportData, info: DeviceInfo, model: str, points: list[Point], folder: Path) -> list[Block]:
     title = f"{model} on {info.device}"
     stem = f"{_slug(info.device)}-{_slug(model)}"
-    best = recommended(points, data.percentile, data.max_latency_ms)
+    answer = data.answer(info.device, model)
+    best = answer.point() if answer is not None else recommended(points, data.percentile, data.max_latency_ms)
     blocks: list[Block] = [Heading(3, f"{title}{_tag(info)}")]
     if info.twin:
         blocks.append(
             Para(f"Every figure in this section is from a {TWIN_LABEL} (simulated, not measured on hardware).")
         )
+    blocks += [Para(f"Note: {note}.") for note in info.notes]
     bound = "" if data.max_latency_ms is None else f" within {data.max_latency_ms:g} ms {data.percentile}"
     if best is None:
         blocks.append(Para(f"Recommended configuration: none{bound or ' (no valid measurement)'}."))
     else:
         m = best.measurement
+        where = (
+            f"trial {answer.trial} of study {answer.study}, its recommended configuration (what tune export names)"
+            if answer is not None
+            else best.group
+        )
         blocks.append(
             Para(
-                f"Recommended configuration{bound}: {best.group}, batch {best.config.batch_size}: "
+                f"Recommended configuration{bound}: {where}: batch {best.config.batch_size}, "
                 f"{_g(m.j_per_query)} J/query, {_g(m.qps)} queries/s, {_g(m.avg_w)} W, "
                 f"{data.percentile} {_g(m.latency_ms(data.percentile))} ms ({_config_text(best)})."
             )
         )
+    for other in data.answers:
+        if (other.device, other.model) == (info.device, model) and other is not answer:
+            m = other.measurement
+            blocks.append(
+                Para(
+                    f"Study {other.study} ({other.percentile} <= {other.max_latency_ms:g} ms, another bound than "
+                    f"this report's) recommends trial {other.trial}: batch {other.config.batch_size}, "
+                    f"{_g(m.j_per_query)} J/query, {other.percentile} {_g(m.latency_ms(other.percentile))} ms "
+                    f"({_config_text(other.point())}); give --max-latency {other.max_latency_ms:g}ms to report on it."
+                )
+            )
     groups: dict[str, list[Point]] = {}
     for p in points:
         groups.setdefault(p.group, []).append(p)

@@ -31,7 +31,15 @@ from tuner.serve.policy import Band, BandPoint, BandProvenance, PlanPoint, Polic
 from tuner.serve.validate import MAX_PLAN_RATES
 from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
-from tuner.study import check_same_space, default_storage, narrowed_space, open_study, run_study, study_name
+from tuner.study import (
+    TrialCallback,
+    check_same_space,
+    default_storage,
+    narrowed_space,
+    open_study,
+    run_study,
+    study_name,
+)
 from tuner.units import check_rate
 
 # The sampler a plan uses unless told: the roofline-guided default models
@@ -69,6 +77,12 @@ class PlanOptions(BaseModel):
     storage: str | None = None
     out: Path = Path("studies")
     window: WindowSettings = Field(default_factory=WindowSettings)
+    on_trial: TrialCallback | None = Field(default=None, exclude=True)
+    """Progress: every finished trial of every rate's study (the rate is the study's ``target_qps``)."""
+
+    def trials_per_rate(self) -> int:
+        """The most trials one rate's study can take: search, refine, two rounds of verify, the cross-check."""
+        return self.trials + self.refine_trials + 2 * VERIFY_TOP * self.verify_repeats + len(self.rates) - 1
 
     def run_options(self, storage: str, rate: float, trials: int) -> RunOptions:
         """The study options of one arrival rate: the Server window at that rate, ``trials`` measured."""
@@ -131,8 +145,13 @@ def plan_rates(
     device: Device,
     options: PlanOptions,
     on_rate: Callable[[RateResult], None] | None = None,
+    on_start: Callable[[list[float]], None] | None = None,
 ) -> list[RateResult]:
-    """Best feasible configuration per rate: from an existing study, else by running one."""
+    """Best feasible configuration per rate: from an existing study, else by running one.
+
+    ``on_start`` hears, before anything is measured, which rates have no
+    feasible study yet (the ones the plan tunes); ``on_rate`` each rate's result.
+    """
     storage = options.storage or default_storage(options.out)
     with storage_errors(storage):
         existing = set(optuna.get_all_study_names(storage=open_storage(storage, None)))
@@ -147,17 +166,25 @@ def plan_rates(
     for name in names:  # before anything is measured: a study tuned over another space is never reused
         if name in existing:
             check_same_space(open_study(name, storage), space)
+    if on_start is not None:
+        on_start(
+            [
+                r
+                for r, n in zip(options.rates, names, strict=True)
+                if n not in existing or not recommended(open_study(n, storage))
+            ]
+        )
     for rate, name in zip(options.rates, names, strict=True):
-        best = band_trial(open_study(name, storage), options.max_latency_ms) if name in existing else None
+        best = recommended(open_study(name, storage)) if name in existing else None
         measured = False
         if best is None:
             previous = next((r.study for r in reversed(results) if r.record is not None), None)
             below = top_feasible(open_study(previous, storage), SEED_FROM_BELOW) if previous else []
             seed_study(open_study(name, storage), space, below)
-            study, _ = run_study(device, options.run_options(storage, rate, options.trials))
+            study, _ = run_study(device, options.run_options(storage, rate, options.trials), on_trial=options.on_trial)
             study = refine(device, options, storage, space, rate, study)
             study = verify(device, options, storage, space, rate, study)
-            best = band_trial(study, options.max_latency_ms)
+            best = recommended(study)
             measured = True
         result = RateResult(rate, name, trial_record(best) if best else None, measured)
         results.append(result)
@@ -195,9 +222,9 @@ def cross_check(
             measured.add(json.dumps(config.key()))
             queued += 1
         if queued:
-            study, _ = run_study(device, options.run_options(storage, here.rate, queued))
+            study, _ = run_study(device, options.run_options(storage, here.rate, queued), on_trial=options.on_trial)
             study = verify(device, options, storage, space, here.rate, study)
-            best = band_trial(study, options.max_latency_ms)
+            best = recommended(study)
             out[i] = RateResult(here.rate, here.study, trial_record(best) if best else None, True)
     return out
 
@@ -226,7 +253,7 @@ def refine(
             return study
         for config in fresh:
             study.enqueue_trial(space.params_for(config), skip_if_exists=True)
-        study, _ = run_study(device, options.run_options(storage, rate, len(fresh)))
+        study, _ = run_study(device, options.run_options(storage, rate, len(fresh)), on_trial=options.on_trial)
         budget -= len(fresh)
         after = recommended(study)
         if after is None or after.number == best.number:
@@ -244,15 +271,18 @@ def verify(
     the cheapest of many such windows is the one whose luck was best: a band
     chosen on it breaks the bound more often than 1% once it serves for
     hours. Each of the ``VERIFY_TOP`` cheapest is measured ``VERIFY_REPEATS``
-    more windows (fresh arrivals), as ``tune run`` confirms a new best, and
-    the band is chosen on their mean (``band_trial``). Called again after the cross-check, it
-    measures only single-window configurations cheaper than the verified best.
+    more windows (fresh arrivals), as ``tune run`` confirms a new best; the
+    re-measured trial carries their mean and the noise margin, and the band
+    is the study's recommended trial (tuner.records), what ``tune export
+    --scenario server@RATEqps``, pareto and status name. Called again after
+    the cross-check, it measures only single-window configurations cheaper
+    than the verified best.
     """
     if options.verify_repeats <= 0:
         return study
     trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     checked = {t.user_attrs.get("effective_key") for t in trials if "repeat_of" in t.user_attrs}
-    best = band_trial(study, options.max_latency_ms)
+    best = recommended(study)
     top = sorted(
         (
             t
@@ -273,7 +303,9 @@ def verify(
         for _ in range(options.verify_repeats):
             study.enqueue_trial(space.params_for(config), user_attrs=attrs, skip_if_exists=False)
     if top:
-        study, _ = run_study(device, options.run_options(storage, rate, len(top) * options.verify_repeats))
+        study, _ = run_study(
+            device, options.run_options(storage, rate, len(top) * options.verify_repeats), on_trial=options.on_trial
+        )
     return study
 
 
@@ -304,32 +336,6 @@ def neighbours(space: SearchSpace, config: Config) -> list[Config]:
             if 0 <= i < len(space.batch_sizes):
                 add(dict(config.knobs), space.batch_sizes[i])
     return list(out.values())
-
-
-def band_trial(study: optuna.Study, bound_ms: float) -> optuna.trial.FrozenTrial | None:
-    """The trial a rate's band is made of: the cheapest verified configuration whose mean meets the bound.
-
-    ``verify`` measured the cheapest configurations more windows; a verified
-    configuration is judged on the mean latency of its windows (the error of
-    a single window is what verification removes). ``tune run``'s stricter
-    rule (tuner.records: the mean plus a margin for one future window) asks
-    each configuration to pass every later window by itself, which at a 50 ms
-    bound rejected every configuration that serves the top rates; a band
-    serves for hours, where the mean is what counts. Without a verified
-    configuration that meets the bound, the study's best feasible trial.
-    """
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    verified = [
-        t
-        for t in representatives(done)
-        if "repeat_of" in t.user_attrs
-        and t.value is not None
-        and math.isfinite(t.value)
-        and (tail_latency_ms(t) or math.inf) <= bound_ms
-    ]
-    if verified:
-        return min(verified, key=lambda t: (t.value, t.number))
-    return recommended(study)
 
 
 def top_feasible(study: optuna.Study, count: int) -> list[dict]:
@@ -401,6 +407,8 @@ def build_policy(device: Device, options: PlanOptions, results: list[RateResult]
             j_per_query=None if r.record is None else float(r.record["j_per_query"]),
             latency_ms=None if r.record is None else float(r.record[f"{percentile}_ms"]),
             label="" if r.record is None else _label(r.record),
+            study=r.study,
+            trial=None if r.record is None else int(r.record["trial"]),
         )
         for r in results
     ]

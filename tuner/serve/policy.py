@@ -93,6 +93,9 @@ class PlanPoint(BaseModel):
     j_per_query: float | None = None
     latency_ms: float | None = None
     label: str = ""
+    study: str = ""
+    trial: int | None = None
+    """The rate's study and its recommended trial (what tune export --scenario server@RATEqps names)."""
 
 
 class Policy(BaseModel):

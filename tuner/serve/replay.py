@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -154,6 +155,10 @@ class StrategyResult:
         }
 
 
+Progress = Callable[[str, int, int], None]
+"""How far a replay is: the strategy being served, and its rows (or governor steps) done of all."""
+
+
 class Replayer:
     """Serves trace pieces on a twin with caching; see the module docstring."""
 
@@ -165,6 +170,7 @@ class Replayer:
         sim_cap_s: float = SIM_CAP_S,
         clocks: str = "lock",
         reaction_s: float = DEFAULT_REACTION_S,
+        progress: Progress | None = None,
     ) -> None:
         if clocks not in CLOCKS:
             raise UserError(f"unknown clocks setting {clocks!r}: choose lock or cap")
@@ -179,6 +185,12 @@ class Replayer:
         self._profiles: dict[tuple, ServingProfile] = {}
         self._windows: dict[tuple, QueueOutcome] = {}
         self._tuned: dict[tuple, tuple[float | None, Reaction | None]] = {}
+        self.progress = progress
+
+    def tick(self, strategy: str, done: int, total: int) -> None:
+        """Tell the progress callback how far one strategy's replay is."""
+        if self.progress is not None:
+            self.progress(strategy, done, total)
 
     def tuned(self, config: Config) -> tuple[float | None, Reaction | None]:
         """Idle power and governor reaction of a tuned configuration (static, a band) as its clocks are held.
@@ -253,7 +265,8 @@ class Replayer:
         reaction: Reaction | None = None,
     ) -> StrategyResult:
         result = StrategyResult(name=name, labels={f"{config.label()} timeout={timeout_ms:g}ms"})
-        for rate, seconds in zip(trace.rates, trace.durations, strict=True):
+        for i, (rate, seconds) in enumerate(zip(trace.rates, trace.durations, strict=True)):
+            self.tick(name, i, len(trace.rates))
             e, q, o = self.piece(config, timeout_ms, float(rate), float(seconds), idle_w, reaction)
             result.energy_j += e
             result.queries += q
@@ -303,6 +316,7 @@ class Replayer:
             energy[lo:hi] = e * span / span.sum()
             around_switch[lo:hi] = True
         for k, s in enumerate(steps):
+            self.tick("governor", k, len(steps))
             if around_switch[k]:
                 continue
             band = self.policy.bands[s.band]
@@ -523,6 +537,7 @@ def replay(
     costs: SwitchCosts | None = None,
     reaction_s: float = DEFAULT_REACTION_S,
     clocks: str = "lock",
+    progress: Progress | None = None,
 ) -> ReplayReport:
     """Run the trace through every strategy; the policy must be for this twin's kind.
 
@@ -533,6 +548,7 @@ def replay(
     ``clocks``: how static and the governor's bands hold their clocks,
     ``lock`` (min = max, as ``tune apply`` writes them) or ``cap`` (max only,
     governors free, reacting ``reaction_s`` late as the default's do).
+    ``progress(strategy, done, total)`` hears how far each strategy is.
     """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
         raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
@@ -545,7 +561,7 @@ def replay(
             f"trace {trace.name} spans {float(trace.durations.sum()):g} s: at --interval {interval_s:g} s that is "
             f"more than {MAX_REPLAY_STEPS} governor steps; shorten the trace or raise --interval"
         )
-    replayer = Replayer(device, policy, seed, clocks=clocks, reaction_s=reaction_s)
+    replayer = Replayer(device, policy, seed, clocks=clocks, reaction_s=reaction_s, progress=progress)
     peak = float(trace.rates.max())
     static_index = policy.band_for(peak)
     static_index = policy.top if static_index is None else static_index
