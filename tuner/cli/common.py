@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from tuner import atomicfile, readfile
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
@@ -98,6 +99,7 @@ def check_out_dir(path: Path, flag: str = "--out") -> Path:
         raise UserError(f"{flag} {path} {what}, not a folder: give a folder")
     if not os.access(found, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {path}: {found} is not writable by this user: give a folder you can write to")
+    atomicfile.check_writable(path, flag)
     return path
 
 
@@ -115,14 +117,18 @@ def check_out_file(path: Path, flag: str = "--output") -> Path:
 def run_storage(storage: str | None, out: Path) -> str:
     """The storage a measuring command will write, checked (not created) up front."""
     check_out_dir(out)
-    if storage is None:
-        return f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
-    path = sqlite_path(storage)
+    url = storage if storage is not None else f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
+    path = sqlite_path(url)
     if path is not None:
+        flag = "--storage" if storage is not None else "--out"
         if path.is_dir():
             raise UserError(f"--storage {storage}: {path} is a folder: name the database file, e.g. {path}/tune.db")
-        check_out_dir(path.parent, "--storage")
-    return storage
+        check_out_dir(path.parent, flag)
+        atomicfile.check_target(path, flag)
+        for name in (path, path.with_name(path.name + ".lock")):
+            if name.exists():
+                readfile.check_trusted(name, "study storage" if name == path else "study lock")
+    return url
 
 
 def read_storage(storage: str | None, out: Path) -> str:

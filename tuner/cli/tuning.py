@@ -10,7 +10,7 @@ import optuna
 import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner import interrupts
+from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
@@ -153,6 +153,7 @@ def _run_study(dev: Device, settings: RunOptions, as_json: bool) -> None:
     folder = results_dir(settings.out, dev.slug, settings.model)
     if settings.window.scenario != "offline":
         folder = folder / scenario_label(settings.window).replace("@", "-")
+    atomicfile.check_writable(folder, "--out")
     total = settings.trials if settings.study_trials is None else settings.study_trials
     with hold(dev), trial_progress(total, as_json, settings.study_trials is not None) as on_trial:
         study, summary = run_study(
@@ -252,7 +253,6 @@ def sweep(
         task = bar.add_task("sweep", total=total)
         rows = run_sweep(dev, narrowed, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
     folder = results_dir(out, dev.slug, model)
-    folder.mkdir(parents=True, exist_ok=True)
     write_sweep_csv(rows, folder / "sweep.csv", bound, percentile)
     title = f"{model} on {dev.name}{' [digital twin]' if dev.simulated else ''}"
     plot_sweep(rows, folder / "sweep.png", title, bound, percentile)

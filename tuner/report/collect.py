@@ -31,6 +31,7 @@ from tuner.report.analysis import recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, Trace
 from tuner.scenario import label as scenario_label
 from tuner.space import Config, SearchSpace
+from tuner.storage import prepare_sqlite
 from tuner.sweep import run_sweep
 
 TRACE_PERIOD_S = 0.05
@@ -109,6 +110,7 @@ def study_points(
     from tuner.study import open_study
 
     found: dict[str, tuple[Measurement, str]] = {}
+    prepare_sqlite(storage, readonly=True)
     try:
         summaries = optuna.get_all_study_summaries(storage)
     except Exception as exc:
@@ -120,7 +122,7 @@ def study_points(
             continue
         if attrs.get("scenario", "offline") != settings.scenario or attrs.get("target_qps") != rate:
             continue
-        study = open_study(summary.study_name, storage)
+        study = open_study(summary.study_name, storage, readonly=True)
         done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         most: dict[str, optuna.trial.FrozenTrial] = {}
         for t in done:

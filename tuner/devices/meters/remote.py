@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 from tuner.devices.meters.lines import LineConnection
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, MeterLost
+from tuner.readfile import read_capped
 
 PROTOCOL_VERSION = 1
 DEFAULT_PORT = 4951
@@ -33,10 +34,8 @@ OFFSET_EXCHANGES = 5
 def read_token(token_file: str | None = None) -> str:
     """The shared token: from ``token_file`` if given, else ``$TUNE_METER_TOKEN``."""
     if token_file is not None:
-        path = Path(token_file)
-        if not path.is_file():
-            raise UserError(f"token file {token_file} does not exist or is not a file: give the file holding the token")
-        token = path.read_text(errors="replace")[:4096].strip()
+        raw = read_capped(Path(token_file), "token file", 4096, "give the file holding the token", secret=True)
+        token = raw.decode(errors="replace").strip()
     else:
         token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
