@@ -524,3 +524,18 @@ def test_json_read_from_files_is_bounded_in_one_place(tmp_path):
             readfile.read_json(path, "file", 1 << 20, "remove it")
     path.write_text(f'{{"a": [1, 2.5, "[[[["], "b": {2**63 - 1}}}')
     assert readfile.read_json(path, "file", 1 << 20, "remove it") == {"a": [1, 2.5, "[[[["], "b": 2**63 - 1}
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+@pytest.mark.parametrize("args", [("restore", "-d", "orin"), ("apply", "best.yaml")], ids=["restore", "apply"])
+def test_a_journal_folder_under_a_folder_others_can_write_is_refused(board, tmp_path, monkeypatch, mode, args):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    os.chown(shared, 0, OTHER_UID)
+    _board_export(tmp_path / "best.yaml")
+    original = board.snapshot()
+    r = run_cli(*args, cwd=tmp_path, env={"TUNE_STATE_DIR": str(shared / "state")})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "refusing the state folder" in r.stderr and "can write to it" in r.stderr, r.stderr
+    assert list(shared.iterdir()) == [] and board.snapshot() == original

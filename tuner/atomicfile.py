@@ -369,6 +369,25 @@ def replacing(path: Path, mode: int | None = None) -> Iterator[Path]:
         write_bytes(path, data, mode)
 
 
+def check_space(path: Path, need: int, flag: str) -> None:
+    """Before any work: the disk that ``path`` (a file, maybe not there yet) would be on has ``need`` bytes free.
+
+    For what another library writes in pieces (SQLite's schema): a full
+    disk found half-way would leave a cut file behind.
+    """
+    path = Path(os.path.abspath(path))
+    existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("/"))
+    try:
+        info = os.statvfs(existing)
+    except OSError:
+        return
+    free = info.f_bavail * info.f_frsize
+    if free < need:
+        raise UserError(
+            f"{flag} {path}: no space left on device ({free >> 10} KiB free, {need >> 10} KiB needed); free some space"
+        )
+
+
 def check_target(path: Path, flag: str) -> None:
     """Before any work: the file ``path`` can be written here by this module (see :func:`check_writable`)."""
     _check_writable(Path(os.path.abspath(path)), flag, is_file=True)

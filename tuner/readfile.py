@@ -90,14 +90,14 @@ def parse_json(data: bytes | str, what: str, fix: str) -> Any:
     """
     raw = data.encode() if isinstance(data, str) else data
     if _depth(raw) > MAX_DEPTH:
-        raise UserError(f"{what} is nested more than {MAX_DEPTH} deep: {fix}")
+        raise UserError(f"{what} is corrupt (nested more than {MAX_DEPTH} deep): {fix}")
     try:
         return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except _OutOfRange as exc:
-        raise UserError(f"{what} holds {exc}: {fix}") from None
+        raise UserError(f"{what} is corrupt (it holds {exc}): {fix}") from None
     except (ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else "not JSON"
-        raise UserError(f"{what} is not valid JSON ({reason[:120]}): {fix}") from None
+        raise UserError(f"{what} is corrupt (not valid JSON: {reason[:120]}): {fix}") from None
 
 
 class _OutOfRange(ValueError):

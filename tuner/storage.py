@@ -162,7 +162,8 @@ def storage_errors(url: str) -> Iterator[None]:
     except Exception as exc:
         if type(exc).__module__.startswith(("sqlalchemy", "psycopg")) or isinstance(exc, ValueError):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; check the URL") from None
+            fix = "free some space" if "disk is full" in first else "check the URL"
+            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; {fix}") from None
         raise
 
 

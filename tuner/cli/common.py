@@ -70,6 +70,7 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+STUDY_SPACE = 1 << 20  # a new study file's schema and first trials
 FILE_SUFFIXES = (".yaml", ".yml", ".json", ".csv", ".png")
 
 
@@ -93,13 +94,13 @@ def check_out_dir(path: Path, flag: str = "--out") -> Path:
     if flag == "--out":
         check_results_folder(path)
     path = Path(path)
+    atomicfile.check_writable(path, flag)
     found = _nearest_existing(path.absolute())
     if not found.is_dir():
         what = "is a file" if found == path.absolute() else f"is under {found}, which is a file"
         raise UserError(f"{flag} {path} {what}, not a folder: give a folder")
     if not os.access(found, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {path}: {found} is not writable by this user: give a folder you can write to")
-    atomicfile.check_writable(path, flag)
     return path
 
 
@@ -125,6 +126,8 @@ def run_storage(storage: str | None, out: Path) -> str:
             raise UserError(f"--storage {storage}: {path} is a folder: name the database file, e.g. {path}/tune.db")
         check_out_dir(path.parent, flag)
         atomicfile.check_target(path, flag)
+        if not path.exists():
+            atomicfile.check_space(path, STUDY_SPACE, flag)
         for name in (path, path.with_name(path.name + ".lock")):
             if name.exists():
                 readfile.check_trusted(name, "study storage" if name == path else "study lock")
