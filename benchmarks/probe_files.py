@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,8 @@ def make_template(root: Path) -> Path:
         model="resnet50", max_latency_ms=50.0, trials=3, seed=1, sampler="random", out=template / "s", knobs=["gpu_mhz"]
     )
     run_study(TwinDevice("sim:orin"), opts)
+    with contextlib.closing(sqlite3.connect(template / "s" / "tune.db")) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every trial in tune.db itself, which the cases copy
     for name in ("tune.db-wal", "tune.db-shm"):
         (template / "s" / name).unlink(missing_ok=True)
     return template
