@@ -530,6 +530,7 @@ def test_json_read_from_files_is_bounded_in_one_place(tmp_path):
     assert readfile.read_json(path, "file", 1 << 20, "remove it") == {"a": [1, 2.5, "[[[["], "b": 2**63 - 1}
 
 
+@needs_root
 @pytest.mark.parametrize("mode", [0o777, 0o775])
 @pytest.mark.parametrize("args", [("restore", "-d", "orin"), ("apply", "best.yaml")], ids=["restore", "apply"])
 def test_a_journal_folder_under_a_folder_others_can_write_is_refused(board, tmp_path, monkeypatch, mode, args):
