@@ -195,6 +195,7 @@ def test_meter_serve_cli_serves_a_plugin_meter_on_loopback(tmp_path):
 def _token_file(tmp_path):
     path = tmp_path / "token"
     path.write_text(TOKEN + "\n")
+    path.chmod(0o600)  # a token file others can read is refused, as ssh refuses such a key
     return path
 
 

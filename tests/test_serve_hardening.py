@@ -82,11 +82,11 @@ def test_a_journal_folder_another_user_owns_is_refused_and_the_board_untouched(b
     os.chown(planted, 65534, 65534)
     line = one_error(run_cli("govern", str(policy), "-d", "orin", "--rate-source", str(rate), "--duration", "1"))
     assert "refusing the state folder" in line and "owned by another user" in line
-    assert "not this user's own private file" in one_error(run_cli("restore"))  # never "nothing to restore"
+    assert "cannot be trusted" in one_error(run_cli("restore"))  # never "nothing to restore"
     assert "refusing the state folder" in one_error(run_cli("restore", "-d", "orin"))
     assert board.snapshot() == original
     os.chown(folder, 0, 0)  # the folder is root's again, but the journal in it is not
-    assert "not this user's own private file" in one_error(run_cli("restore"))
+    assert "cannot be trusted" in one_error(run_cli("restore"))
     assert board.snapshot() == original
 
 

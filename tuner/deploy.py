@@ -103,7 +103,6 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
 
 
 def write_export(config: ExportedConfig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = "# powertune best-mode configuration"
     if config.twin:
         header += " (digital twin: simulated, not measured on hardware)"
@@ -113,7 +112,12 @@ def write_export(config: ExportedConfig, path: Path) -> None:
 def load_export(path: Path) -> ExportedConfig:
     """Read an exported configuration; a corrupt or foreign file is a one-line user error."""
     return load_yaml_model(
-        path, ExportedConfig, "exported configuration", "re-create it with tune export", version=EXPORT_VERSION
+        path,
+        ExportedConfig,
+        "exported configuration",
+        "re-create it with tune export",
+        version=EXPORT_VERSION,
+        trusted=True,
     )
 
 

@@ -112,6 +112,6 @@ def study_status(study: optuna.Study, url: str) -> StudyStatus:
 def all_statuses(url: str) -> list[StudyStatus]:
     """The status of every study in a storage, for ``tune status`` without a model and device."""
     with storage_errors(url):
-        storage = open_storage(url, None)
+        storage = open_storage(url, None, readonly=True)
         names = optuna.get_all_study_names(storage=storage)
         return [study_status(optuna.load_study(study_name=n, storage=storage), url) for n in names]

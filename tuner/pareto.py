@@ -205,11 +205,11 @@ def results_dir(out: Path, device_slug: str, model: str) -> Path:
 
 def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
     """Write pareto.json, pareto.csv, trials.csv and pareto.png into ``folder``, each atomically."""
-    folder.mkdir(parents=True, exist_ok=True)
+    atomicfile.ensure_folder(folder)
     pareto = build_pareto(study)
     atomicfile.write_text(folder / "pareto.json", pareto.model_dump_json(indent=2) + "\n")
     knob_names = sorted({k for pts in pareto.fronts.values() for p in pts for k in p.config})
-    with atomicfile.replacing(folder / "pareto.csv") as tmp, open(tmp, "w", newline="") as fh:
+    with atomicfile.writing(folder / "pareto.csv") as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -256,7 +256,7 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
     knob_names = sorted({k for t in trials for k in t.user_attrs.get("effective", {})})
     metrics = list(METRIC_KEYS)
     best = recommended(study)
-    with atomicfile.replacing(path) as tmp, open(tmp, "w", newline="") as fh:
+    with atomicfile.writing(path) as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -384,6 +384,5 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
     ax.set_title(f"{pareto.model} on {pareto.device}{twin}")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    with atomicfile.replacing(path) as tmp:
-        fig.savefig(tmp)
+    atomicfile.write_figure(path, fig)
     plt.close(fig)

@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from runners.profile import ModelProfile
+from tuner import atomicfile
 from tuner.errors import UserError
 from tuner.space import Config, Grid, Mode, SearchSpace
 
@@ -478,6 +479,5 @@ def plot(
     handles, labels = ax_t.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(labels) + 1) // 2), 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight")
+    atomicfile.write_figure(path, fig, bbox_inches="tight")
     plt.close(fig)

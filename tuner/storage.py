@@ -45,7 +45,7 @@ from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 from optuna.study.study import _SYSTEM_ATTR_METRIC_NAMES
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import interrupts
+from tuner import atomicfile, interrupts, readfile
 from tuner.errors import UserError
 
 PG_SCHEMES = ("postgresql", "postgres")
@@ -164,7 +164,8 @@ def storage_errors(url: str) -> Iterator[None]:
     except Exception as exc:
         if type(exc).__module__.startswith(("sqlalchemy", "psycopg")) or isinstance(exc, ValueError):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; check the URL") from None
+            fix = "free some space" if "disk is full" in first else "check the URL"
+            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; {fix}") from None
         raise
 
 
@@ -325,8 +326,13 @@ def set_constraint(trial: optuna.Trial, name: str, value: float) -> None:
     trial._cached_frozen_trial.system_attrs[CONSTRAINTS_KEY] = listed
 
 
-def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str | optuna.storages.BaseStorage:
+def open_storage(
+    url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S, readonly: bool = False
+) -> str | optuna.storages.BaseStorage:
     """What ``optuna.create_study`` should get for ``url``: an RDBStorage with heartbeat where possible.
+
+    An SQLite file is first made ready by :func:`prepare_sqlite` (``readonly``:
+    a reading command, which must find a study there and write nothing).
 
     The grace period is three heartbeats, so one late beat on a loaded host
     does not fail a live trial. A failed-stale trial is retried at most
@@ -335,6 +341,7 @@ def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str
     """
     if not is_rdb(url):
         return url
+    prepare_sqlite(url, readonly)
     kwargs: dict[str, Any] = {"engine_kwargs": {"pool_pre_ping": True}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -351,6 +358,42 @@ def open_storage(url: str, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -> str
         with contextlib.suppress(sqlalchemy.exc.OperationalError), storage.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     return storage
+
+
+def prepare_sqlite(url: str, readonly: bool) -> None:
+    """An SQLite study file checked before SQLite opens it (other storages: nothing to do).
+
+    A writer gets the file created by :func:`tuner.atomicfile.create_file`
+    (no link on the way, trusted folders, so SQLite's -wal and -journal
+    files beside it are safe too, and a file another user could rewrite is
+    refused). A reader gets the file checked by the trust rule, and one
+    that holds no Optuna study (empty, or another database) is a one-line
+    error: opening it through Optuna would write Optuna's schema into it.
+    """
+    path = sqlite_path(url)
+    if path is None:
+        return
+    if not readonly:
+        atomicfile.create_file(path, "study storage")
+        return
+    readfile.check_trusted(path, "study storage")
+    if not _holds_studies(path):
+        raise UserError(f"no study in {path}: it holds no Optuna study yet; run tune run first, or give --storage")
+
+
+def _holds_studies(path: Path) -> bool:
+    """True when the SQLite file has Optuna's studies table (opened read-only: nothing is written)."""
+    import sqlite3
+
+    if path.stat().st_size == 0:
+        return False
+    uri = f"file:{quote(str(path.absolute()))}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='studies'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"study storage {path} is not an SQLite database ({exc}): give a study's tune.db") from None
+    return found is not None
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -389,13 +432,12 @@ def storage_lock(url: str, key: str) -> Iterator[None]:
         return
     import fcntl
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    fd = atomicfile.open_lock(path.with_name(path.name + ".lock"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class StudyFull(Exception):
@@ -528,4 +570,5 @@ def dashboard_storage(url: str) -> ConstrainedBestStorage:
     """The storage ``tune dashboard`` serves: read-only use, no heartbeat, constrained best."""
     if not is_rdb(url):
         raise UserError(f"tune dashboard reads database storages (sqlite:///..., postgresql://...), not {redact(url)}")
+    prepare_sqlite(url, readonly=True)
     return ConstrainedBestStorage(driver_url(url), engine_kwargs={"pool_pre_ping": True})

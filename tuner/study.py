@@ -22,7 +22,7 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import interrupts
+from tuner import atomicfile, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
@@ -50,7 +50,7 @@ from tuner.units import format_ms
 
 
 def default_storage(out: Path) -> str:
-    out.mkdir(parents=True, exist_ok=True)
+    atomicfile.ensure_folder(out)
     return f"sqlite:///{(out / 'tune.db').as_posix()}"
 
 
@@ -72,7 +72,11 @@ MEMORY_STORAGE = ":memory:"
 
 
 def open_study(
-    name: str, storage: str, sampler: optuna.samplers.BaseSampler | None = None, heartbeat_s: int | None = None
+    name: str,
+    storage: str,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    heartbeat_s: int | None = None,
+    readonly: bool = False,
 ) -> optuna.Study:
     """Create or resume a study; a bad storage URL is a user error, not a traceback.
 
@@ -80,12 +84,13 @@ def open_study(
     failed and retried (see tuner.storage); readers leave it out. ``:memory:``
     keeps the study in process memory (benchmarks run thousands of short
     studies through the same loop users get, without a database each).
+    ``readonly``: a reading command's (see tuner.storage.prepare_sqlite).
     """
     optuna.logging.set_verbosity(logging.ERROR)
     with storage_errors(storage):
         return optuna.create_study(
             study_name=name,
-            storage=None if storage == MEMORY_STORAGE else open_storage(storage, heartbeat_s),
+            storage=None if storage == MEMORY_STORAGE else open_storage(storage, heartbeat_s, readonly),
             sampler=sampler,
             direction="minimize",
             load_if_exists=True,
@@ -224,6 +229,7 @@ def tune_study(
     device = open_checked(request, on_note)
     options = request.options
     folder = study_folder(options, device)
+    atomicfile.check_writable(folder, "--out")
 
     def partial(study: optuna.Study) -> None:
         done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False))

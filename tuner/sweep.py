@@ -140,9 +140,8 @@ def optimum(rows: list[SweepRow], max_latency_ms: float | None, percentile: str 
 
 
 def write_sweep_csv(rows: list[SweepRow], path: Path, max_latency_ms: float | None, percentile: str = "p99") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     knob_names = list(rows[0].config.knobs) if rows else []
-    with atomicfile.replacing(path) as tmp, open(tmp, "w", newline="") as fh:
+    with atomicfile.writing(path) as fh:
         writer = csv.writer(fh)
         writer.writerow(
             [
@@ -251,8 +250,7 @@ def plot_sweep(
     axes[0][0].legend(fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
-    with atomicfile.replacing(path) as tmp:
-        fig.savefig(tmp)
+    atomicfile.write_figure(path, fig)
     plt.close(fig)
 
 

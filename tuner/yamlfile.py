@@ -25,13 +25,18 @@ MAX_FILE_BYTES = 1 << 20
 MAX_NODES = 200_000
 
 
-def load_yaml_model(path: Path, model: type[ModelT], what: str, fix: str, version: int | None = None) -> ModelT:
+def load_yaml_model(
+    path: Path, model: type[ModelT], what: str, fix: str, version: int | None = None, trusted: bool = False
+) -> ModelT:
     """Parse ``path`` into ``model``; ``what`` names the file's role, ``fix`` says how to repair it.
+
+    ``trusted``: the file decides what root does (an export, a policy), so
+    it must pass the trust rule (tuner.trust) before it is read.
 
     With ``version`` (the newest one this tool reads), a file from another
     version is refused by name rather than by a pydantic field error.
     """
-    data = _read(path, what, fix)
+    data = _read(path, what, fix, trusted)
     if version is not None:
         found = data.get("version")
         if found != version:
@@ -48,8 +53,8 @@ def load_yaml_model(path: Path, model: type[ModelT], what: str, fix: str, versio
         raise UserError(f"{what} {path} is invalid at {loc} ({first['msg']}): {fix}") from None
 
 
-def _read(path: Path, what: str, fix: str) -> dict[str, Any]:
-    raw = read_capped(path, what, MAX_FILE_BYTES, fix)
+def _read(path: Path, what: str, fix: str, trusted: bool) -> dict[str, Any]:
+    raw = read_capped(path, what, MAX_FILE_BYTES, fix, trusted=trusted)
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from tuner import atomicfile, readfile
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
@@ -71,6 +72,7 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+STUDY_SPACE = 1 << 20  # a new study file's schema and first trials
 FILE_SUFFIXES = (".yaml", ".yml", ".json", ".csv", ".png")
 
 
@@ -94,6 +96,7 @@ def check_out_dir(path: Path, flag: str = "--out") -> Path:
     if flag == "--out":
         check_results_folder(path)
     path = Path(path)
+    atomicfile.check_writable(path, flag)
     found = _nearest_existing(path.absolute())
     if not found.is_dir():
         what = "is a file" if found == path.absolute() else f"is under {found}, which is a file"
@@ -117,14 +120,20 @@ def check_out_file(path: Path, flag: str = "--output") -> Path:
 def run_storage(storage: str | None, out: Path) -> str:
     """The storage a measuring command will write, checked (not created) up front."""
     check_out_dir(out)
-    if storage is None:
-        return f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
-    path = sqlite_path(storage)
+    url = storage if storage is not None else f"sqlite:///{(Path(out) / 'tune.db').as_posix()}"
+    path = sqlite_path(url)
     if path is not None:
+        flag = "--storage" if storage is not None else "--out"
         if path.is_dir():
             raise UserError(f"--storage {storage}: {path} is a folder: name the database file, e.g. {path}/tune.db")
-        check_out_dir(path.parent, "--storage")
-    return storage
+        check_out_dir(path.parent, flag)
+        atomicfile.check_target(path, flag)
+        if not path.exists():
+            atomicfile.check_space(path, STUDY_SPACE, flag)
+        for name in (path, path.with_name(path.name + ".lock")):
+            if name.exists():
+                readfile.check_trusted(name, "study storage" if name == path else "study lock")
+    return url
 
 
 def read_storage(storage: str | None, out: Path) -> str:

@@ -53,7 +53,9 @@ def find_study(
     """
     try:
         with storage_errors(storage):
-            summaries = optuna.get_all_study_summaries(storage=open_storage(storage, None), include_best_trial=False)
+            summaries = optuna.get_all_study_summaries(
+                storage=open_storage(storage, None, readonly=True), include_best_trial=False
+            )
     except UserError:
         raise
     except Exception as exc:
@@ -79,7 +81,7 @@ def find_study(
     if bound_ms is not None:
         picked = [s for s in picked if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
     if len(picked) == 1:
-        return open_study(picked[0].study_name, storage)
+        return open_study(picked[0].study_name, storage, readonly=True)
     pool = picked or matches
     choices = "; ".join(
         f"--scenario {study_label(s.user_attrs)} --max-latency {float(s.user_attrs.get('max_latency_ms', 0)):g}ms"

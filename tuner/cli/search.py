@@ -121,7 +121,6 @@ def _bench_results(report: BenchReport, folder: Path, as_json: bool) -> None:
     """Write the benchmark's search.json and search.md, and print its summary table (or one JSON object)."""
     from tuner.bench import markdown, text_rows
 
-    folder.mkdir(parents=True, exist_ok=True)
     atomicfile.write_text(folder / "search.json", report.model_dump_json(indent=1))
     atomicfile.write_text(folder / "search.md", markdown(report))
     if as_json:
@@ -257,9 +256,7 @@ def roofline_report(dev: Device, model: str, points: int, seed: int, window: flo
     fitted = fit_measurements(profile, space, [c for c, _ in measured], [m.model_dump() for _, m in measured])
     modes = _modes(space)
     params = fitted.mode_parameters(features(space, [c for _, c in modes]))
-    folder.mkdir(parents=True, exist_ok=True)
-    with atomicfile.replacing(folder / "roofline.png") as tmp:
-        plot(fitted, profile, space, [c for _, c in modes], tmp, twin=dev.simulated)
+    plot(fitted, profile, space, [c for _, c in modes], folder / "roofline.png", twin=dev.simulated)
     batch = modes[0][1].batch_size
     intensity = layer_intensity(profile, batch)
     payload = {

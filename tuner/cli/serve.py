@@ -102,13 +102,14 @@ def _output(path: Path, flag: str) -> None:
 
 
 def _stale_state(path: Path | None) -> None:
-    """Say so when a state file left by a governor that died (kill -9) is about to be replaced."""
+    """Say so when a state file left by a governor that died (kill -9) is about to be replaced.
+
+    One that cannot be trusted or read (another user's, hostile JSON) is a
+    one-line error before anything is written: it is not this tool's.
+    """
     if path is None or not path.is_file():
         return
-    try:
-        state = read_state(path)
-    except (UserError, ValueError, TypeError):
-        return
+    state = read_state(path)
     if state["stale"] and state.get("running"):
         common.err_console.print(
             f"warning: {path} was left by governor PID {state.get('pid')}, which stopped without clearing it (stale)"
@@ -182,8 +183,7 @@ def _write_policy(dev: Device, settings: PlanOptions, results: list[RateResult],
     """The policy of the planned rates, written to ``output`` and drawn in ``plot``."""
     policy = build_policy(dev, settings, results, "p99")
     write_policy(policy, output)
-    with atomicfile.replacing(plot) as tmp:
-        plot_policy(policy, tmp)
+    plot_policy(policy, plot)
     return policy
 
 
@@ -262,6 +262,7 @@ def govern(
     for path, flag in ((log, "--log"), (state_file, "--state-file")):
         if path is not None:
             _output(path, flag)
+    _stale_state(state_file)
     policy = load_policy(policy_file)
     dev = options.open_for(device, allow_clock_changes, sysfs_root)
     check_policy_for(policy, dev, model)
@@ -274,7 +275,6 @@ def govern(
             stack.enter_context(hold(dev))
         source = open_rate_source(rate_source, _warn)
         stack.callback(source.close)
-        _stale_state(state_file)
         if policy.twin:
             _warn("this policy was planned on a digital twin, not on hardware")
         mode = "observe-only: nothing is written" if observe_only else f"governing {dev.name}"
@@ -351,8 +351,7 @@ def replay_cmd(
             bar.update(task, description=f"replay: {strategy}", completed=done, total=total)
 
         report = replay(policy, dev, rates, seed, interval, rules, progress=tick)  # type: ignore[arg-type]
-    with atomicfile.replacing(figure) as tmp:
-        plot_replay(report, tmp)
+    plot_replay(report, figure)
     summary = {**report.summary(), "plot": str(figure)}
     if as_json:
         common.emit_json(summary)

@@ -230,7 +230,6 @@ def sweep(
         task = bar.add_task("sweep", total=total)
         rows = run_sweep(dev, narrowed, model, settings, progress=lambda done, _n: bar.update(task, completed=done))
     folder = results_dir(out, dev.slug, model)
-    folder.mkdir(parents=True, exist_ok=True)
     write_sweep_csv(rows, folder / "sweep.csv", bound, percentile)
     title = f"{model} on {dev.name}{' [digital twin]' if dev.simulated else ''}"
     plot_sweep(rows, folder / "sweep.png", title, bound, percentile)

@@ -50,12 +50,14 @@ class RestoreFailed(UserError):
 def hold(device: Device) -> Iterator[None]:
     """One tuner per device: the lock beside its journal (twins hold nothing and take no lock).
 
-    A journal that cannot be read stops the command here, before anything is written.
+    A journal that cannot be read stops the command here, before anything is written (the lock
+    file included: it is read once before the lock is taken, and again under it).
     """
     if device.simulated:
         yield
         return
     journal_dir()
+    read_journal(device.name)
     with device_lock(lock_path(device.name), device.name):
         read_journal(device.name)
         yield

@@ -14,21 +14,19 @@ one-line error naming the file, never a traceback.
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 import time
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tuner import atomicfile
+from tuner import atomicfile, readfile
 from tuner.devices.base import Device
 from tuner.errors import UserError
 
 JOURNAL_VERSION = 1
+MAX_JOURNAL_BYTES = 1 << 20
 
 
 class JournalEntry(BaseModel):
@@ -65,36 +63,18 @@ def lock_path(device_name: str) -> Path:
 def journal_dir() -> Path:
     """The private journal folder, created 0700 (with any missing parents) and checked to be this user's.
 
-    A state folder or journal folder owned by another user, or one that
-    another user can write, is refused: whoever can write there can plant a
-    journal that a restore would trust, or remove the one a crash left.
+    A state folder or journal folder reached through a link, owned by
+    another user, or one that another user can write, is refused: whoever
+    can write there can plant a journal that a restore would trust, or
+    remove the one a crash left.
     """
     folder = state_dir() / "journal"
-    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
     try:
-        for p in reversed(missing):
-            with suppress(FileExistsError):
-                os.mkdir(p, 0o700)
-        info = os.lstat(folder)
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != 0o700:
-            os.chmod(folder, 0o700)
-            info = os.lstat(folder)
-        parent = os.stat(folder.parent)
-    except OSError as exc:
+        return atomicfile.ensure_folder(folder, private=True)
+    except UserError as exc:
         raise UserError(
-            f"cannot use the state folder {folder}: {exc.strerror}; set TUNE_STATE_DIR to a writable folder"
+            f"refusing the state folder {folder}: {exc}; or set TUNE_STATE_DIR to a folder only you can write"
         ) from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise UserError(f"state folder {folder} is not a folder (a link?): remove it, or set TUNE_STATE_DIR")
-    where, problem = folder.parent, atomicfile.folder_problem(parent)
-    if problem is None and info.st_uid != os.geteuid():
-        where, problem = folder, f"it is owned by another user (uid {info.st_uid})"
-    if problem is not None:
-        raise UserError(
-            f"refusing the state folder {where}: {problem}; "
-            "remove it, or set TUNE_STATE_DIR to a folder only you can write"
-        )
-    return folder
 
 
 def write_journal(device: Device, state: dict[str, Any]) -> Path:
@@ -126,26 +106,14 @@ def fix_hint(path: Path) -> str:
 
 
 def load_journal(path: Path) -> JournalEntry:
-    """Read one journal file: a regular file, valid JSON, the known format, and named after its device."""
+    """Read one journal file: a trusted regular file, bounded JSON, the known format, named after its device."""
+    if os.path.islink(path):
+        raise UserError(f"cannot read journal {path}: it is a symbolic link; {fix_hint(path)}")
+    data = readfile.read_json(path, "journal", MAX_JOURNAL_BYTES, fix_hint(path), trusted=True)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise UserError(f"cannot read journal {path}: {exc.strerror}; {fix_hint(path)}") from None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"journal {path} is not a regular file; {fix_hint(path)}")
-        if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise UserError(
-                f"journal {path} is not this user's own private file (owner uid {info.st_uid}, "
-                f"mode {stat.S_IMODE(info.st_mode):o}): it cannot be trusted; {fix_hint(path)}"
-            )
-        data = fh.read(1 << 20)
-    try:
-        entry = JournalEntry.model_validate(json.loads(data))
-    except (ValueError, ValidationError) as exc:
-        reason = str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else _first_error(exc)
-        raise UserError(f"journal {path} is corrupt ({reason}); {fix_hint(path)}") from None
+        entry = JournalEntry.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"journal {path} is corrupt ({_first_error(exc)}); {fix_hint(path)}") from None
     if entry.version != JOURNAL_VERSION:
         raise UserError(
             f"journal {path} has version {entry.version}, this tool reads {JOURNAL_VERSION}; "
@@ -175,4 +143,4 @@ def journal_files() -> list[Path]:
 
 
 def clear_journal(device_name: str) -> None:
-    journal_path(device_name).unlink(missing_ok=True)
+    atomicfile.remove_file(journal_path(device_name))

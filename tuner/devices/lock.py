@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tuner import atomicfile
 from tuner.errors import UserError
 
 _held: dict[str, list[int]] = {}  # path -> [fd, depth]
@@ -53,12 +54,7 @@ def device_lock(path: Path, device_name: str) -> Iterator[None]:
         finally:
             _held[key][1] -= 1
         return
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise UserError(
-            f"cannot open the device lock {path}: {exc.strerror}; remove it if it is a link, or fix its folder"
-        ) from None
+    fd = atomicfile.open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

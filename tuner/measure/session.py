@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tuner import atomicfile
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, MeterLost
 from tuner.measure.settings import WindowSettings
@@ -38,7 +38,7 @@ def measure_with(
     percentile = percentile or settings.percentile
     if percentile not in PERCENTILES:
         raise UserError(f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
-    folder = log_dir or settings.log_dir or tempfile.mkdtemp(prefix="powertune-loadgen-")
+    folder = log_dir or settings.log_dir or atomicfile.kept_private_folder("powertune-loadgen-")
     try:
         window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
     except MeterLost as exc:

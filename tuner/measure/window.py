@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuner import interrupts
+from tuner import atomicfile, interrupts
 from tuner.errors import UserError
 from tuner.measure.meters import energy_reader
 from tuner.measure.stopping import STOP_EXHAUSTED, STOP_LOADGEN, StopRule
@@ -511,20 +511,24 @@ def run_window(
         raise UserError("batch size must be a positive integer")
     if settings.window_s <= 0:
         raise UserError(f"window must be positive, got {settings.window_s} s: pass e.g. --window 10s")
-    log_path = Path(log_dir)
-    log_path.mkdir(parents=True, exist_ok=True)
+    log_path = atomicfile.ensure_folder(Path(log_dir))
     started = time.monotonic()
     qps = warm_up(runner, batch_size, settings.warmup_s)
     warmup_s = time.monotonic() - started
     interrupts.check()
-    result = _run_once(lg, runner, batch_size, scenario, settings, log_path, qps, meter, monitors)
-    attempts = 1
-    while scenario != "server" and not result.error and _too_short(result.summary) and attempts < MAX_ATTEMPTS:
-        # Samples issued beyond the window are never run, so oversizing the retry costs little.
-        measured = max(result.summary.samples_per_second or 0.0, result.qps)
-        qps = max(qps, measured) * RETRY_MARGIN
-        result = _run_once(lg, runner, batch_size, scenario, settings, log_path, qps, meter, monitors)
-        attempts += 1
+    # LoadGen writes its logs itself, by path: into a private folder, from which they are moved.
+    with atomicfile.private_folder("powertune-loadgen-") as private:
+        result = _run_once(lg, runner, batch_size, scenario, settings, private, qps, meter, monitors)
+        attempts = 1
+        while scenario != "server" and not result.error and _too_short(result.summary) and attempts < MAX_ATTEMPTS:
+            # Samples issued beyond the window are never run, so oversizing the retry costs little.
+            measured = max(result.summary.samples_per_second or 0.0, result.qps)
+            qps = max(qps, measured) * RETRY_MARGIN
+            result = _run_once(lg, runner, batch_size, scenario, settings, private, qps, meter, monitors)
+            attempts += 1
+        for name in sorted(p.name for p in private.iterdir()):
+            atomicfile.move_file(private / name, log_path / name)
+    result.log_dir = log_path
     result.attempts = attempts
     result.stop["warmup_s"] = warmup_s
     result.stop["loadgen_s"] = time.monotonic() - started - warmup_s

@@ -32,6 +32,7 @@ from tuner.report.analysis import recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, StudyAnswer, Trace
 from tuner.scenario import label as scenario_label
 from tuner.space import Config, SearchSpace, spelling
+from tuner.storage import prepare_sqlite
 from tuner.sweep import run_sweep
 
 TRACE_PERIOD_S = 0.05
@@ -133,6 +134,7 @@ def matching_studies(storage: str, device: Device, model: str, settings: WindowS
     """The studies of a storage for this device, model and scenario (Server: at this rate)."""
     from tuner.study import open_study
 
+    prepare_sqlite(storage, readonly=True)
     try:
         summaries = optuna.get_all_study_summaries(storage)
     except Exception as exc:
@@ -145,7 +147,7 @@ def matching_studies(storage: str, device: Device, model: str, settings: WindowS
             continue
         if attrs.get("scenario", "offline") != settings.scenario or attrs.get("target_qps") != rate:
             continue
-        out.append(open_study(summary.study_name, storage))
+        out.append(open_study(summary.study_name, storage, readonly=True))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tuner import atomicfile
 from tuner.report import plots
 from tuner.report.analysis import best_per_batch, recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, write_data
@@ -174,7 +175,7 @@ def compare_section(data: ReportData, model: str, folder: Path) -> list[Block]:
 
 def write_report(data: ReportData, folder: Path) -> None:
     """Write the whole folder; report.json last but one, the pages last (they embed the figures)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    atomicfile.ensure_folder(folder)
     any_twin = any(d.twin for d in data.devices)
     title = f"Characterization: {', '.join(data.models)} on {', '.join(d.device for d in data.devices)}"
     blocks: list[Block] = [

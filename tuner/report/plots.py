@@ -22,8 +22,7 @@ def _plt():
 
 def _save(fig, path: Path) -> None:
     fig.tight_layout()
-    with atomicfile.replacing(path) as tmp:
-        fig.savefig(tmp, dpi=DPI)
+    atomicfile.write_figure(path, fig, dpi=DPI)
     _plt().close(fig)
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner import atomicfile, interrupts
-from tuner.readfile import read_capped
+from tuner.errors import UserError
+from tuner.readfile import read_json
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S, RateEstimate
 from tuner.serve.policy import Band, Policy
 from tuner.serve.rates import RateSource, RateUnavailable
@@ -35,6 +36,8 @@ DEFAULT_MIN_SAVING = 0.03
 # A state file not rewritten within this many intervals (plus the grace) is stale.
 STALE_INTERVALS = 3
 STALE_GRACE_S = 5.0
+MAX_STATE_BYTES = 1 << 20
+MAX_PID = 2**22  # the kernel's PID_MAX_LIMIT
 
 
 @dataclass
@@ -204,10 +207,16 @@ def read_state(path: Path, now: float | None = None) -> dict[str, Any]:
     it has not rewritten the file by ``stale_after`` (killed, hung, or on
     another machine's clock).
     """
-    state = json.loads(read_capped(path, "governor state file", 1 << 20, "remove it"))
+    state = read_json(path, "governor state file", MAX_STATE_BYTES, f"remove {path}", trusted=True)
+    if not isinstance(state, dict):
+        raise UserError(f"governor state file {path} is not a JSON object: remove {path}")
+    pid, stale_after = state.get("pid", 0), state.get("stale_after", 0)
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid <= MAX_PID:
+        raise UserError(f"governor state file {path} names no valid PID ({str(pid)[:24]}): remove {path}")
+    if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
+        raise UserError(f"governor state file {path} has no valid stale_after: remove {path}")
     now = time.time() if now is None else now
-    alive = _alive(int(state.get("pid", 0)))
-    state["stale"] = not state.get("running", False) or not alive or now > float(state.get("stale_after", 0))
+    state["stale"] = not state.get("running", False) or not _alive(pid) or now > float(stale_after)
     return state
 
 

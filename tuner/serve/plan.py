@@ -21,6 +21,7 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
+from tuner import atomicfile
 from tuner.devices.base import Device
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
@@ -492,5 +493,5 @@ def plot_policy(policy: Policy, path: Path) -> None:
     ax.set_title(f"{policy.model} on {policy.device}, {policy.percentile} <= {policy.max_latency_ms:g} ms{twin}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomicfile.write_figure(path, fig, dpi=120)
     plt.close(fig)

@@ -144,7 +144,6 @@ def stamp() -> str:
 
 def write_policy(policy: Policy, path: Path) -> None:
     """Write the policy atomically: a full disk or a refused folder leaves the old policy as it was."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = "# powertune serving policy: arrival-rate bands -> configuration"
     if policy.twin:
         header += " (planned on a digital twin, not hardware)"
@@ -153,7 +152,9 @@ def write_policy(policy: Policy, path: Path) -> None:
 
 def load_policy(path: Path) -> Policy:
     """Read a policy; a missing, corrupt or foreign file is a one-line user error."""
-    return load_yaml_model(path, Policy, "serving policy", "re-create it with tune plan", version=POLICY_VERSION)
+    return load_yaml_model(
+        path, Policy, "serving policy", "re-create it with tune plan", version=POLICY_VERSION, trusted=True
+    )
 
 
 def check_policy(policy: Policy, device_kind: str, model: str | None = None) -> None:

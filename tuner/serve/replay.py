@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
+from tuner import atomicfile
 from tuner.devices.virtual.queueing import (
     QueueOutcome,
     Reaction,
@@ -613,5 +614,5 @@ def plot_replay(report: ReplayReport, path: Path) -> None:
         f"trace {report.trace.name}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomicfile.write_figure(path, fig, dpi=120)
     plt.close(fig)

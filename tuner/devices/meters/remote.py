@@ -33,6 +33,7 @@ from tuner.devices.meters.lines import BadMessage, LineConnection, finite, json_
 from tuner.devices.meters.urls import peer_url
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, MeterLost
+from tuner.readfile import read_capped
 
 PROTOCOL_VERSION = 2
 DEFAULT_PORT = 4951
@@ -59,10 +60,8 @@ def welcome_mac(token: bytes, server_nonce: str, client_nonce: str) -> str:
 def read_token(token_file: str | None = None) -> str:
     """The shared token: from ``token_file`` if given, else ``$TUNE_METER_TOKEN``."""
     if token_file is not None:
-        path = Path(token_file)
-        if not path.is_file():
-            raise UserError(f"token file {token_file} does not exist or is not a file: give the file holding the token")
-        token = path.read_text(errors="replace")[:4096].strip()
+        raw = read_capped(Path(token_file), "token file", 4096, "give the file holding the token", secret=True)
+        token = raw.decode(errors="replace").strip()
     else:
         token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
