@@ -217,6 +217,8 @@ class TorchRunner:
         self._variants: OrderedDict[RunSettings, _Variant] = OrderedDict()
         self._active: _Variant | None = None
         self.compiles = 0
+        # Eager runs any size: warm every size up to the maximum (dynamic batches), or only the maximum (Offline).
+        self.warm_every_size = True
         use_thread = self._cuda if model_thread is None else model_thread
         self._thread = _ModelThread(self.name) if use_thread else None
 
@@ -288,9 +290,11 @@ class TorchRunner:
         """Prepare the batch sizes this maximum needs and the variant lacks, largest first.
 
         Eager runs any size by slicing the maximum's inputs, so it needs only
-        the maximum's inputs, and runs every smaller size once here: a shape's
-        first run selects its kernels (cuDNN and cuBLAS heuristics, workspace),
-        which would otherwise stall a window's first batch of that size. CUDA
+        the maximum's inputs, and (with ``warm_every_size``, for dynamic
+        batches) runs every smaller size once here: a shape's first run
+        selects its kernels (cuDNN and cuBLAS heuristics, workspace), which
+        would otherwise stall a window's first batch of that size. Offline
+        windows run full batches only, so they skip that. CUDA
         graphs and torch.compile run the ladder (1, 2, 4, ..., maximum): one
         graph (or one specialisation) per size, captured or compiled here and
         never inside a window; captures share one memory pool, since a window
@@ -304,7 +308,7 @@ class TorchRunner:
             self._warm_up(variant.model, shape, pool)
             variant.sizes[b] = shape
             variant.warmed.add(b)
-        if variant.exact:
+        if variant.exact and self.warm_every_size:
             inputs = variant.sizes[run.batch_size].inputs
             with torch.inference_mode():
                 for n in range(1, run.batch_size):

@@ -58,8 +58,11 @@ class HostDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
         meter = device_meter(settings.meter, self.make_meter)
-        runner = self.runners.get(model, config, self.space(), settings.runtime)
-        return measure_with(runner, meter, config.batch_size, settings)
+        runner = self.runners.get(model, config, self.space(), settings.runtime, settings.scenario)
+        result = measure_with(runner, meter, config.batch_size, settings, warm_qps=self.runners.warm_qps())
+        if result.valid and settings.scenario == "offline" and result.qps > 0:
+            self.runners.ran(result.qps)
+        return result
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -411,11 +411,15 @@ class NvmlDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
         meter = device_meter(settings.meter, self.make_meter)
-        runner = self.runners.get(model, config, self.space(), settings.runtime)
+        runner = self.runners.get(model, config, self.space(), settings.runtime, settings.scenario)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         started = time.monotonic()
-        result = measure_with(runner, meter, config.batch_size, settings, monitors=[telemetry])
+        result = measure_with(
+            runner, meter, config.batch_size, settings, monitors=[telemetry], warm_qps=self.runners.warm_qps()
+        )
         measured_s = time.monotonic() - started
+        if result.valid and settings.scenario == "offline" and result.qps > 0:
+            self.runners.ran(result.qps)
         temps = telemetry.temps_c
         update: dict[str, Any] = {}
         if temps:
