@@ -17,7 +17,8 @@ model build and every trial included). From the study's storage:
 and times it: the first model build on a freshly started machine (CUDA and
 cuDNN initialisation, kernel selection), reported apart from the studies.
 ``--remeasure`` measures each default-sampler study's recommended configuration
-again in three fixed 10 s windows (`tune measure --repeat 3`).
+again in three fixed 5 s windows (`tune measure --repeat 3`). ``--budget``
+seconds: no new study starts after that (a device call has a time limit).
 
 Nothing on the card is changed: `cuda:0` is observe-only, and the card's
 settings are read before and after (benchmarks/time_to_answer_h200.sh).
@@ -139,7 +140,7 @@ def study_figures(folder: Path, name: str, launched: dt.datetime) -> dict:
 
 
 def remeasure(record: dict) -> dict:
-    """The recommended configuration in three fixed 10 s windows, as `tune measure` runs it."""
+    """The recommended configuration in three fixed 5 s windows, as `tune measure` runs it."""
     best = record["summary"]["best"]
     model = CASES[record["case"]]["model"]
     knobs = best["config"]
@@ -159,9 +160,9 @@ def remeasure(record: dict) -> dict:
         "--repeat",
         "3",
         "--window",
-        "10",
+        "5",
         "--min-window",
-        "10",
+        "5",
         "--json",
     ]
     if record["case"].endswith("server"):
@@ -197,6 +198,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/tta"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default=DEVICE[0])
+    parser.add_argument("--budget", type=float, default=float("inf"))
     args = parser.parse_args()
     DEVICE[0] = args.device
     results: dict = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "runs": []}
@@ -204,8 +206,12 @@ def main() -> None:
         models = sorted({CASES[c]["model"] for c in args.cases.split(",")})
         results["first_build"] = [first_build(m) for m in models]
         print("first build:", results["first_build"], flush=True)
+    started = time.monotonic()
     for name in args.cases.split(","):
         for sampler in args.samplers.split(","):
+            if time.monotonic() - started > args.budget:
+                print(f"budget spent: {name} {sampler} not run", flush=True)
+                continue
             record = run_case(name, sampler, args.work)
             if args.remeasure and sampler == "auto" and record.get("summary", {}).get("best"):
                 record["remeasure"] = remeasure(record)

@@ -48,6 +48,7 @@ from tuner.storage import set_user_attrs
 
 CONFIRM_WINDOWS = 2
 """More windows that confirm a first window which would become the best, in the same trial."""
+CONFIRM_CI_CAP = 0.5
 # What a measurement leaves on its trial besides the metrics; a reuse copies exactly these and the metrics.
 ORIGIN_KEYS = ("meter", "rails", "twin", "throttled", "temps_c", "extra")
 NOISE_Z = 1.645
@@ -191,6 +192,10 @@ class Objective:
                 trial.set_user_attr("loadgen_logs", str(folder))
         hardware, serving = split(effective)
         settings = self.options.window
+        if k:
+            # The trial carries the mean of its windows: confirming ones to sqrt(n) times the interval keep that
+            # mean's interval within the study's (the first window's own, and two at sqrt(3) times: 0.88 x).
+            update["ci"] = min(settings.ci * math.sqrt(1 + CONFIRM_WINDOWS), CONFIRM_CI_CAP)
         settings = settings.model_copy(update={**update, "options": {**settings.options, **serving}})
         called = time.monotonic()
         try:

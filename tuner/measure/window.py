@@ -647,7 +647,7 @@ def run_window(
     interrupts.check()
     result = _run_once(lg, runner, batch_size, scenario, settings, log_path, qps, meter, monitors)
     attempts = 1
-    while scenario != "server" and not result.error and _too_short(result.summary) and attempts < MAX_ATTEMPTS:
+    while _rerun(scenario, result) and attempts < MAX_ATTEMPTS:
         # Samples issued beyond the window are never run, so oversizing the retry costs little.
         measured = max(result.summary.samples_per_second or 0.0, result.qps)
         qps = max(qps, measured) * RETRY_MARGIN
@@ -657,6 +657,12 @@ def run_window(
     result.stop["warmup_s"] = warmup_s
     result.stop["loadgen_s"] = time.monotonic() - started - warmup_s
     return result
+
+
+def _rerun(scenario: str, result: WindowResult) -> bool:
+    """A window that ran out of samples before LoadGen's minimum duration is run again; a cut one never is."""
+    cut = result.stop.get("stop_rule") in CUT_REASONS
+    return scenario != "server" and not result.error and not cut and _too_short(result.summary)
 
 
 def _too_short(summary: LoadGenSummary) -> bool:
