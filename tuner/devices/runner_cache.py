@@ -9,9 +9,10 @@ trial's record.
 
 What a window needs prepared depends on its scenario: an Offline window runs
 only full batches, a Server window any number of samples up to the maximum,
-so a runner that can (``warm_every_size``) warms every size only for the
-latter. The throughput a window ran at is kept too: a window that follows
-one of the same prepared configuration skips its warm-up (nothing changed).
+so a runner that can (``warm_upto``) warms the sizes below the maximum the
+window will run (tuner.measure.window.sizes_to_warm; None: all of them).
+The throughput a window ran at is kept too: a window that follows one of the
+same prepared configuration skips its warm-up (nothing changed).
 """
 
 from __future__ import annotations
@@ -37,13 +38,13 @@ class RunnerCache:
         self.last_prepare_s = 0.0
 
     def get(
-        self, model: str, config: Config, space: SearchSpace, runtime: str = "auto", scenario: str | None = None
+        self, model: str, config: Config, space: SearchSpace, runtime: str = "auto", warm_upto: int | None = None
     ) -> Any:
         """The runner for this configuration: runner-group knobs go to prepare(), device knobs do not."""
         runner_knobs = {k: v for k, v in config.knobs.items() if k in space.knobs and space.knobs[k].group == "runner"}
         precision = str(runner_knobs.pop("precision", self.default_precision))
-        every = scenario != "offline"
-        prepared = (config.batch_size, precision, tuple(sorted((k, str(v)) for k, v in runner_knobs.items())), every)
+        knobs = tuple(sorted((k, str(v)) for k, v in runner_knobs.items()))
+        prepared = (config.batch_size, precision, knobs, warm_upto)
         self.last_load_s = self.last_prepare_s = 0.0
         if self._runner is None or self._model_key != (model, runtime):
             self.close()
@@ -56,8 +57,8 @@ class RunnerCache:
         if self._prepared != prepared:
             started = time.monotonic()
             self._prepared = None
-            if hasattr(self._runner, "warm_every_size"):
-                self._runner.warm_every_size = every
+            if hasattr(self._runner, "warm_upto"):
+                self._runner.warm_upto = warm_upto
             self._runner.prepare(config.batch_size, precision, runner_knobs)
             self._prepared = prepared
             self.last_prepare_s = time.monotonic() - started

@@ -94,10 +94,12 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
             f"window {reading.duration_s:.2f} s is shorter than meter {meter.name} needs "
             f"({meter.min_window_s:.2f} s): lengthen --window"
         )
-    lat = np.asarray(window.query_latencies_ms or [float("nan")], dtype=float)
+    lat = np.asarray([*window.query_latencies_ms, *window.waiting_ms] or [float("nan")], dtype=float)
     p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99))
     own = {"sut_p50_ms": p50, "sut_p90_ms": p90, "sut_p99_ms": p99}
-    per_query = query_percentiles_ms(window)
+    # A cut Server window's queries held after the cut carry LoadGen's latencies of the hold, not the
+    # configuration's: the window's own view at the cut (completed and still queued queries) stands.
+    per_query = None if cut else query_percentiles_ms(window)
     if per_query is not None:
         p50, p90, p99 = per_query
     queries = max(window.queries, 0)

@@ -145,7 +145,8 @@ class WindowResult:
     ``query_latencies_ms`` has one entry per measured query and ``arrivals``
     the monotonic time each arrived, in the same order; ``batch_records`` one
     entry per batch. ``batch_latencies_ms`` is each batch's latency from its
-    earliest query (Offline: from its issue).
+    earliest query (Offline: from its issue). ``waiting_ms``: the queries a
+    Server window's tail cut found queued, and how long each had waited then.
     """
 
     batch_latencies_ms: list[float]
@@ -167,6 +168,7 @@ class WindowResult:
     query_latencies_ms: list[float] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     batch_records: list[BatchRecord] = field(default_factory=list)
+    waiting_ms: list[float] = field(default_factory=list)
 
     def batch_sizes(self) -> dict[str, dict[int, int]]:
         """How many batches ran each number of samples (``arrived``) and each executed size (``executed``)."""
@@ -285,6 +287,7 @@ class _BatchingSUT:
         self.hold_max_s = hold_max_s
         self.hold_deadline = math.inf
         self.held: list[tuple[Any, float]] = []
+        self.waiting_ms: list[float] = []
         self.released = False
         self.issued = 0
         self.handed = 0
@@ -488,6 +491,8 @@ class _BatchingSUT:
             if not self.offline and self.tail is not None and self.open and not self.closed:
                 if self.tail.proven(self._waiting_over()):
                     with self._count:
+                        now = time.monotonic()
+                        self.waiting_ms = [(now - arrived) * 1e3 for _, arrived in pending]
                         self.close_window(STOP_TAIL)
             if self.closed or self.aborted or self.failure is not None:
                 if self._holding():
@@ -794,7 +799,27 @@ def _run_once(
         arrivals=sut_state.arrivals,
         batch_records=sut_state.records,
         lane_queries=sut_state.lane_queries,
+        waiting_ms=sut_state.waiting_ms,
     )
+
+
+def sizes_to_warm(settings: WindowSettings, batch_size: int) -> int:
+    """The batch sizes below the maximum a window runs often enough to prepare beforehand: 1 up to this.
+
+    Offline runs full batches (none). A Server window that keeps its bound
+    gathers about ``target x (bound + timeout)`` queries a batch; a batch
+    twice that is one whose queries already waited past the bound, so sizes
+    beyond are left to the runner's ladder (a resnet50 shape costs 40-90 ms
+    of cuDNN plans on an H200: all 511 below 512 took 47 s).
+    """
+    scenario = settings.scenario.lower().replace("-", "").replace("_", "")
+    if scenario == "offline":
+        return 0
+    target = float(settings.options.get("server_target_qps", 0.0))
+    if scenario != "server" or settings.bound_ms is None or target <= 0:
+        return batch_size - 1
+    wait_s = (settings.bound_ms + float(settings.options.get("batch_timeout_ms", 0.0))) / 1000.0
+    return min(batch_size - 1, math.ceil(2 * target * wait_s) + 1)
 
 
 def _tail_rule(scenario: str, settings: WindowSettings) -> tuple[TailProof | None, int, float]:
