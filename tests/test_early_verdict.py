@@ -82,7 +82,7 @@ def test_cut_trials_are_complete_misses_or_costlier_and_never_recommended(tmp_pa
             assert t.constraints["latency"] > 0 and t.user_attrs["verdict"].startswith("misses the bound")
         else:
             assert t.value > best.value and "costs more than" in t.user_attrs["verdict"]
-    assert set(summary.seconds) == {"setup_s", "windows_s", "search_s"}
+    assert set(summary.trial_seconds) == {"setup_s", "windows_s", "search_s"}
     assert all(t.user_attrs["search_s"] >= 0 for t in trials)
 
 
@@ -103,3 +103,20 @@ def test_a_resumed_study_keeps_the_verdicts_of_its_cut_trials(tmp_path):
         source = t.user_attrs.get("reused_from")
         if source is not None:
             assert t.user_attrs.get("cut") == study.trials[source].user_attrs.get("cut")
+
+
+def test_tune_run_says_where_the_time_went_and_which_trials_were_cut(tmp_path):
+    import csv
+    import json
+
+    from clirun import in_process
+
+    args = ("run", "--model", "resnet50", "--device", "sim:h200", "--max-latency", "20ms", "--trials", "6")
+    code, out, err = in_process(*args, "--sampler", "tpe", "--seed", "1", "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert set(payload["trial_seconds"]) == {"setup_s", "windows_s", "search_s"}
+    rows = list(csv.DictReader(open(tmp_path / "sim-h200" / "resnet50" / "trials.csv")))
+    assert {"cut", "setup_s", "windows_s", "search_s"} <= set(rows[0])
+    assert {row["cut"] for row in rows} >= {STOP_TAIL}
+    assert all(row["recommended"] == "no" for row in rows if row["cut"])

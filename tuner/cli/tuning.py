@@ -189,8 +189,8 @@ def _print_run(dev: Device, settings: RunOptions, summary: RunSummary, payload: 
     if payload["proposed_by"]:
         tally = ", ".join(f"{k} {v}" for k, v in payload["proposed_by"].items())
         common.out_console.print(f"proposed by: {tally} (per trial: proposed_by, why in trials.csv)")
-    if summary.seconds:
-        spent = ", ".join(f"{key.removesuffix('_s')} {value:.1f} s" for key, value in summary.seconds.items())
+    if summary.trial_seconds:
+        spent = ", ".join(f"{key.removesuffix('_s')} {value:.1f} s" for key, value in summary.trial_seconds.items())
         common.out_console.print(f"trial time: {spent} (per trial: setup_s, windows_s, search_s in trials.csv)")
     changed = resumed_line(summary)
     if changed:
