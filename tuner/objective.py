@@ -113,8 +113,8 @@ class Objective:
                 self.seconds[key] += value
             try:
                 set_user_attrs(trial, {key: round(value, 3) for key, value in self._clock.items()})
-            except Exception:  # a trial Optuna already failed elsewhere (a fleet's heartbeat) takes no attributes
-                pass
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # a trial a fleet's heartbeat already failed takes no attributes (tuner.study._optimize)
 
     def _trial(self, trial: optuna.Trial) -> float:
         config = self.space.suggest(trial)
