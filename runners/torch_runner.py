@@ -217,6 +217,8 @@ class TorchRunner:
         self._variants: OrderedDict[RunSettings, _Variant] = OrderedDict()
         self._active: _Variant | None = None
         self.compiles = 0
+        # Eager runs any size: the sizes below the maximum to warm in prepare() are 1 up to this (None: all).
+        self.warm_upto: int | None = None
         use_thread = self._cuda if model_thread is None else model_thread
         self._thread = _ModelThread(self.name) if use_thread else None
 
@@ -288,9 +290,11 @@ class TorchRunner:
         """Prepare the batch sizes this maximum needs and the variant lacks, largest first.
 
         Eager runs any size by slicing the maximum's inputs, so it needs only
-        the maximum's inputs, and runs every smaller size once here: a shape's
-        first run selects its kernels (cuDNN and cuBLAS heuristics, workspace),
-        which would otherwise stall a window's first batch of that size. CUDA
+        the maximum's inputs, and runs the smaller sizes a window will see
+        (1 up to ``warm_upto``, then the powers of two) once here: a shape's
+        first run selects its kernels (cuDNN and cuBLAS heuristics,
+        workspace), which would otherwise stall a window's first batch of that
+        size. Offline windows run full batches only (``warm_upto`` 0). CUDA
         graphs and torch.compile run the ladder (1, 2, 4, ..., maximum): one
         graph (or one specialisation) per size, captured or compiled here and
         never inside a window; captures share one memory pool, since a window
@@ -306,8 +310,11 @@ class TorchRunner:
             variant.warmed.add(b)
         if variant.exact:
             inputs = variant.sizes[run.batch_size].inputs
+            upto = run.batch_size - 1 if self.warm_upto is None else min(self.warm_upto, run.batch_size - 1)
+            powers = {s for s in ladder(run.batch_size) if s < run.batch_size} if upto else set()
+            wanted = set(range(1, upto + 1)) | powers
             with torch.inference_mode():
-                for n in range(1, run.batch_size):
+                for n in sorted(wanted):
                     if n not in variant.warmed:
                         variant.model(*(t[:n] for t in inputs))
                         variant.warmed.add(n)

@@ -11,6 +11,16 @@ own best trial is the study's answer (tuner.records):
   then carries their mean, and its constraint adds a noise margin, so it is
   feasible only if a fresh window would also meet the bound with about 95%
   probability. A single lucky window therefore never holds the best value.
+
+A window also ends as soon as its verdict cannot change (tuner.measure.stopping):
+its tail is proven past the bound, or its energy per query is above the best
+feasible trial's by more than its interval. Such a trial is still a COMPLETE
+trial with its measured value and latency constraint, never a pruned one:
+the constrained samplers keep learning from it (most samplers ignore pruned
+trials), its ``cut`` and ``verdict`` attributes say what happened, and it can
+never be the best trial (its constraint is violated, or its value is above a
+best that only falls). Each window's energy per query is reported as an
+intermediate value, so optuna-dashboard plots it.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import json
 import math
 import os
 import socket
+import time
 import zlib
 from typing import Any
 
@@ -26,6 +37,7 @@ import optuna
 
 from tuner import interrupts
 from tuner.devices.base import Device
+from tuner.measure.stopping import STOP_TAIL
 from tuner.measurement import METRIC_KEYS, Measurement
 from tuner.models import model_slug
 from tuner.records import recommended
@@ -36,10 +48,16 @@ from tuner.storage import named_constraints, set_constraint, set_user_attrs
 
 CONFIRM_WINDOWS = 2
 """More windows that confirm a first window which would become the best, in the same trial."""
+CONFIRM_CI_CAP = 0.5
 # What a measurement leaves on its trial besides the metrics; a reuse copies exactly these and the metrics.
 ORIGIN_KEYS = ("meter", "rails", "twin", "throttled", "temps_c", "extra")
 NOISE_Z = 1.645
 NOISE_FLOOR = 0.01
+# Where a trial's seconds went (user attributes, trials.csv, the run summary):
+# setup (apply, model load and preparation, warm-up), windows, and search: the
+# rest since the previous trial ended (the sampler, storage writes, progress).
+TIME_KEYS = ("setup_s", "windows_s", "search_s")
+SETUP_EXTRAS = ("runner_load_s", "runner_prepare_s", "warmup_s")
 
 
 class MeasurementRejected(Exception):
@@ -72,6 +90,9 @@ class Objective:
         self.options = options
         self.worker = options.worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.measured = 0
+        self.seconds = dict.fromkeys(TIME_KEYS, 0.0)
+        self._clock = dict.fromkeys(TIME_KEYS, 0.0)
+        self._last_end = time.monotonic()
         self.cache: dict[str, int] = {}
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             key = t.user_attrs.get("effective_key")
@@ -80,6 +101,22 @@ class Objective:
         self.study = study
 
     def __call__(self, trial: optuna.Trial) -> float:
+        self._clock = dict.fromkeys(TIME_KEYS, 0.0)
+        try:
+            return self._trial(trial)
+        finally:
+            ended = time.monotonic()
+            spent = self._clock["setup_s"] + self._clock["windows_s"]
+            self._clock["search_s"] = max(ended - self._last_end - spent, 0.0)
+            self._last_end = ended
+            for key, value in self._clock.items():
+                self.seconds[key] += value
+            try:
+                set_user_attrs(trial, {key: round(value, 3) for key, value in self._clock.items()})
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # a trial a fleet's heartbeat already failed takes no attributes (tuner.study._optimize)
+
+    def _trial(self, trial: optuna.Trial) -> float:
         config = self.space.suggest(trial)
         effective = self.space.effective(config)
         key = json.dumps(effective.key())
@@ -99,17 +136,27 @@ class Objective:
         repeat_of = trial.user_attrs.get("repeat_of")
         if key in self.cache and repeat_of is None:
             return self._reuse(trial, self.cache[key])
+        applying = time.monotonic()
         self._apply(trial, effective)
-        windows = [self._window(trial, effective, 0)]
+        self._clock["setup_s"] += time.monotonic() - applying
+        best = recommended(self.study) if repeat_of is None else None
+        windows = [self._window(trial, effective, 0, None if best is None else float(best.value))]
         note = ""
-        if repeat_of is None and windows[0].latency_ms(self.options.window.percentile) <= self.options.max_latency_ms:
-            best = recommended(self.study)
-            if best is None or windows[0].j_per_query <= float(best.value):
-                windows += [self._window(trial, effective, k) for k in range(1, CONFIRM_WINDOWS + 1)]
-            else:
-                note = f"costs more than trial {best.number}, the best so far: not confirmed"
+        first = windows[0]
+        if repeat_of is None and not first.extra.get("cut"):
+            if first.latency_ms(self.options.window.percentile) <= self.options.max_latency_ms:
+                if best is None or first.j_per_query <= float(best.value):
+                    for k in range(1, CONFIRM_WINDOWS + 1):
+                        windows.append(self._window(trial, effective, k, None))
+                        if windows[-1].extra.get("cut"):
+                            break
+                else:
+                    note = f"costs more than trial {best.number}, the best so far: not confirmed"
         self.measured += 1
         self.cache.setdefault(key, trial.number)
+        cut = [w for w in windows if w.extra.get("cut")]
+        if cut:
+            return self._cut_verdict(trial, cut[0], best)
         earlier = self._windows_of(key) if repeat_of is not None else []
         return self._verdict(trial, key, windows, earlier, note)
 
@@ -122,10 +169,19 @@ class Objective:
             trial.set_user_attr("fail_reason", str(exc))
             raise
 
-    def _window(self, trial: optuna.Trial, effective: Config, k: int) -> Measurement:
-        """Window ``k`` of this trial (the configuration is applied): its own noise seed and log folder."""
+    def _window(self, trial: optuna.Trial, effective: Config, k: int, best: float | None) -> Measurement:
+        """Window ``k`` of this trial (the configuration is applied): its own noise seed and log folder.
+
+        Every window may end once its tail is proven past the study's bound;
+        a first window also once it costs more than ``best`` (the best
+        feasible energy per query so far) beyond its interval.
+        """
         seed = trial_seed(self.options.seed, trial.number)
-        update: dict = {"seed": None if seed is None else seed + k}
+        update: dict = {
+            "seed": None if seed is None else seed + k,
+            "bound_ms": self.options.max_latency_ms,
+            "cut_j_per_query": best,
+        }
         if not self.device.simulated:
             folder = self.options.out / self.device.slug / model_slug(self.options.model) / "loadgen"
             if self.options.window.scenario != "offline":
@@ -136,7 +192,12 @@ class Objective:
                 trial.set_user_attr("loadgen_logs", str(folder))
         hardware, serving = split(effective)
         settings = self.options.window
+        if k:
+            # The trial carries the mean of its windows: confirming ones to sqrt(n) times the interval keep that
+            # mean's interval within the study's (the first window's own, and two at sqrt(3) times: 0.88 x).
+            update["ci"] = min(settings.ci * math.sqrt(1 + CONFIRM_WINDOWS), CONFIRM_CI_CAP)
         settings = settings.model_copy(update={**update, "options": {**settings.options, **serving}})
+        called = time.monotonic()
         try:
             interrupts.check()
             measurement = self.device.measure(self.options.model, hardware, settings)
@@ -144,6 +205,14 @@ class Objective:
         except MeasurementRejected as exc:
             trial.set_user_attr("fail_reason", str(exc))
             raise
+        finally:
+            self._clock["windows_s"] += time.monotonic() - called
+        if measurement.valid:
+            setup = sum(float(measurement.extra.get(key, 0.0)) for key in SETUP_EXTRAS)
+            self._clock["setup_s"] += setup
+            self._clock["windows_s"] -= setup
+            if math.isfinite(measurement.j_per_query):
+                trial.report(measurement.j_per_query, k)
         if not measurement.valid:
             record_measurement(trial, measurement, fail_reason=measurement.reason or "measurement not trustworthy")
             raise MeasurementRejected(measurement.reason)
@@ -187,6 +256,37 @@ class Objective:
         trial.set_user_attr("verdict", _verdict_line(mean[lat_key], bound, len(windows), margin, ""))
         return mean["j_per_query"]
 
+    def _cut_verdict(self, trial: optuna.Trial, m: Measurement, best: optuna.trial.FrozenTrial | None) -> float:
+        """A window cut once its verdict was known: its own figures, and a constraint that says that verdict.
+
+        A tail proven past the bound is infeasible whatever the partial
+        window's percentile reads; a costlier window keeps its measured
+        latency (it may well meet the bound) and its value, above the best.
+        """
+        percentile = self.options.window.percentile
+        bound = self.options.max_latency_ms
+        latency = m.latency_ms(percentile)
+        reason = str(m.extra["cut"])
+        seconds = f"after {m.duration_s:.2g} s"
+        if reason == STOP_TAIL:
+            over = m.extra.get("tail_over_queries")
+            constraint = max(latency - bound, math.ulp(bound))
+            proof = f", {int(over)} queries past it" if over is not None else ""
+            line = f"misses the bound: {percentile} proven over {bound:g} ms, cut {seconds}{proof}"
+        else:
+            constraint = latency - bound
+            verb = "meets" if latency <= bound else "misses"
+            whom = f"trial {best.number}, the best so far" if best is not None else "the best so far"
+            line = (
+                f"{verb} the bound: {latency:.4g} ms vs {bound:g} ms; costs more than {whom} "
+                f"beyond its interval: cut {seconds}"
+            )
+        own = [{k: float(getattr(m, k)) for k in METRIC_KEYS}]
+        record_measurement(trial, m, windows=own, measurements=1, cut=reason)
+        trial.set_constraint("latency", constraint)
+        trial.set_user_attr("verdict", line)
+        return m.j_per_query
+
     def _pooled_spread(self, lat_key: str, key: str, lats: list[float]) -> float:
         """Relative spread of the latency, pooled over every configuration measured more than once.
 
@@ -208,7 +308,7 @@ class Objective:
     def _reuse(self, trial: optuna.Trial, source: int) -> float:
         """Copy an earlier trial's measurement of the same effective configuration."""
         earlier = self.study.get_trials(deepcopy=False)[source]
-        copied = {k: v for k, v in earlier.user_attrs.items() if k in (*METRIC_KEYS, *ORIGIN_KEYS, "verdict")}
+        copied = {k: v for k, v in earlier.user_attrs.items() if k in (*METRIC_KEYS, *ORIGIN_KEYS, "verdict", "cut")}
         set_user_attrs(trial, {**copied, "reused_from": source})
         for key, value in named_constraints(earlier.system_attrs).items():
             set_constraint(trial, key, value)

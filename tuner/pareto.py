@@ -278,6 +278,10 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "feasibility",
                 "proposed_by",
                 "why",
+                "cut",
+                "setup_s",
+                "windows_s",
+                "search_s",
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
@@ -304,6 +308,8 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     feasibility(t, bound),
                     a.get("proposed_by", ""),
                     a.get("why", ""),
+                    a.get("cut", ""),
+                    *[a.get(key, "") for key in ("setup_s", "windows_s", "search_s")],
                 ]
             )
 

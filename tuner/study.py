@@ -141,7 +141,10 @@ class RunSummary(BaseModel):
     """What a run reports back: the study, how many trials ran, and its recommended trial.
 
     ``previous_best`` is the recommended trial before this run (a resumed
-    study), so a change of answer is said, never hidden.
+    study), so a change of answer is said, never hidden. ``trial_seconds`` says
+    where this run's trials spent their time: ``setup_s`` (apply, model load
+    and preparation, warm-up), ``windows_s`` and ``search_s`` (the rest: the
+    sampler, storage writes and progress between and around windows).
     """
 
     study: str
@@ -151,6 +154,7 @@ class RunSummary(BaseModel):
     best_trial: int | None
     best: dict | None
     previous_best: dict | None = None
+    trial_seconds: dict[str, float] = {}
 
 
 class StudyRequest(BaseModel):
@@ -345,6 +349,7 @@ def _run_study(
         best_trial=best.number if best else None,
         best=trial_record(best) if best else None,
         previous_best=trial_record(before) if before else None,
+        trial_seconds={key: round(value, 2) for key, value in objective.seconds.items()},
     )
     return study, summary
 

@@ -167,6 +167,9 @@ def _print_run(result: StudyResult) -> None:
     if result.proposed_by:
         tally = ", ".join(f"{k} {v}" for k, v in result.proposed_by.items())
         common.out_console.print(f"proposed by: {tally} (per trial: proposed_by, why in trials.csv)")
+    if summary.trial_seconds:
+        spent = ", ".join(f"{key.removesuffix('_s')} {value:.1f} s" for key, value in summary.trial_seconds.items())
+        common.out_console.print(f"trial time: {spent} (per trial: setup_s, windows_s, search_s in trials.csv)")
     changed = resumed_line(summary)
     if changed:
         common.out_console.print(changed)

@@ -6,6 +6,13 @@ runtime; a new configuration only calls prepare(), and the runner keeps its
 prepared variants (CUDA graphs, compiled modules) so that coming back to a
 configuration costs nothing. How long the last get() took is kept for the
 trial's record.
+
+What a window needs prepared depends on its scenario: an Offline window runs
+only full batches, a Server window any number of samples up to the maximum,
+so a runner that can (``warm_upto``) warms the sizes below the maximum the
+window will run (tuner.measure.window.sizes_to_warm; None: all of them).
+The throughput a window ran at is kept too: a window that follows one of the
+same prepared configuration skips its warm-up (nothing changed).
 """
 
 from __future__ import annotations
@@ -25,14 +32,19 @@ class RunnerCache:
         self._runner: Any = None
         self._model_key: tuple[str, str] | None = None
         self._prepared: tuple | None = None
+        self._measured: tuple | None = None
+        self._qps = 0.0
         self.last_load_s = 0.0
         self.last_prepare_s = 0.0
 
-    def get(self, model: str, config: Config, space: SearchSpace, runtime: str = "auto") -> Any:
+    def get(
+        self, model: str, config: Config, space: SearchSpace, runtime: str = "auto", warm_upto: int | None = None
+    ) -> Any:
         """The runner for this configuration: runner-group knobs go to prepare(), device knobs do not."""
         runner_knobs = {k: v for k, v in config.knobs.items() if k in space.knobs and space.knobs[k].group == "runner"}
         precision = str(runner_knobs.pop("precision", self.default_precision))
-        prepared = (config.batch_size, precision, tuple(sorted((k, str(v)) for k, v in runner_knobs.items())))
+        knobs = tuple(sorted((k, str(v)) for k, v in runner_knobs.items()))
+        prepared = (config.batch_size, precision, knobs, warm_upto)
         self.last_load_s = self.last_prepare_s = 0.0
         if self._runner is None or self._model_key != (model, runtime):
             self.close()
@@ -45,12 +57,22 @@ class RunnerCache:
         if self._prepared != prepared:
             started = time.monotonic()
             self._prepared = None
+            if hasattr(self._runner, "warm_upto"):
+                self._runner.warm_upto = warm_upto
             self._runner.prepare(config.batch_size, precision, runner_knobs)
             self._prepared = prepared
             self.last_prepare_s = time.monotonic() - started
         return self._runner
 
+    def warm_qps(self) -> float | None:
+        """The throughput the last window ran at, if it ran what is prepared now (else None: warm up)."""
+        return self._qps if self._prepared is not None and self._measured == self._prepared and self._qps > 0 else None
+
+    def ran(self, qps: float) -> None:
+        """Record that a window of the prepared configuration ran at ``qps`` samples/s."""
+        self._measured, self._qps = self._prepared, qps
+
     def close(self) -> None:
         if self._runner is not None:
             self._runner.close()
-        self._runner, self._model_key, self._prepared = None, None, None
+        self._runner, self._model_key, self._prepared, self._measured = None, None, None, None

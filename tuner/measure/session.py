@@ -11,6 +11,7 @@ from tuner import atomicfile
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, MeterLost
 from tuner.measure.settings import WindowSettings
+from tuner.measure.stopping import CUT_REASONS
 from tuner.measure.window import Monitor, Runner, WindowResult, run_window
 from tuner.measurement import Measurement, batch_size_extras
 
@@ -25,6 +26,7 @@ def measure_with(
     percentile: str | None = None,
     monitors: list[Monitor] | tuple[Monitor, ...] = (),
     log_dir: str | Path | None = None,
+    warm_qps: float | None = None,
 ) -> Measurement:
     """Run one LoadGen window metered by ``meter`` and build its Measurement.
 
@@ -34,13 +36,14 @@ def measure_with(
     window is shorter than the meter can resolve, when the runner failed, or
     when nothing completed; a device adds throttling on top from the
     ``monitors`` it passed in, which hold what they sampled after the window.
+    ``warm_qps`` skips the warm-up (see :func:`run_window`).
     """
     percentile = percentile or settings.percentile
     if percentile not in PERCENTILES:
         raise UserError(f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
     folder = log_dir or settings.log_dir or atomicfile.kept_private_folder("powertune-loadgen-")
     try:
-        window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
+        window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors, warm_qps=warm_qps)
     except MeterLost as exc:
         return lost_measurement(meter, str(exc))
     return build_measurement(window, meter, percentile)
@@ -67,27 +70,36 @@ def lost_measurement(meter: Meter, why: str) -> Measurement:
 
 
 def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99") -> Measurement:
-    """Combine a window's latencies, queries and energy; say why if it is not to be trusted."""
+    """Combine a window's latencies, queries and energy; say why if it is not to be trusted.
+
+    A window cut because its verdict was already known (``extra['cut']``) is
+    INVALID to LoadGen and may be shorter than the meter resolves; its
+    figures are kept as they are, since they settle the trial on their own.
+    """
     reading = window.energy
     if reading is None:
         raise ValueError("the window was run without a meter")
+    cut = str(window.stop.get("stop_rule", ""))
+    cut = cut if cut in CUT_REASONS else ""
     reasons: list[str] = []
     if window.error:
         reasons.append(f"runner error: {window.error}")
     if window.queries <= 0:
         reasons.append("no query completed in the window")
-    if not window.summary.valid:
+    if not window.summary.valid and not cut:
         why = "; ".join(window.summary.invalid_reasons) or "no reason given"
         reasons.append(f"LoadGen result INVALID ({why})")
-    if reading.duration_s < meter.min_window_s:
+    if reading.duration_s < meter.min_window_s and not cut:
         reasons.append(
             f"window {reading.duration_s:.2f} s is shorter than meter {meter.name} needs "
             f"({meter.min_window_s:.2f} s): lengthen --window"
         )
-    lat = np.asarray(window.query_latencies_ms or [float("nan")], dtype=float)
+    lat = np.asarray([*window.query_latencies_ms, *window.waiting_ms] or [float("nan")], dtype=float)
     p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99))
     own = {"sut_p50_ms": p50, "sut_p90_ms": p90, "sut_p99_ms": p99}
-    per_query = query_percentiles_ms(window)
+    # A cut Server window's queries held after the cut carry LoadGen's latencies of the hold, not the
+    # configuration's: the window's own view at the cut (completed and still queued queries) stands.
+    per_query = None if cut else query_percentiles_ms(window)
     if per_query is not None:
         p50, p90, p99 = per_query
     queries = max(window.queries, 0)
@@ -109,6 +121,8 @@ def build_measurement(window: WindowResult, meter: Meter, percentile: str = "p99
     if window.summary.samples_per_second is not None and not window.stop.get("skipped_queries"):
         extra["loadgen_samples_per_s"] = window.summary.samples_per_second
     extra.update({key: value for key, value in window.stop.items() if value is not None})
+    if cut:
+        extra["cut"] = cut
     if len(window.lane_queries) > 1 and window.duration_s > 0:
         # Per-engine throughput when the GPU and the DLAs share the window's queue.
         extra.update({f"engine_{name}_qps": count / window.duration_s for name, count in window.lane_queries.items()})

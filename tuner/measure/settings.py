@@ -26,6 +26,12 @@ class WindowSettings(BaseModel):
     query is within ``ci`` (relative half-width) and at least ``min_queries``
     queries completed, but never before ``min_window_s`` nor after
     ``window_s``. ``min_window_s`` None (or equal to ``window_s``) is a fixed window.
+
+    ``bound_ms`` (the study's latency bound on ``percentile``) lets the window
+    end as soon as enough queries are past it that the percentile is proven
+    over; ``cut_j_per_query`` (the best feasible figure so far) lets it end
+    once its energy per query is above that by more than its interval
+    (tuner.measure.stopping). Either cut is recorded as ``stop_rule``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -44,6 +50,8 @@ class WindowSettings(BaseModel):
     log_dir: str | None = None
     runtime: str = "auto"
     options: dict[str, Any] = Field(default_factory=dict)
+    bound_ms: float | None = None
+    cut_j_per_query: float | None = None
 
     @model_validator(mode="after")
     def _check_bounds(self) -> WindowSettings:

@@ -8,6 +8,12 @@ error of ``R = sum(energy) / sum(queries)``. Blocks of a few hundred
 milliseconds hold many batches, so they are close to independent on a GPU
 that is either busy or launch-bound; a drift across the window (warming up)
 shows up as spread and keeps the window running.
+
+A window also ends once its verdict cannot change (a cut, :data:`CUT_REASONS`):
+the latency percentile is proven over the bound (:class:`TailProof`: more
+queries are already past it than the whole window may hold there), or the
+energy per query is above the best feasible figure by more than its interval
+(:func:`costs_more`). Hardware windows and twins use these same rules.
 """
 
 from __future__ import annotations
@@ -22,11 +28,89 @@ from dataclasses import dataclass, field
 CHECK_PERIOD_S = 0.25
 # Fewer blocks than this give a t-interval too wide to trust its own width.
 MIN_BLOCKS = 8
+# The costlier cut needs the whole interval above the best, so a wide interval
+# only delays it: it may use fewer blocks (exact t quantiles below 7 dof).
+MIN_CUT_BLOCKS = 4
+T975_SMALL = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447}
 
 STOP_CI = "ci"
 STOP_MAX = "max-duration"
 STOP_EXHAUSTED = "queries-exhausted"
 STOP_LOADGEN = "loadgen-end"
+STOP_TAIL = "tail-over-bound"
+STOP_COSTLIER = "costs-more"
+CUT_REASONS = (STOP_TAIL, STOP_COSTLIER)
+# Offline batches are alike and independent: the tail is proven over once the
+# lower 99.9% (one-sided) Wilson bound of the share of batches past the bound
+# is above 1 - quantile, after at least this many batches.
+MIN_TAIL_BATCHES = 5
+TAIL_Z = 3.09
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def over_needed(total: int, quantile: float) -> int:
+    """Queries past the bound that put the ``quantile`` of any window of at most ``total`` queries past it.
+
+    With k of N latencies above the bound, numpy's interpolated percentile at
+    rank ``quantile * (N - 1)`` lies above it once k >= N - floor(quantile *
+    (N - 1)), which is at most ceil((1 - quantile) * N + quantile) and grows
+    with N: a count that proves it for ``total`` proves it for any shorter window.
+    """
+    return max(1, math.ceil((1.0 - quantile) * max(total, 1) + quantile - 1e-9))
+
+
+@dataclass
+class TailProof:
+    """Counts queries whose latency is already past the bound; proven once they are more than a window may hold.
+
+    ``total`` is the most queries the window can complete (Offline: the
+    samples LoadGen issued; Server: its whole schedule). Queries still waiting
+    that arrived more than the bound ago count too: whatever happens next,
+    their latency is past it. With ``alike`` (Offline, where every batch runs
+    the same work) the share of batches past the bound also proves it
+    (:data:`MIN_TAIL_BATCHES`, :data:`TAIL_Z`).
+    """
+
+    bound_s: float
+    quantile: float
+    total: int
+    alike: bool = False
+    over: int = 0
+    batches: int = 0
+    batches_over: int = 0
+
+    @property
+    def needed(self) -> int:
+        return over_needed(self.total, self.quantile)
+
+    def add(self, latencies_s: list[float] | tuple[float, ...]) -> None:
+        """One batch's query latencies."""
+        over = sum(1 for latency in latencies_s if latency > self.bound_s)
+        self.over += over
+        self.batches += 1
+        self.batches_over += over > 0
+
+    def proven(self, waiting_over: int = 0) -> bool:
+        if self.over + waiting_over >= self.needed:
+            return True
+        if not self.alike or self.batches < MIN_TAIL_BATCHES:
+            return False
+        return wilson_low(self.batches_over, self.batches, TAIL_Z) > 1.0 - self.quantile
+
+
+def wilson_low(k: int, n: int, z: float) -> float:
+    """Lower end of the Wilson score interval for a share of k in n."""
+    if n <= 0:
+        return 0.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n)
+
+
+def costs_more(ratio: float, half_width: float, best: float | None) -> bool:
+    """True once energy per query ``ratio`` is above ``best`` even at the low end of its interval."""
+    return best is not None and math.isfinite(half_width) and half_width < 1.0 and ratio * (1.0 - half_width) > best
 
 
 def relative_half_width(energy: list[float], queries: list[float], z: float | None = None) -> float:
@@ -46,10 +130,13 @@ def relative_half_width(energy: list[float], queries: list[float], z: float | No
 def _t975(dof: int) -> float:
     """Student's t 97.5% quantile by its Cornish-Fisher expansion around the normal one.
 
-    Within 0.4% of the exact value from 7 degrees of freedom up (the fewest a
-    rule ever uses) and cheap: it is evaluated on the worker thread inside the
-    window, where importing scipy.stats would stall the runner for seconds.
+    Within 0.4% of the exact value from 7 degrees of freedom up, and the
+    tabulated exact values below that (the costlier cut uses 3 and more); cheap:
+    it is evaluated on the worker thread inside the window, where importing
+    scipy.stats would stall the runner for seconds.
     """
+    if dof in T975_SMALL:
+        return T975_SMALL[dof]
     z = 1.959963984540054
     return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
 
@@ -62,7 +149,8 @@ class StopRule:
     latest instant the meter knows exactly, or None when the meter cannot be
     read mid-window (then the window runs to ``max_s``). With ``adaptive``
     False the rule is a fixed window of ``max_s`` and the interval is only
-    recorded.
+    recorded. ``cut_j_per_query`` ends the window as soon as its energy per
+    query is proven above that figure (:func:`costs_more`).
     """
 
     min_s: float
@@ -71,6 +159,7 @@ class StopRule:
     min_queries: int
     adaptive: bool
     energy_now: Callable[[], tuple[float, float] | None] | None
+    cut_j_per_query: float | None = None
     check_period_s: float = CHECK_PERIOD_S
     t0: float = 0.0
     achieved: float = math.inf
@@ -102,6 +191,8 @@ class StopRule:
             self._next_check = now + self.check_period_s
             self._add_point()
             self.achieved = self.interval()
+            if costs_more(self.ratio, self.interval(MIN_CUT_BLOCKS), self.cut_j_per_query):
+                return STOP_COSTLIER
             if (
                 self.adaptive
                 and now - self.t0 >= self.min_s
@@ -126,14 +217,20 @@ class StopRule:
             return
         self._points.append((t, joules, self.queries_at(t)))
 
-    def interval(self) -> float:
-        """Relative 95% half-width over the blocks so far (inf while there are too few)."""
-        if len(self._points) <= MIN_BLOCKS:
+    def interval(self, min_blocks: int = MIN_BLOCKS) -> float:
+        """Relative 95% half-width over the blocks so far (inf while there are fewer than ``min_blocks``)."""
+        if len(self._points) <= min_blocks:
             return math.inf
         pairs = list(itertools.pairwise(self._points))
         energy = [b[1] - a[1] for a, b in pairs]
         queries = [b[2] - a[2] for a, b in pairs]
         return relative_half_width(energy, queries)
+
+    @property
+    def ratio(self) -> float:
+        """Energy per query over the blocks so far (inf before the first)."""
+        _, joules, queries = self._points[-1] if self._points else (0.0, 0.0, 0.0)
+        return joules / queries if queries > 0 else math.inf
 
     @property
     def blocks(self) -> int:

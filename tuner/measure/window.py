@@ -37,7 +37,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tuner import atomicfile, interrupts
 from tuner.errors import UserError
 from tuner.measure.meters import energy_reader
-from tuner.measure.stopping import STOP_EXHAUSTED, STOP_LOADGEN, StopRule
+from tuner.measure.stopping import (
+    CUT_REASONS,
+    QUANTILES,
+    STOP_EXHAUSTED,
+    STOP_LOADGEN,
+    STOP_TAIL,
+    StopRule,
+    TailProof,
+    over_needed,
+)
 
 if TYPE_CHECKING:
     from tuner.measure.meters import EnergyReading, Meter
@@ -55,6 +64,10 @@ QPS_MARGIN = 1.2
 RETRY_MARGIN = 3.0
 MAX_ATTEMPTS = 3
 MIN_WARMUP_ITERS = 3
+# A warm-up whose two halves ran within 2% of each other has settled; it runs at
+# least a quarter of its length and MIN_SETTLE_S (or all of a shorter one).
+SETTLED = 0.02
+MIN_SETTLE_S = 0.25
 QSL_SIZE = 1024
 # LoadGen's early-stopping rule declares a Server run INVALID below about 460
 # queries even when every one met the latency target (p99 at 99% confidence).
@@ -62,6 +75,13 @@ SERVER_MIN_QUERIES = 500
 # The same rule for SingleStream's p90 needs about 64 queries.
 SINGLESTREAM_MIN_QUERIES = 64
 SINGLESTREAM_MARGIN = 1.5
+# A Server window cut for its tail stops running the model and holds the queries
+# that still arrive, uncompleted, until LoadGen has this many seconds' worth
+# outstanding beyond the cut's own count: then LoadGen ends the test early
+# (server_max_async_queries) instead of issuing its whole schedule, and the held
+# queries complete at once. A healthy window never comes near that many.
+HOLD_S = 0.5
+HOLD_POLL_S = 0.02
 
 
 class Runner(Protocol):
@@ -125,7 +145,8 @@ class WindowResult:
     ``query_latencies_ms`` has one entry per measured query and ``arrivals``
     the monotonic time each arrived, in the same order; ``batch_records`` one
     entry per batch. ``batch_latencies_ms`` is each batch's latency from its
-    earliest query (Offline: from its issue).
+    earliest query (Offline: from its issue). ``waiting_ms``: the queries a
+    Server window's tail cut found queued, and how long each had waited then.
     """
 
     batch_latencies_ms: list[float]
@@ -147,6 +168,7 @@ class WindowResult:
     query_latencies_ms: list[float] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     batch_records: list[BatchRecord] = field(default_factory=list)
+    waiting_ms: list[float] = field(default_factory=list)
 
     def batch_sizes(self) -> dict[str, dict[int, int]]:
         """How many batches ran each number of samples (``arrived``) and each executed size (``executed``)."""
@@ -181,10 +203,14 @@ def _loadgen() -> Any:
 
 
 def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
-    """Run the runner back to back for ``warmup_s``; return its throughput in samples/s.
+    """Run the runner back to back for up to ``warmup_s``; return its throughput in samples/s.
 
     The first iteration is left out of the estimate: it carries one-off costs
-    (allocation, kernel selection) that would undersize the LoadGen run.
+    (allocation, kernel selection) that would undersize the LoadGen run. The
+    warm-up ends early, after a quarter of ``warmup_s``, once the two halves
+    of what it ran agree within :data:`SETTLED` (never before
+    :data:`MIN_SETTLE_S`): a prepared runner on a busy
+    GPU is settled at once, and the rest would only repeat it.
     Every iteration is a safe point for a recorded Ctrl-C or SIGTERM.
     """
     lanes = lanes_of(runner, batch_size)
@@ -192,15 +218,28 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
     for _name, size, infer in lanes:
         infer()
         start = time.monotonic()
-        deadline = start + max(warmup_s, 0.0) / len(lanes)
-        iters = 0
-        while iters < MIN_WARMUP_ITERS - 1 or time.monotonic() < deadline:
+        span = max(warmup_s, 0.0) / len(lanes)
+        deadline, earliest = start + span, start + min(span, max(span / 4, MIN_SETTLE_S))
+        ends: list[float] = []
+        while len(ends) < MIN_WARMUP_ITERS - 1 or time.monotonic() < deadline:
             interrupts.check()
             infer()
-            iters += 1
+            ends.append(time.monotonic())
+            if ends[-1] >= earliest and len(ends) >= 2 * MIN_WARMUP_ITERS and _settled(start, ends):
+                break
         elapsed = time.monotonic() - start
-        total += size * iters / elapsed if elapsed > 0 else float(size) * 1e3
+        total += size * len(ends) / elapsed if elapsed > 0 else float(size) * 1e3
     return total
+
+
+def _settled(start: float, ends: list[float]) -> bool:
+    """True when the first and second half of the iterations ran at rates within SETTLED of each other."""
+    half = len(ends) // 2
+    first = ends[half - 1] - start
+    second = ends[-1] - ends[half - 1]
+    if first <= 0 or second <= 0:
+        return False
+    return abs(first / half - second / (len(ends) - half)) <= SETTLED * first / half
 
 
 class _BatchingSUT:
@@ -230,6 +269,9 @@ class _BatchingSUT:
         rule: StopRule | None = None,
         timeout_s: float = 0.0,
         pad: bool = False,
+        tail: TailProof | None = None,
+        hold_queries: int = 0,
+        hold_max_s: float = 0.0,
     ) -> None:
         self.lg = lg
         self.runner = runner
@@ -240,6 +282,16 @@ class _BatchingSUT:
         self.meter = meter
         self.monitors = list(monitors)
         self.rule = rule
+        self.tail = tail
+        self.hold_queries = 0 if self.offline else hold_queries
+        self.hold_max_s = hold_max_s
+        self.hold_deadline = math.inf
+        self.held: list[tuple[Any, float]] = []
+        self.waiting_ms: list[float] = []
+        self.released = False
+        self.issued = 0
+        self.handed = 0
+        self.last_issue = 0.0
         self.inbox: queue.Queue[list[tuple[Any, float]] | None] = queue.Queue()
         self.latencies_ms: list[float] = []
         self.query_latencies_ms: list[float] = []
@@ -266,6 +318,7 @@ class _BatchingSUT:
         self.drained = False
         self._take = threading.Lock()
         self._count = threading.Lock()
+        self._handing = threading.Lock()
         self.threads = [
             threading.Thread(target=self._work, args=(lane,), name=f"powertune-sut-{lane[0]}", daemon=True)
             for lane in self.lanes
@@ -297,6 +350,9 @@ class _BatchingSUT:
         if self.meter is not None:
             self.meter.start()
         self.start_wall, self.start = time.time(), time.monotonic()
+        if self.tail is not None and self.offline:
+            # Offline hands every sample over before the first batch: the window can hold no more.
+            self.tail.total = self.issued
         if self.rule is not None:
             self.rule.begin(self.start)
         self.open = True
@@ -308,6 +364,8 @@ class _BatchingSUT:
         self.closed = True
         self.stop_reason = reason
         self.end, self.end_wall = time.monotonic(), time.time()
+        if reason in CUT_REASONS:
+            self.hold_deadline = self.end + self.hold_max_s
         try:
             if self.meter is not None and self.open:
                 self.reading = self.meter.stop()
@@ -332,7 +390,48 @@ class _BatchingSUT:
     def issue(self, samples: list[Any]) -> None:
         now = time.monotonic()
         response = self.lg.QuerySampleResponse
+        self.issued += len(samples)
+        self.last_issue = now
         self.inbox.put([(response(s.id, 0, 0), now) for s in samples])
+
+    def _hand(self, batch: list[tuple[Any, float]]) -> None:
+        """Queue finished (or skipped) samples for completion, counting them against LoadGen's outstanding ones."""
+        with self._handing:
+            self.handed += len(batch)
+        self.outbox.put(batch)
+
+    def _holding(self) -> bool:
+        """A Server window cut for its tail keeps arriving queries uncompleted until LoadGen stops issuing."""
+        return (
+            self.hold_queries > 0
+            and self.stop_reason in CUT_REASONS
+            and not self.released
+            and not self.aborted
+            and self.failure is None
+        )
+
+    def _release_held(self) -> None:
+        """Complete the held queries once LoadGen has ended the test (or the hold ran its time)."""
+        now = time.monotonic()
+        stopped = self.issued - self.handed > self.hold_queries and now - self.last_issue >= HOLD_POLL_S * 5
+        if stopped or now >= self.hold_deadline:
+            self.released = True
+            self.skipped += len(self.held)
+            self._hand(self.held)
+            self.held = []
+
+    def _waiting_over(self) -> int:
+        """Queued queries that arrived more than the bound ago (called under the take lock), counted up to need."""
+        if self.tail is None:
+            return 0
+        limit = time.monotonic() - self.tail.bound_s
+        need = self.tail.needed - self.tail.over
+        count = 0
+        for _, arrived in self.pending:
+            if arrived >= limit or count >= need:
+                break
+            count += 1
+        return count
 
     def flush(self) -> None:
         """Nothing is held back between issues, so there is nothing to flush."""
@@ -362,8 +461,20 @@ class _BatchingSUT:
         """A lane's next batch from the shared queue (called under the take lock); None at the end of the test."""
         pending = self.pending
         while True:
+            if self.held and not self._holding():
+                # A cut's hold that a signal or a failure interrupted: what it held completes now.
+                self.skipped += len(self.held)
+                self._hand(self.held)
+                self.held = []
             if not pending:
-                item = self.inbox.get()
+                if self._holding():
+                    try:
+                        item = self.inbox.get(timeout=HOLD_POLL_S)
+                    except queue.Empty:
+                        self._release_held()
+                        continue
+                else:
+                    item = self.inbox.get()
                 if item is None:
                     self.inbox.put(None)  # every lane must see the end
                     return None
@@ -377,9 +488,20 @@ class _BatchingSUT:
                     self.inbox.put(None)
                     break
                 pending.extend(item)
+            if not self.offline and self.tail is not None and self.open and not self.closed:
+                if self.tail.proven(self._waiting_over()):
+                    with self._count:
+                        now = time.monotonic()
+                        self.waiting_ms = [(now - arrived) * 1e3 for _, arrived in pending]
+                        self.close_window(STOP_TAIL)
             if self.closed or self.aborted or self.failure is not None:
+                if self._holding():
+                    self.held.extend(pending)
+                    pending.clear()
+                    self._release_held()
+                    continue
                 self.skipped += len(pending)
-                self.outbox.put(list(pending))
+                self._hand(list(pending))
                 pending.clear()
                 continue
             if not self._fill(size):
@@ -400,7 +522,7 @@ class _BatchingSUT:
                 self._run_batch(batch, name, infer)
             except BaseException as exc:  # re-raised on the caller's thread once LoadGen returns
                 self.failure = exc
-            self.outbox.put(batch)
+            self._hand(batch)
 
     def _run_batch(self, batch: list[tuple[Any, float]], lane: str, infer: Callable[[int | None], int]) -> None:
         """Run the samples that arrived on one lane (all of its maximum with ``pad``); record each query's latency."""
@@ -429,7 +551,12 @@ class _BatchingSUT:
             if self.error:
                 self.close_window("runner-error")
                 return
-            reason = self.rule.observe(done, self.queries) if self.rule is not None else None
+            reason = None
+            if self.tail is not None:
+                self.tail.add([done - (issued if self.offline else t) for t in arrivals])
+                reason = STOP_TAIL if self.tail.proven() else None
+            if reason is None and self.rule is not None:
+                reason = self.rule.observe(done, self.queries)
             if reason is None and self.drained and self.running == 0 and self.offline:
                 reason = STOP_EXHAUSTED
             if reason is not None:
@@ -442,6 +569,7 @@ def _test_settings(
     settings: WindowSettings,
     qps: float,
     batch_latency_s: float,
+    hold_queries: int = 0,
 ) -> Any:
     """LoadGen's settings for one window.
 
@@ -473,6 +601,8 @@ def _test_settings(
         ts.server_target_qps = target
         ts.server_target_latency_ns = int(float(options.get("server_target_latency_ms", 1000.0)) * 1e6)
         ts.min_query_count = max(SERVER_MIN_QUERIES, math.ceil(target * window_s))
+        if hold_queries > 0:
+            ts.server_max_async_queries = hold_queries
     else:
         ts.scenario = lg.TestScenario.SingleStream
         # LoadGen pre-generates window / expected-latency queries: a latency on the
@@ -490,6 +620,7 @@ def run_window(
     log_dir: str | Path,
     meter: Meter | None = None,
     monitors: list[Monitor] | tuple[Monitor, ...] = (),
+    warm_qps: float | None = None,
 ) -> WindowResult:
     """Warm up, then run one LoadGen test with the meter bracketing exactly the measured batches.
 
@@ -501,7 +632,9 @@ def run_window(
     (see :class:`WindowSettings`); why it ended and the interval it reached
     are in the result. If the runner ran out of samples before LoadGen's
     minimum duration because it beat the warm-up estimate, the window is run
-    once more sized on the throughput LoadGen measured.
+    once more sized on the throughput LoadGen measured. ``warm_qps`` (the
+    throughput a window of the same prepared configuration just ran at) skips
+    the warm-up: nothing changed since, so there is nothing to settle.
     """
     lg = _loadgen()
     scenario = settings.scenario.lower().replace("-", "").replace("_", "")
@@ -513,14 +646,14 @@ def run_window(
         raise UserError(f"window must be positive, got {settings.window_s} s: pass e.g. --window 10s")
     log_path = atomicfile.ensure_folder(Path(log_dir))
     started = time.monotonic()
-    qps = warm_up(runner, batch_size, settings.warmup_s)
+    qps = warm_qps if warm_qps is not None and warm_qps > 0 else warm_up(runner, batch_size, settings.warmup_s)
     warmup_s = time.monotonic() - started
     interrupts.check()
     # LoadGen writes its logs itself, by path: into a private folder, from which they are moved.
     with atomicfile.private_folder("powertune-loadgen-") as private:
         result = _run_once(lg, runner, batch_size, scenario, settings, private, qps, meter, monitors)
         attempts = 1
-        while scenario != "server" and not result.error and _too_short(result.summary) and attempts < MAX_ATTEMPTS:
+        while _rerun(scenario, result) and attempts < MAX_ATTEMPTS:
             # Samples issued beyond the window are never run, so oversizing the retry costs little.
             measured = max(result.summary.samples_per_second or 0.0, result.qps)
             qps = max(qps, measured) * RETRY_MARGIN
@@ -533,6 +666,12 @@ def run_window(
     result.stop["warmup_s"] = warmup_s
     result.stop["loadgen_s"] = time.monotonic() - started - warmup_s
     return result
+
+
+def _rerun(scenario: str, result: WindowResult) -> bool:
+    """A window that ran out of samples before LoadGen's minimum duration is run again; a cut one never is."""
+    cut = result.stop.get("stop_rule") in CUT_REASONS
+    return scenario != "server" and not result.error and not cut and _too_short(result.summary)
 
 
 def _too_short(summary: LoadGenSummary) -> bool:
@@ -591,11 +730,15 @@ def _run_once(
             min_queries=settings.min_queries,
             adaptive=settings.adaptive,
             energy_now=None if meter is None else energy_reader(meter),
+            cut_j_per_query=settings.cut_j_per_query,
         )
     timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
     pad = bool(settings.options.get("pad_batches", False))
-    sut_state = _BatchingSUT(lg, runner, batch_size, scenario, meter, monitors, rule, timeout_s, pad)
-    ts = _test_settings(lg, scenario, settings, qps, batch_size / qps)
+    tail, hold, hold_max_s = _tail_rule(scenario, settings)
+    sut_state = _BatchingSUT(
+        lg, runner, batch_size, scenario, meter, monitors, rule, timeout_s, pad, tail, hold, hold_max_s
+    )
+    ts = _test_settings(lg, scenario, settings, qps, batch_size / qps, hold)
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_path)
     log_settings.log_output.copy_summary_to_stdout = False
@@ -638,6 +781,9 @@ def _run_once(
         "min_queries": ts.min_query_count,
         "skipped_queries": sut_state.skipped,
     }
+    if tail is not None:
+        stop["tail_over_queries"] = tail.over
+        stop["tail_over_needed"] = tail.needed
     return WindowResult(
         batch_latencies_ms=sut_state.latencies_ms,
         queries=sut_state.queries,
@@ -657,7 +803,49 @@ def _run_once(
         arrivals=sut_state.arrivals,
         batch_records=sut_state.records,
         lane_queries=sut_state.lane_queries,
+        waiting_ms=sut_state.waiting_ms,
     )
+
+
+def sizes_to_warm(settings: WindowSettings, batch_size: int) -> int:
+    """The batch sizes below the maximum a window runs often enough to prepare beforehand: 1 up to this.
+
+    Offline runs full batches (none). A Server window that keeps its bound
+    gathers about ``target x (bound + timeout)`` queries a batch; a batch
+    twice that is one whose queries already waited past the bound, so sizes
+    beyond are left to the runner's ladder (a resnet50 shape costs 40-90 ms
+    of cuDNN plans on an H200: all 511 below 512 took 47 s).
+    """
+    scenario = settings.scenario.lower().replace("-", "").replace("_", "")
+    if scenario == "offline":
+        return 0
+    target = float(settings.options.get("server_target_qps", 0.0))
+    if scenario != "server" or settings.bound_ms is None or target <= 0:
+        return batch_size - 1
+    wait_s = (settings.bound_ms + float(settings.options.get("batch_timeout_ms", 0.0))) / 1000.0
+    return min(batch_size - 1, math.ceil(2 * target * wait_s) + 1)
+
+
+def _tail_rule(scenario: str, settings: WindowSettings) -> tuple[TailProof | None, int, float]:
+    """The window's tail cut (none without a bound), the Server hold's query count and its longest wait.
+
+    Offline learns its most queries from the samples LoadGen issues; a Server
+    window holds at most its schedule, ``target x window`` plus six standard
+    deviations of the Poisson count.
+    """
+    if settings.bound_ms is None or scenario == "singlestream":
+        return None, 0, 0.0
+    quantile = QUANTILES.get(settings.percentile, 0.99)
+    tail = TailProof(settings.bound_ms / 1000.0, quantile, 0, alike=scenario == "offline")
+    if scenario == "offline":
+        return tail, 0, 0.0
+    target = float(settings.options.get("server_target_qps", 0.0))
+    if target <= 0:
+        return None, 0, 0.0
+    expected = target * settings.window_s
+    tail.total = max(SERVER_MIN_QUERIES, math.ceil(expected + 6 * math.sqrt(expected))) + 1
+    hold = 2 * over_needed(tail.total, quantile) + math.ceil(target * (HOLD_S + tail.bound_s)) + 64
+    return tail, hold, 1.5 * hold / target + HOLD_S
 
 
 def _noop(samples: list[int]) -> None:

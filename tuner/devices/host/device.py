@@ -18,6 +18,7 @@ from tuner.errors import UserError
 from tuner.measure.meters import Meter
 from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings
+from tuner.measure.window import sizes_to_warm
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 
@@ -58,8 +59,12 @@ class HostDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on the CPU, metered by RAPL (checked before the model loads)."""
         meter = device_meter(settings.meter, self.make_meter)
-        runner = self.runners.get(model, config, self.space(), settings.runtime)
-        return measure_with(runner, meter, config.batch_size, settings)
+        warm = sizes_to_warm(settings, config.batch_size)
+        runner = self.runners.get(model, config, self.space(), settings.runtime, warm)
+        result = measure_with(runner, meter, config.batch_size, settings, warm_qps=self.runners.warm_qps())
+        if result.valid and settings.scenario == "offline" and result.qps > 0:
+            self.runners.ran(result.qps)
+        return result
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -27,6 +27,7 @@ from tuner.measure.meters import Meter, SampledPowerMeter
 from tuner.measure.poller import Poller
 from tuner.measure.session import mark_invalid, measure_with
 from tuner.measure.settings import WindowSettings
+from tuner.measure.window import sizes_to_warm
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 
@@ -411,11 +412,16 @@ class NvmlDevice:
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
         """One LoadGen window on this GPU, metered and watched for throttling."""
         meter = device_meter(settings.meter, self.make_meter)
-        runner = self.runners.get(model, config, self.space(), settings.runtime)
+        warm = sizes_to_warm(settings, config.batch_size)
+        runner = self.runners.get(model, config, self.space(), settings.runtime, warm)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         started = time.monotonic()
-        result = measure_with(runner, meter, config.batch_size, settings, monitors=[telemetry])
+        result = measure_with(
+            runner, meter, config.batch_size, settings, monitors=[telemetry], warm_qps=self.runners.warm_qps()
+        )
         measured_s = time.monotonic() - started
+        if result.valid and settings.scenario == "offline" and result.qps > 0:
+            self.runners.ran(result.qps)
         temps = telemetry.temps_c
         update: dict[str, Any] = {}
         if temps:

@@ -31,12 +31,16 @@ import numpy as np
 
 from runners.base import ladder
 from tuner.measure.settings import WindowSettings
+from tuner.measure.stopping import QUANTILES, STOP_TAIL, over_needed
+from tuner.measure.window import SERVER_MIN_QUERIES
 from tuner.measurement import Measurement, batch_size_extras
 from tuner.space import Config
 
 # Enough queries for a stable p99 (about 200 above it) without simulating
 # a fast card's whole window one query at a time.
 MAX_SIMULATED_QUERIES = 20_000
+# A query is past the bound once it has waited longer than it: a microsecond after.
+PAST_S = 1e-6
 
 
 @dataclass
@@ -207,11 +211,29 @@ def executed_sizes(config: Config) -> list[int]:
     return [min(s for s in sizes if s >= k) for k in n]
 
 
+def tail_cut_at(arrivals: np.ndarray, latencies_s: np.ndarray, bound_s: float, needed: int) -> float | None:
+    """When a Server window's tail is proven past the bound: the first moment ``needed`` queries are past it.
+
+    A query is past the bound at ``arrival + bound`` if it has not completed
+    by then (served later, or never in the simulated window); the count at
+    any moment is exact, as the hardware window counts completed and waiting
+    queries (tuner.measure.stopping.TailProof).
+    """
+    flagged = np.ones(len(arrivals), dtype=bool)
+    flagged[: len(latencies_s)] = latencies_s > bound_s
+    which = np.flatnonzero(flagged)
+    if len(which) < needed:
+        return None
+    return float(arrivals[which[needed - 1]] + bound_s) + PAST_S
+
+
 def server_measurement(serving: ServingProfile, config: Config, settings: WindowSettings) -> Measurement:
     """One simulated Server window at ``settings.options['server_target_qps']``.
 
     Arrivals and service noise are seeded by the settings' seed (0 when none);
     with ``noise`` off the service times are exact and only arrivals are random.
+    With ``settings.bound_ms`` the window is cut, as on hardware, once enough
+    queries are past the bound that the percentile is over it whatever follows.
     """
     rate = float(settings.options["server_target_qps"])
     timeout_s = float(settings.options.get("batch_timeout_ms", 0.0)) / 1000.0
@@ -219,7 +241,31 @@ def server_measurement(serving: ServingProfile, config: Config, settings: Window
     rng = np.random.default_rng(settings.seed if settings.seed is not None else 0)
     arrivals = poisson_arrivals(rate, duration, rng)
     out = simulate(arrivals, serving, config.batch_size, timeout_s, duration, rng if settings.noise else None)
+    cut: dict[str, str | float] = {}
+    tail_ms: np.ndarray | None = None
+    if settings.bound_ms is not None and len(arrivals):
+        expected = rate * settings.window_s
+        total = max(SERVER_MIN_QUERIES, int(np.ceil(expected + 6 * np.sqrt(expected)))) + 1
+        needed = over_needed(total, QUANTILES.get(settings.percentile, 0.99))
+        at = tail_cut_at(arrivals, out.latencies_s, settings.bound_ms / 1000.0, needed)
+        if at is not None and at < out.duration_s:
+            arrivals = arrivals[arrivals < at]
+            rng = np.random.default_rng(settings.seed if settings.seed is not None else 0)
+            noise = rng if settings.noise else None
+            out = simulate(arrivals, serving, config.batch_size, timeout_s, at, noise, stop_s=at)
+            served = out.latencies_s
+            done = arrivals[: len(served)] + served <= at
+            # What the window saw at the cut: completed queries, and the rest waiting since they arrived.
+            seen = np.concatenate([served[done], at - arrivals[: len(served)][~done], at - arrivals[len(served) :]])
+            cut = {"cut": STOP_TAIL, "stop_rule": STOP_TAIL, "tail_over_needed": float(needed)}
+            cut["tail_over_queries"] = float(np.count_nonzero(seen > settings.bound_ms / 1000.0))
+            out.energy_j *= min(1.0, at / out.duration_s)
+            out.duration_s = at
+            out.latencies_s = served[done]
+            tail_ms = seen * 1000.0
     lat_ms = out.latencies_s * 1000.0 if out.queries else np.array([np.inf])
+    if tail_ms is not None:
+        lat_ms = tail_ms
     p50, p90, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 90, 99))
     queries = max(out.queries, 1)
     return Measurement(
@@ -244,5 +290,6 @@ def server_measurement(serving: ServingProfile, config: Config, settings: Window
             "idle_w": serving.idle_w,
             "batches": float(out.batches),
             **out.batch_extras(serving),
+            **cut,
         },
     )

@@ -1,0 +1,239 @@
+"""Time to an answer on a real GPU, observe-only: `tune run` as a user types it, timed from the command.
+
+Usage: python benchmarks/time_to_answer_h200.py --cases resnet50-offline,bert-offline,resnet50-server
+           --samplers auto,tpe [--first-build] [--remeasure] --work /tmp/tta --out results.json
+
+For each case and sampler, one `python3 -m tuner run ... --json` in a fresh
+folder, timed from the launch of the process to its exit (process start,
+model build and every trial included). From the study's storage:
+
+- when the recommended configuration first came within 2% of the study's
+  final best (Optuna's datetime_complete of the trial that made it so, from
+  the launch): what `tune export` would have written at that moment;
+- each trial's wall time (datetime_start to datetime_complete), its setup,
+  window and search seconds, and how many trials were cut and why.
+
+``--first-build`` first runs `tune measure` once per model in a fresh process
+and times it: the first model build on a freshly started machine (CUDA and
+cuDNN initialisation, kernel selection), reported apart from the studies.
+``--remeasure`` measures each default-sampler study's recommended configuration
+again in three fixed 5 s windows (`tune measure --repeat 3`). ``--budget``
+seconds: no new study starts after that (a device call has a time limit).
+
+Nothing on the card is changed: `cuda:0` is observe-only, and the card's
+settings are read before and after (benchmarks/time_to_answer_h200.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+from tuner.records import recommended_of
+
+CASES = {
+    "resnet50-offline": {"model": "resnet50", "args": ["--max-latency", "50ms", "--trials", "30"]},
+    "bert-offline": {"model": "bert-base", "args": ["--max-latency", "20ms", "--trials", "30"]},
+    "resnet50-server": {
+        "model": "resnet50",
+        "args": ["--max-latency", "10ms", "--trials", "12", "--scenario", "server", "--target-qps", "3000"],
+    },
+}
+WINDOW_ARGS = {"resnet50-server": ["--window", "4"]}
+WITHIN = 0.02
+# The knobs an observe-only H200 tunes besides batch size (its clocks and power limit stay as found).
+RUNNER_KNOBS = ("precision", "channels_last", "graph")
+TUNE = [sys.executable, "-m", "tuner"]
+DEVICE = ["cuda:0"]  # --device sim:h200 tries the script on a twin
+
+
+def run_case(name: str, sampler: str, work: Path) -> dict:
+    case = CASES[name]
+    folder = work / f"{name}-{sampler}"
+    command = [
+        *TUNE,
+        "run",
+        "--model",
+        case["model"],
+        "--device",
+        DEVICE[0],
+        *case["args"],
+        *WINDOW_ARGS.get(name, []),
+        "--sampler",
+        sampler,
+        "--seed",
+        "0",
+        "--out",
+        str(folder),
+        "--json",
+    ]
+    launched = dt.datetime.now()
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    record: dict = {
+        "case": name,
+        "sampler": sampler,
+        "command": " ".join(["python3", "-m", "tuner", *command[3:]]),
+        "wall_s": round(wall, 2),
+        "rc": done.returncode,
+    }
+    if done.returncode != 0:
+        record["stderr"] = done.stderr[-3000:]
+        return record
+    payload = json.loads(done.stdout)
+    record.update(summary=payload, **study_figures(folder, payload["study"], launched))
+    return record
+
+
+def study_figures(folder: Path, name: str, launched: dt.datetime) -> dict:
+    """Time to within 2% of the final best, and each trial's wall time, from the study's own timestamps."""
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{folder / 'tune.db'}")
+    trials = sorted(
+        (t for t in study.get_trials(deepcopy=False) if t.datetime_complete is not None),
+        key=lambda t: t.datetime_complete,
+    )
+    final = recommended_of(trials)
+    reached = None
+    if final is not None:
+        for i in range(len(trials)):
+            best = recommended_of(trials[: i + 1])
+            if best is not None and best.value <= final.value * (1 + WITHIN):
+                reached = (trials[i].datetime_complete - launched).total_seconds()
+                break
+    per_trial = [
+        {
+            "trial": t.number,
+            "state": t.state.name,
+            "wall_s": round((t.datetime_complete - t.datetime_start).total_seconds(), 2),
+            "batch_size": t.user_attrs.get("batch_size"),
+            "config": t.user_attrs.get("effective"),
+            "j_per_query": t.user_attrs.get("j_per_query"),
+            "p99_ms": t.user_attrs.get("p99_ms"),
+            "feasible": t.state == optuna.trial.TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values()),
+            "windows": t.user_attrs.get("measurements"),
+            "cut": t.user_attrs.get("cut"),
+            "stop_rule": (t.user_attrs.get("extra") or {}).get("stop_rule"),
+            "reused_from": t.user_attrs.get("reused_from"),
+            **{key: t.user_attrs.get(key) for key in ("setup_s", "windows_s", "search_s")},
+        }
+        for t in trials
+    ]
+    first = trials[0].datetime_start if trials else launched
+    return {
+        "final_best_trial": None if final is None else final.number,
+        "final_best_j_per_query": None if final is None else final.value,
+        "within_2pct_s": None if reached is None else round(reached, 2),
+        "before_first_trial_s": round((first - launched).total_seconds(), 2),
+        "max_trial_s": max((p["wall_s"] for p in per_trial), default=None),
+        "cuts": {r: sum(p["cut"] == r for p in per_trial) for r in {p["cut"] for p in per_trial if p["cut"]}},
+        "trials": per_trial,
+    }
+
+
+def remeasure(record: dict) -> dict:
+    """The recommended configuration in three fixed 5 s windows, as `tune measure` runs it."""
+    best = record["summary"]["best"]
+    model = CASES[record["case"]]["model"]
+    knobs = best["config"]
+    sets = [arg for k in RUNNER_KNOBS if k in knobs for arg in ("--set", f"{k}={str(knobs[k]).lower()}")]
+    if "batch_timeout_ms" in knobs:
+        sets += ["--batch-timeout", str(knobs["batch_timeout_ms"])]
+    command = [
+        *TUNE,
+        "measure",
+        "--model",
+        model,
+        "--device",
+        DEVICE[0],
+        "--batch-size",
+        str(best["batch_size"]),
+        *sets,
+        "--repeat",
+        "3",
+        "--window",
+        "5",
+        "--min-window",
+        "5",
+        "--json",
+    ]
+    if record["case"].endswith("server"):
+        command += ["--scenario", "server", "--target-qps", "3000"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"command": " ".join(command[1:]), "rc": done.returncode, "stderr": done.stderr[-2000:]}
+    payload = json.loads(done.stdout)
+    values = [m["j_per_query"] for m in payload["measurements"] if m["valid"]]
+    return {
+        "command": " ".join(["python3", "-m", "tuner", *command[3:]]),
+        "j_per_query": values,
+        "median": statistics.median(values) if values else None,
+        "p99_ms": [m["p99_ms"] for m in payload["measurements"]],
+    }
+
+
+def first_build(model: str) -> dict:
+    """One fresh process measuring one configuration: the first model build on this machine."""
+    command = [*TUNE, "measure", "--model", model, "--device", DEVICE[0], "--batch-size", "32", "--window", "2"]
+    command += ["--min-window", "2", "--json"]
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return {"model": model, "wall_s": round(time.monotonic() - started, 2), "rc": done.returncode}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--samplers", default="auto")
+    parser.add_argument("--first-build", action="store_true")
+    parser.add_argument("--remeasure", action="store_true")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/tta"))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default=DEVICE[0])
+    parser.add_argument("--budget", type=float, default=float("inf"))
+    args = parser.parse_args()
+    DEVICE[0] = args.device
+    results: dict = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "runs": []}
+    if args.first_build:
+        models = sorted({CASES[c]["model"] for c in args.cases.split(",")})
+        results["first_build"] = [first_build(m) for m in models]
+        print("first build:", results["first_build"], flush=True)
+    started = time.monotonic()
+    for name in args.cases.split(","):
+        for sampler in args.samplers.split(","):
+            if time.monotonic() - started > args.budget:
+                print(f"budget spent: {name} {sampler} not run", flush=True)
+                continue
+            record = run_case(name, sampler, args.work)
+            if args.remeasure and sampler == "auto" and record.get("summary", {}).get("best"):
+                record["remeasure"] = remeasure(record)
+            results["runs"].append(record)
+            args.out.write_text(json.dumps(results, indent=1))
+            print(line(record), flush=True)
+    print("case              sampler  wall s  2% s  max trial s  best J/q  cuts  remeasured")
+    for record in results["runs"]:
+        print(line(record))
+
+
+def line(r: dict) -> str:
+    if r.get("rc"):
+        return f"{r['case']:17} {r['sampler']:7} rc={r['rc']} {r.get('stderr', '')[-300:]}"
+    again = r.get("remeasure", {}).get("median")
+    best = r.get("final_best_j_per_query")
+    return (
+        f"{r['case']:17} {r['sampler']:7} {r['wall_s']:6.1f} {r.get('within_2pct_s') or float('nan'):5.1f} "
+        f"{r.get('max_trial_s') or float('nan'):11.1f} {best or float('nan'):.5f} {sum(r['cuts'].values()):4d} "
+        f"{again if again is None else round(again, 5)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
