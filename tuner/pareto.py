@@ -250,6 +250,7 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "feasibility",
                 "proposed_by",
                 "why",
+                "switch_s",
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
@@ -276,6 +277,7 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     feasibility(t, bound),
                     a.get("proposed_by", ""),
                     a.get("why", ""),
+                    a.get("switch_s", ""),
                 ]
             )
 

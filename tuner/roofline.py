@@ -18,7 +18,7 @@ fit of log time per batch (batch size / throughput), energy coefficients from a
 non-negative least-squares fit of energy per batch; latency is predicted as the
 measured ratio of the tail latency to the batch time.
 
-Knobs are given physical roles by name (see ROLE_NAMES); a role that a device
+Knobs are given physical roles by name (tuner.space.ROLE_NAMES); a role that a device
 lacks is a constant that its fitted coefficient absorbs.
 """
 
@@ -34,34 +34,15 @@ from pydantic import BaseModel
 
 from runners.profile import ModelProfile
 from tuner.errors import UserError
-from tuner.space import Config, Grid, Mode, SearchSpace
+from tuner.space import Config, Grid, Mode, SearchSpace, knob_roles
 
 ENERGY_SHARES = (0.25, 0.15, 0.15, 0.15, 0.1, 0.1, 0.05, 0.05)
 ENERGY_PRIOR_WEIGHT = 0.3
 
-ROLE_NAMES = {
-    "gpu_mhz": ("gpu_mhz", "sm_mhz", "gpu_clock_mhz", "graphics_mhz"),
-    "mem_mhz": ("emc_mhz", "mem_mhz", "memory_mhz"),
-    "cpu_mhz": ("cpu_mhz",),
-    "cpu_cores": ("cpu_cores",),
-    "power_limit_w": ("power_limit_w", "power_limit"),
-    "precision": ("precision",),
-}
 PRECISION_BYTES = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
 SMOOTH_P = 8.0
 CHUNK = 256
 """Rows per block of the per-layer time arithmetic (see _time)."""
-
-
-def knob_roles(space: SearchSpace) -> dict[str, str]:
-    """Map physical roles to this space's knob names (roles without a knob are left out)."""
-    roles = {}
-    for role, names in ROLE_NAMES.items():
-        for name in names:
-            if name in space.knobs:
-                roles[role] = name
-                break
-    return roles
 
 
 @dataclass
