@@ -44,7 +44,8 @@ def timed(self, study):
         spent.append(time.process_time() - started)
 learned.LearnedSampler.propose = timed
 from tuner.cli.root import main
-sys.argv = ["tune", "run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--seed", sys.argv[1]]
+seed = sys.argv[1]
+sys.argv = ["tune", "run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--seed", seed]
 out = sys.stdout
 sys.stdout = open(os.devnull, "w")
 try:
@@ -52,11 +53,11 @@ try:
 except SystemExit:
     pass
 import optuna
-study = optuna.load_study(study_name=%r, storage="sqlite:///studies/tune.db")
+study = optuna.load_study(study_name=STUDY_NAME, storage="sqlite:///studies/tune.db")
 keys = [t.user_attrs.get("effective_key") for t in study.trials]
 usage = resource.getrusage(resource.RUSAGE_SELF)
 out.write(json.dumps({"spent": spent, "cpu": usage.ru_utime + usage.ru_stime, "keys": keys}))
-""" % STUDY
+""".replace("STUDY_NAME", repr(STUDY))
 
 
 def one_run(code: Path, threads: str, seed: int) -> dict:
@@ -117,7 +118,8 @@ def main() -> None:
         lines.append(
             f"| {name} | {folder.name} | {threads} | {statistics.median(means):.0f} | "
             f"{', '.join(f'{m:.0f}' for m in means)} | {statistics.median(firsts):.0f} | "
-            f"{statistics.median(rest):.0f} | {statistics.median(r['cpu'] for r in rs):.1f} | {'yes' if same else 'no'} |"
+            f"{statistics.median(rest):.0f} | {statistics.median(r['cpu'] for r in rs):.1f} | "
+            f"{'yes' if same else 'no'} |"
         )
     lines += [
         "",

@@ -246,18 +246,20 @@ def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK,
         t_mop *= beta
         t_mop /= f.mem[s][:, None]
         t_launch = (kappa / f.cpu[s])[:, None]
-        runs = layers.runs(f.batch[s])
+        # Every layer runs at these batch sizes (the usual case): no mask to apply.
+        runs = layers.runs(f.batch[s]) if layers.min_batch.max(initial=1) > f.batch[s].min() else None
         if not smooth:
             peak = np.maximum(t_flop, t_mop, out=t_flop)
             np.maximum(peak, t_launch, out=peak)
-            peak *= runs
+            if runs is not None:
+                peak *= runs
             out[s] = peak.sum(axis=1)
             continue
         peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         smoothed = peak * (
             (t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P
         ) ** (1 / SMOOTH_P)
-        out[s] = (smoothed * runs).sum(axis=1)
+        out[s] = (smoothed if runs is None else smoothed * runs).sum(axis=1)
     return out
 
 
