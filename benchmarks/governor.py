@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 
 from tuner.devices.registry import open_device
+from tuner.devices.switching import SwitchCosts
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.serve.plan import REFINE_TRIALS, PlanOptions, build_policy, plan_rates, plot_policy
 from tuner.serve.policy import Policy, write_policy
@@ -45,7 +46,6 @@ from tuner.serve.replay import (
     replay,
     unlocked_idle_w,
 )
-from tuner.serve.switching import SwitchCosts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -125,7 +125,7 @@ def main() -> None:
         f"{rules.smoothing_s:g} s, headroom {100 * rules.headroom:g}%, hysteresis {100 * rules.hysteresis:g}%, "
         f"dwell {rules.min_dwell_s:g} s, a switch down only if it saves {100 * rules.min_saving:g}% at the observed "
         "rate and more than twice its energy over the dwell time. Every switch pauses serving for its time "
-        "(tuner/serve/switching.py) and the queue carries across it. `default`: the default mode with its "
+        "(tuner/devices/switching.py) and the queue carries across it. `default`: the default mode with its "
         "frequency governors free (clocks fall to the lowest between batches, "
         f"{1000 * DEFAULT_REACTION_S:g} ms late on a Jetson); "
         "`default_locked`: the same with clocks locked at maximum (jetson_clocks).",

@@ -14,6 +14,12 @@ Targets (set for a newcomer's first hour): start-up under 2 s, quick start under
 average before and after goes into the results: say whether the machine was
 shared.
 
+``--baseline DIR`` (a checkout of earlier code, e.g. ``git worktree add DIR
+COMMIT``) runs that code's quick start before each run of this one, with the
+same ``tune`` script, so both are measured in the same conditions; the table
+adds its CPU time and the ratio. A BLAS thread setting in this environment
+is not passed on: each code version runs with the threads it chooses.
+
     nice -n 10 .venv/bin/python benchmarks/startup.py --repeats 5 --note "shared with other work"
 """
 
@@ -46,7 +52,7 @@ def tune_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "tuner"]
 
 
-def one_run() -> tuple[float, float, float, float]:
+def one_run(root: Path = ROOT) -> tuple[float, float, float, float]:
     """Seconds to the first trial's start and end, for the whole command, and of CPU the command used.
 
     The README's command exactly: no ``--out`` or ``--json``, run in a fresh
@@ -55,7 +61,8 @@ def one_run() -> tuple[float, float, float, float]:
     machine the wall time of this single-process command is close to it.
     """
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        env["PYTHONPATH"] = str(root)
         began_wall = dt.datetime.now()
         began = time.monotonic()
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -84,10 +91,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--note", default="", help="e.g. whether the machine was shared with other work")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "startup.md")
+    parser.add_argument("--baseline", type=Path, help="a checkout of earlier code, measured before each run")
     args = parser.parse_args()
     load_before = os.getloadavg()
     runs = []
+    before: list[float] = []
     for i in range(args.repeats):
+        if args.baseline is not None:
+            before.append(one_run(args.baseline.resolve())[3])
+            print(f"run {i}, baseline: {before[-1]:.1f} s CPU", flush=True)
         runs.append(one_run())
         started, first, whole, cpu = runs[-1]
         print(
@@ -123,6 +135,15 @@ def main() -> int:
         row("start-up to the end of the first trial", 1, ".2f", f"< {FIRST_TRIAL_TARGET_S:g} s"),
         row("whole quick start (40 trials, results written)", 2, ".1f", f"< {QUICK_START_TARGET_S:g} s"),
         row("CPU time of the whole quick start (user + system)", 3, ".1f", "-"),
+    ]
+    if before:
+        lines += [
+            f"| CPU time of the whole quick start, code of {args.baseline} (run before each run above) | "
+            f"{statistics.median(before):.1f} s | " + ", ".join(f"{b:.1f}" for b in before) + " | - |",
+            "",
+            f"CPU time now / before: {cpu / statistics.median(before):.2f} (medians of runs taken in turn)",
+        ]
+    lines += [
         "",
         f"targets {'met' if met else 'NOT met'} (medians: first trial {first:.2f} s, quick start {whole:.1f} s, "
         f"first trial started at {started:.2f} s, {cpu:.1f} s CPU)",

@@ -61,9 +61,22 @@ What it lays out:
   -256 C (sensor off); /proc/device-tree/model and compatible (NUL-separated);
   /etc/nv_tegra_release.
 
+- Mode switches that need a reboot: once the GPU has run since boot
+  (``create_gpu_context``), ``nvpmodel -m`` into a mode whose TPC_PG_MASK
+  differs from the board's prints what a real board printed when the switch
+  was declined ("NVPM WARN: Golden image context is already created", "NVPM
+  WARN: Reboot required for changing to this power mode: N", "NVPM WARN: DO
+  YOU WANT TO REBOOT NOW? enter YES/yes to confirm:", then "NVPM ERROR:
+  optMask is 1, no request for power mode"; output captured from devices in
+  public Jetson tooling, e.g. a JetPack 6.1 AGX Orin going from MODE_30W
+  to MAXN), reads its answer from standard input and stays in its mode; a
+  "yes" is recorded (``reboot_requested``) instead of rebooting.
+- Switch time: ``set_switch_time`` makes every ``nvpmodel -m`` take that
+  long; tuner.devices.switching.SwitchCosts.mode_s is the figure the twin
+  uses (docs/serving.md says what it rests on).
+
 What it does not model: clocks that move by themselves (cur_freq and the EMC
-rate stay where written), the reboot some mode changes ask for on JetPack 6,
-thermal throttling, the kernel clamping a max below a min.
+rate stay where written), thermal throttling, the kernel clamping a max below a min.
 """
 
 from __future__ import annotations
@@ -244,6 +257,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -356,6 +370,18 @@ def set_mode(mode_id):
     return 0
 
 
+def needs_reboot(mode_id):
+    """Once the GPU has run, a mode with another TPC mask needs a reboot (the golden context is made)."""
+    if not EXTRA.get("gpu_context"):
+        return False
+    params, modes, _ = parse()
+    mode = next((m for m in modes if m["id"] == mode_id), None)
+    for param, arg, value in mode["lines"] if mode is not None else []:
+        if param == "TPC_POWER_GATING":
+            return under(params[param]["args"][arg]).read_text().strip() != value
+    return False
+
+
 def clocks():
     """Current clocks (GHz), online cores and active TPCs, from the files."""
     cpus = EXTRA["cpus"]
@@ -414,7 +440,19 @@ def main(argv):
         if EXTRA.get("fail_m"):
             print("NVPM ERROR: Error opening /sys/devices/platform/17000000.gpu/devfreq_dev/available_frequencies")
             return 1
-        return set_mode(int(argv[1]))
+        mode_id = int(argv[1])
+        if needs_reboot(mode_id):
+            print("NVPM WARN: Golden image context is already created")
+            print(f"NVPM WARN: Reboot required for changing to this power mode: {{mode_id}}")
+            print("NVPM WARN: DO YOU WANT TO REBOOT NOW? enter YES/yes to confirm:", flush=True)
+            if sys.stdin.readline().strip() in ("YES", "yes"):
+                (ROOT / "var/lib/nvpmodel/fake-reboot").write_text(f"{{mode_id}}\n")
+                print("NVPM WARN: rebooting")
+                return 0
+            print("NVPM ERROR: optMask is 1, no request for power mode")
+            return 0
+        time.sleep(EXTRA.get("switch_s", 0.0))
+        return set_mode(mode_id)
     print("usage: nvpmodel [-m ID] [-q]", file=sys.stderr)
     return 1
 
@@ -517,6 +555,20 @@ class FakeBoard:
         """Make ``nvpmodel -m`` fail as it does when the conf names a missing node (seen on 36.x boards)."""
         self.conf["fail_m"] = fail
         (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
+
+    def set_switch_time(self, seconds: float) -> None:
+        """Make every ``nvpmodel -m`` take ``seconds`` (tests use a fraction of SwitchCosts.mode_s)."""
+        self.conf["switch_s"] = seconds
+        (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
+
+    def create_gpu_context(self) -> None:
+        """The GPU has run since boot: from now on a mode with another TPC mask asks for a reboot."""
+        self.conf["gpu_context"] = True
+        (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
+
+    def reboot_requested(self) -> bool:
+        """Whether anyone answered yes to nvpmodel's reboot question (the fake records it, never reboots)."""
+        return (self.root / "var/lib/nvpmodel/fake-reboot").exists()
 
     def mode_id(self) -> int:
         return int(self.read("var/lib/nvpmodel/status").split()[0].split(":")[1])

@@ -6,11 +6,11 @@ Every figure here comes from seeded simulations on the twin: nothing depends on 
 import numpy as np
 import pytest
 
+from tuner.devices.switching import SwitchCosts, switch_seconds
 from tuner.devices.virtual.queueing import ServingProfile, simulate
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.serve.policy import Band, BandProvenance, Policy
 from tuner.serve.replay import GovernorRules, Replayer, Step, Trace
-from tuner.serve.switching import SwitchCosts, switch_seconds
 from tuner.space import Config
 
 ORIN = TwinDevice("sim:orin")

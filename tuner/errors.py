@@ -17,6 +17,16 @@ class UserError(Exception):
     exit_code = 2
 
 
+class NeedsReboot(UserError):
+    """A configuration the device takes only after a reboot, which the tuner never does by itself.
+
+    A study records such a trial as failed with this message and goes on
+    without that configuration; a single command (``tune apply``) stops.
+    """
+
+    exit_code = 1
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, SIGHUP or SIGQUIT, turned into an exception so the same finally-blocks restore the hardware.
 

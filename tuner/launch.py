@@ -14,6 +14,7 @@ from tuner.cli.catalog, so they return at once.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -21,6 +22,9 @@ import sys
 def main() -> None:
     if _answered_at_once(sys.argv[1:]):
         return
+    # Before numpy loads: the search's matrices are a few dozen rows, and OpenBLAS threads on them
+    # cost four times the CPU (they spin between calls, on the cores the runner measures on).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from tuner.interrupts import ending, held, install_process_handlers, last_signal
 
     install_process_handlers()

@@ -36,7 +36,8 @@ from typing import Any
 import optuna
 
 from tuner import interrupts
-from tuner.devices.base import Device
+from tuner.devices.base import Device, switch_seconds_of
+from tuner.errors import NeedsReboot
 from tuner.measure.stopping import STOP_TAIL
 from tuner.measurement import METRIC_KEYS, Measurement
 from tuner.models import model_slug
@@ -161,6 +162,12 @@ class Objective:
         return self._verdict(trial, key, windows, earlier, note)
 
     def _apply(self, trial: optuna.Trial, effective: Config) -> None:
+        """Put the device in the configuration; its switch time goes on the trial (``switch_s``).
+
+        A configuration the device takes only after a reboot fails the trial
+        (never rebooted, the device as it was) and the study goes on; the
+        trial names the mode (``needs_reboot``) so a strategy can leave it out.
+        """
         hardware, _ = split(effective)
         try:
             interrupts.check()
@@ -168,6 +175,20 @@ class Objective:
         except MeasurementRejected as exc:
             trial.set_user_attr("fail_reason", str(exc))
             raise
+        except NeedsReboot as exc:
+            mode = self.space.mode_knob
+            set_user_attrs(
+                trial,
+                {
+                    "fail_reason": str(exc),
+                    "verdict": f"skipped: {exc}",
+                    "needs_reboot": str(effective.knobs.get(mode, "")) if mode else "",
+                },
+            )
+            raise MeasurementRejected(str(exc)) from None
+        switch = switch_seconds_of(self.device)
+        if switch is not None:
+            trial.set_user_attr("switch_s", round(switch, 4))
 
     def _window(self, trial: optuna.Trial, effective: Config, k: int, best: float | None) -> Measurement:
         """Window ``k`` of this trial (the configuration is applied): its own noise seed and log folder.

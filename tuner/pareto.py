@@ -282,6 +282,7 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "setup_s",
                 "windows_s",
                 "search_s",
+                "switch_s",
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
@@ -310,6 +311,7 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("why", ""),
                     a.get("cut", ""),
                     *[a.get(key, "") for key in ("setup_s", "windows_s", "search_s")],
+                    a.get("switch_s", ""),
                 ]
             )
 

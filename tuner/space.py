@@ -562,3 +562,24 @@ def load_space(kind: str, runtime: str | None = None) -> SearchSpace:
         raise UserError(f"no search space for device kind {kind!r}: known kinds are {', '.join(available_kinds())}")
     with resources.as_file(resource) as path:
         return _load_file(path).for_runtime(runtime)
+
+
+ROLE_NAMES = {
+    "gpu_mhz": ("gpu_mhz", "sm_mhz", "gpu_clock_mhz", "graphics_mhz"),
+    "mem_mhz": ("emc_mhz", "mem_mhz", "memory_mhz"),
+    "cpu_mhz": ("cpu_mhz",),
+    "cpu_cores": ("cpu_cores",),
+    "power_limit_w": ("power_limit_w", "power_limit"),
+    "precision": ("precision",),
+}
+
+
+def knob_roles(space: SearchSpace) -> dict[str, str]:
+    """Map physical roles to this space's knob names (roles without a knob are left out)."""
+    roles = {}
+    for role, names in ROLE_NAMES.items():
+        for name in names:
+            if name in space.knobs:
+                roles[role] = name
+                break
+    return roles

@@ -124,7 +124,7 @@ class GaussianProcess:
             result = minimize(
                 _neg_log_evidence,
                 start,
-                args=(x, r),
+                args=(x, r, _squared_differences(x)),
                 jac=True,
                 method="L-BFGS-B",
                 bounds=bounds,
@@ -165,8 +165,16 @@ def _kernel(a: np.ndarray, b: np.ndarray, log_scales: np.ndarray, log_signal: fl
     return np.exp(log_signal) * np.exp(-0.5 * np.maximum(sq, 0.0))
 
 
-def _neg_log_evidence(theta: np.ndarray, x: np.ndarray, r: np.ndarray) -> tuple[float, np.ndarray]:
-    """Negative log marginal likelihood plus a weak prior on the length scales, with its gradient."""
+def _squared_differences(x: np.ndarray) -> np.ndarray:
+    """(columns x n x n) squared differences of the inputs per column, the same for every step of a fit."""
+    return (x.T[:, :, None] - x.T[:, None, :]) ** 2
+
+
+def _neg_log_evidence(theta: np.ndarray, x: np.ndarray, r: np.ndarray, squared: np.ndarray) -> tuple[float, np.ndarray]:
+    """Negative log marginal likelihood plus a weak prior on the length scales, with its gradient.
+
+    ``squared`` is :func:`_squared_differences` of ``x``, computed once per fit.
+    """
     d = x.shape[1]
     n = len(r)
     k_signal = _kernel(x, x, theta[:d], theta[d])
@@ -182,7 +190,7 @@ def _neg_log_evidence(theta: np.ndarray, x: np.ndarray, r: np.ndarray) -> tuple[
     inner = np.outer(alpha, alpha) - k_inv
     grad = np.empty_like(theta)
     for j in range(d):
-        diff = (x[:, j][:, None] - x[:, j][None, :]) ** 2 / np.exp(2 * theta[j])
+        diff = squared[j] / np.exp(2 * theta[j])
         grad[j] = -0.5 * np.sum(inner * (k_signal * diff))
     grad[d] = -0.5 * np.sum(inner * k_signal)
     grad[d + 1] = -0.5 * np.trace(inner) * noise

@@ -14,6 +14,7 @@ from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
+from tuner.devices.switching import SwitchCosts, switch_seconds
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.records import recommended
@@ -43,7 +44,6 @@ from tuner.serve.plan import (
 from tuner.serve.policy import Policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
 from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay, shipped_traces, trace_path
-from tuner.serve.switching import SwitchCosts, switch_seconds
 from tuner.serve.validate import check_policy_for, check_rules
 from tuner.units import MAX_TRIALS, check_count
 

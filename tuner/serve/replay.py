@@ -25,6 +25,7 @@ import numpy as np
 
 from runners.profile import load_profile
 from tuner import atomicfile
+from tuner.devices.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.devices.virtual.queueing import (
     QueueOutcome,
     Reaction,
@@ -38,7 +39,6 @@ from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
 from tuner.serve.policy import Band, Policy
-from tuner.serve.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.serve.validate import MAX_REPLAY_STEPS, MAX_TRACE_BYTES, MAX_TRACE_ROWS, check_policy_for
 from tuner.space import Config
 from tuner.units import MAX_RATE_QPS

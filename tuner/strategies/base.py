@@ -38,10 +38,18 @@ def model_sampler(seed: int | None, startup: int) -> IndexedSampler:
 
 def measured_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """Completed trials that measured (not reuses of an earlier measurement, not repeats)."""
+    return measured_of(study.get_trials(deepcopy=False))
+
+
+def measured_of(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """:func:`measured_trials` of trials already read (one storage read serves a whole proposal)."""
     return [
         t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if "reused_from" not in t.user_attrs and "repeat_of" not in t.user_attrs and "qps" in t.user_attrs
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and "reused_from" not in t.user_attrs
+        and "repeat_of" not in t.user_attrs
+        and "qps" in t.user_attrs
     ]
 
 
@@ -150,12 +158,13 @@ class GuidedSampler(optuna.samplers.BaseSampler):
     ) -> None:
         self.inner.after_trial(study, trial, state, values)
 
-    def _fresh(self, study: optuna.Study, config: Config) -> Config | None:
-        """The effective configuration if it has not been measured yet, else None."""
+    def _fresh(self, study: optuna.Study, config: Config, keys: set[str] | None = None) -> Config | None:
+        """The effective configuration if no trial has it yet (``keys``: the trials' keys, if already read)."""
         effective = self.space.effective(config)
         key = json.dumps(effective.key())
-        done = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
-        return None if key in done else effective
+        if keys is None:
+            keys = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
+        return None if key in keys else effective
 
 
 def proposal_counts(study: optuna.Study) -> dict[str, int]:

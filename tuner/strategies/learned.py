@@ -19,7 +19,7 @@ from runners.profile import ModelProfile
 from tuner.models import model_profile
 from tuner.roofline import RooflineParams, features, fit_measurements
 from tuner.space import Config, Grid, SearchSpace
-from tuner.strategies.base import GuidedSampler, measured_trials, model_sampler, trial_config
+from tuner.strategies.base import GuidedSampler, measured_of, model_sampler, trial_config
 from tuner.surrogate import GaussianProcess, encode_grid
 
 _TABLES: dict[str, Table] = {}
@@ -42,10 +42,16 @@ def _normal_pdf(z: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Table:
-    """What the learned strategy needs of a space, built once: its grid and every configuration's encoding."""
+    """What the learned strategy needs of a space, built once: its grid, every configuration's encoding and mode.
+
+    ``modes`` holds each configuration's power mode as an index into
+    ``mode_names`` (None in a space without a mode knob).
+    """
 
     grid: Grid
     x: np.ndarray
+    modes: np.ndarray | None = None
+    mode_names: list[str] | None = None
     features: Any = None
 
 
@@ -54,7 +60,12 @@ def space_table(space: SearchSpace) -> Table:
     key = space.model_dump_json()
     if key not in _TABLES:
         grid = Grid(space)
-        _TABLES[key] = Table(grid, encode_grid(space, grid))
+        table = Table(grid, encode_grid(space, grid))
+        if space.mode_knob is not None:
+            names = [str(v) for v in space.knobs[space.mode_knob].values]
+            table.mode_names = names
+            table.modes = grid.column(space.mode_knob, lambda v: names.index(str(v))).astype(int)
+        _TABLES[key] = table
     return _TABLES[key]
 
 
@@ -80,6 +91,10 @@ class LearnedSampler(GuidedSampler):
     shape the feasibility term; ``center`` measures the centre as trial 3;
     ``probe`` enables direction probes, skipped below ``probe_min_prob``
     P(bound), judged over ``probe_batches`` neighbouring batch sizes.
+    ``switch_tie``: a candidate in the board's current power mode is taken
+    over a better-scoring one in another mode when it scores within this
+    fraction of it (a mode switch costs seconds on a Jetson; 0 never
+    prefers); a mode whose switch asked for a reboot is not proposed again.
     """
 
     def __init__(
@@ -99,6 +114,7 @@ class LearnedSampler(GuidedSampler):
         probe: bool = True,
         probe_min_prob: float = 0.2,
         probe_batches: int = 1,
+        switch_tie: float = 0.1,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
@@ -114,6 +130,8 @@ class LearnedSampler(GuidedSampler):
         self.probe = probe
         self.probe_min_prob = probe_min_prob
         self.probe_batches = probe_batches
+        self.switch_tie = switch_tie
+        self.mode_now: int | None = None
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
         self.profile_note = ""
@@ -124,6 +142,7 @@ class LearnedSampler(GuidedSampler):
         self.trust = "gp+roofline"
         self.steps = 0
         self.fits: dict[str, GaussianProcess] = {}
+        self.box: tuple[int, np.ndarray] | None = None
         self.rng = np.random.default_rng(seed)
 
     def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
@@ -140,16 +159,18 @@ class LearnedSampler(GuidedSampler):
     def propose(self, study: optuna.Study) -> Config | None:
         if self.steps == 0 and self.space is not None:
             self._note(study)
-        done = [t for t in measured_trials(study) if f"{self.percentile}_ms" in t.user_attrs]
+        trials = study.get_trials(deepcopy=False)
+        done = [t for t in measured_of(trials) if f"{self.percentile}_ms" in t.user_attrs]
+        keys = {t.user_attrs.get("effective_key") for t in trials}
         if len(done) < 2:
             default = self.space.default_config()
             for label, batch in (("largest", self.space.batch_sizes[-1]), ("smallest", self.space.batch_sizes[0])):
-                fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}))
+                fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}), keys)
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
         if self.center and len(done) < 3:
-            fresh = self._fresh(study, self._center())
+            fresh = self._fresh(study, self._center(), keys)
             if fresh is not None:
                 self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
                 return fresh
@@ -162,8 +183,9 @@ class LearnedSampler(GuidedSampler):
         y_e = np.log([t.user_attrs["j_per_query"] for _, t in pairs])
         y_l = np.log([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
         self._score_prospective(rows, y_e, y_l)
-        keys = {t.user_attrs.get("effective_key") for t in study.get_trials(deepcopy=False)}
         seen = {table.grid.position(k) for k in keys if k is not None}
+        seen |= self._refused_rows(table, trials)
+        self.mode_now = self._mode_of(table, done[-1]) if done else None
         feasible = sorted(
             (t.user_attrs["j_per_query"], r) for r, t in pairs if t.user_attrs[f"{self.percentile}_ms"] <= self.bound_ms
         )
@@ -177,6 +199,31 @@ class LearnedSampler(GuidedSampler):
         why_model = self._choose_trust(roof is not None)
         mu_e, sd_e, mu_l, sd_l = models[self.trust](cand)
         return self._acquire(table, cand, local_rows, feasible, mu_e, sd_e, mu_l, sd_l, why_model)
+
+    def _mode_of(self, table: Table, trial: optuna.trial.FrozenTrial) -> int | None:
+        """The power mode (index into table.mode_names) a trial ran in: the board's mode after it."""
+        if table.mode_names is None or self.space.mode_knob is None:
+            return None
+        value = str(trial.user_attrs.get("effective", {}).get(self.space.mode_knob))
+        return table.mode_names.index(value) if value in table.mode_names else None
+
+    def _refused_rows(self, table: Table, trials: list[optuna.trial.FrozenTrial]) -> set[int]:
+        """Every configuration in a mode whose switch asked for a reboot in this study: none is proposed."""
+        refused = {t.user_attrs["needs_reboot"] for t in trials if t.user_attrs.get("needs_reboot")}
+        if not refused or table.modes is None or table.mode_names is None:
+            return set()
+        index = [i for i, name in enumerate(table.mode_names) if name in refused]
+        return {int(r) for r in np.flatnonzero(np.isin(table.modes, index))}
+
+    def _stay(self, table: Table, cand: np.ndarray, score: np.ndarray, allowed: np.ndarray, pick: int) -> int:
+        """``pick``, or the best allowed candidate in the current mode if it scores within ``switch_tie`` of it."""
+        if self.switch_tie <= 0 or self.mode_now is None or table.modes is None:
+            return pick
+        modes = table.modes[cand]
+        if modes[pick] == self.mode_now:
+            return pick
+        same = allowed & (modes == self.mode_now) & (score >= (1 - self.switch_tie) * score[pick])
+        return int(np.argmax(np.where(same, score, -np.inf))) if same.any() else pick
 
     def _center(self) -> Config:
         """Every ordered tuned knob at its middle value, the others at their default, the middle batch size."""
@@ -202,9 +249,7 @@ class LearnedSampler(GuidedSampler):
             pool = self.rng.choice(n, size=self.sample, replace=False)
         parts = [pool]
         if around:
-            steps = self._steps()
-            inside = np.all(np.abs(table.x - table.x[around[0]]) <= steps * self.box_steps + 1e-9, axis=1)
-            box = np.flatnonzero(inside)
+            box = self._box(table, around[0])
             if len(box) > self.box_sample:
                 box = self.rng.choice(box, size=self.box_sample, replace=False)
             parts.append(box)
@@ -214,6 +259,14 @@ class LearnedSampler(GuidedSampler):
         if seen:
             cand = cand[~np.isin(cand, np.fromiter(seen, dtype=int))]
         return cand, local
+
+    def _box(self, table: Table, row: int) -> np.ndarray:
+        """Grid rows within ``box_steps`` steps of ``row`` in every encoded column, kept while the incumbent stays."""
+        if self.box is None or self.box[0] != row:
+            steps = self._steps()
+            inside = np.all(np.abs(table.x - table.x[row]) <= steps * self.box_steps + 1e-9, axis=1)
+            self.box = (row, np.flatnonzero(inside))
+        return self.box[1]
 
     def _steps(self) -> np.ndarray:
         """Width of one step of each encoded column (one-hot columns: any value is one step)."""
@@ -371,7 +424,7 @@ class LearnedSampler(GuidedSampler):
             if probe.any():
                 pick = int(np.lexsort((score, priority))[-1])
             else:
-                pick = int(np.argmax(np.where(is_local, score, -np.inf)))
+                pick = self._stay(table, cand, score, is_local, int(np.argmax(np.where(is_local, score, -np.inf))))
             incumbent = table.grid[feasible[0][1]].label()
             kind = "untried direction of a knob from" if probe.any() else "neighbour of"
             self.reason = (
@@ -379,7 +432,7 @@ class LearnedSampler(GuidedSampler):
                 f"{kind} the best feasible ({incumbent}): {what} {score[pick]:.3g}; {why_model}",
             )
             return table.grid[int(cand[pick])]
-        pick = int(np.argmax(score))
+        pick = self._stay(table, cand, score, np.ones(len(cand), dtype=bool), int(np.argmax(score)))
         label = "local" if is_local[pick] else "global"
         self.reason = (
             f"{label}({self.trust})" if label == "local" else self.trust,

@@ -7,8 +7,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tuner.roofline import knob_roles
-from tuner.space import Config
+from tuner.space import Config, knob_roles
 from tuner.strategies.base import GuidedSampler, measured_trials, trial_config
 
 

@@ -35,13 +35,15 @@ from tuner.devices.jetson.meters import JtopMeter, RailMeter
 from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
-from tuner.errors import UserError
+from tuner.errors import NeedsReboot, UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 
 STATE_VERSION = 1
 DEFAULT_THERMAL_LIMIT_C = 90.0
+# What nvpmodel prints when a mode needs a reboot (before its YES/yes question).
+REBOOT_MARKERS = ("Reboot required for changing to this power mode", "DO YOU WANT TO REBOOT NOW")
 # Zones whose sensor is off read -256 C on Orin (CV0/CV1/CV2-therm without the DLA/PVA powered).
 NO_SENSOR_C = -200.0
 
@@ -68,6 +70,10 @@ class JetsonError(UserError):
 
 class ApplyError(JetsonError):
     """The board did not take a value: read back differs, nvpmodel did not switch, write failed."""
+
+
+class ModeNeedsReboot(ApplyError, NeedsReboot):
+    """nvpmodel asked for a reboot to enter a mode: it was answered no, and the board is as it was."""
 
 
 class ThermalLimitError(JetsonError):
@@ -166,6 +172,7 @@ class JetsonDevice:
         self._space, note = board_space(self._base_space, self.board)
         self.notes = [note] if note else []
         self.nvpmodel = _find_nvpmodel(nvpmodel or os.environ.get("TUNE_NVPMODEL") or "nvpmodel")
+        self.last_switch_s: float | None = None
 
     # -- discovery ---------------------------------------------------------
 
@@ -311,7 +318,14 @@ class JetsonDevice:
         return self._steps(t, current, include_all=mode_change)
 
     def apply(self, config: Config) -> None:
-        """Apply in the fixed order and read every value back; ApplyError if the board refused."""
+        """Apply in the fixed order and read every value back; ApplyError if the board refused.
+
+        ``last_switch_s`` is how long it took, from the mode check to the last
+        value read back: seconds when nvpmodel changes the mode, milliseconds
+        for clock writes alone (a trial's setup includes it).
+        """
+        started = time.monotonic()
+        self.last_switch_s = None
         t = self.targets(config)
         self.check_thermal()
         mode_change = self.query_mode() != t["mode"]
@@ -323,6 +337,7 @@ class JetsonDevice:
         for step in self._steps(t, self._current(), include_all=False):
             self._write(Path(step.path), step.value)
         self._verify(t)
+        self.last_switch_s = time.monotonic() - started
 
     def _current(self, assume_mode: int | None = None) -> dict[str, Any]:
         """Current values; with ``assume_mode``, what nvpmodel will leave after switching to it."""
@@ -414,7 +429,14 @@ class JetsonDevice:
             raise ApplyError("the board did not take the configuration: " + "; ".join(wrong))
 
     def _set_mode(self, mode_id: int) -> None:
-        """``nvpmodel -m ID``, then poll ``-q`` until the board reports it."""
+        """``nvpmodel -m ID``, then poll ``-q`` until the board reports it.
+
+        Some switches need a reboot (on Orin, one that changes the GPU's TPC
+        mask once the GPU has run: "Golden image context is already created";
+        nvpmodel then asks "DO YOU WANT TO REBOOT NOW? enter YES/yes to
+        confirm"). nvpmodel runs with no input, so the question is answered
+        no and the board stays in its mode; :class:`ModeNeedsReboot` says so.
+        """
         self._run_nvpmodel(["-m", str(mode_id)])
         deadline = time.monotonic() + self.mode_timeout_s
         while self.query_mode() != mode_id:
@@ -426,6 +448,11 @@ class JetsonDevice:
             time.sleep(0.1)
 
     def _run_nvpmodel(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """Run nvpmodel with no input: a question it asks is answered by the end of input, that is no.
+
+        A mode it will only enter after a reboot raises :class:`ModeNeedsReboot`
+        whatever its exit status (boards differ), before any other failure.
+        """
         try:
             proc = subprocess.run(
                 [self.nvpmodel, *args],
@@ -437,6 +464,12 @@ class JetsonDevice:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ApplyError(f"'{self.nvpmodel} {' '.join(args)}' failed: {exc}") from None
+        if args[:1] == ["-m"] and any(marker in f"{proc.stdout}\n{proc.stderr}" for marker in REBOOT_MARKERS):
+            raise ModeNeedsReboot(
+                f"switching from nvpmodel mode {self.query_mode()} to mode {args[1]} needs a reboot: not applied, "
+                f"tune never reboots a board (to tune in mode {args[1]}: sudo nvpmodel -m {args[1]}, answer yes, "
+                "and run again after the reboot)"
+            )
         if proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip().splitlines()
             raise ApplyError(

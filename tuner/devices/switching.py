@@ -1,4 +1,4 @@
-"""What one configuration switch costs a serving device: how long queries wait, and what the board draws.
+"""What one configuration switch costs a device: how long it takes, and what the board draws meanwhile.
 
 A switch is costed step by step as ``tune apply`` performs it: an nvpmodel
 mode change (``mode_s``), CPU cores put on or offline (``core_s`` each), new
@@ -6,15 +6,15 @@ CPU, GPU and EMC clock limits, NVML settings on a card, and a change of
 runner. While it runs no batch starts, and the board draws the higher idle
 power of the two configurations plus ``work_w``. ``scale`` multiplies every
 time, for the sensitivity check. Each figure's source or assumption is in
-docs/serving.md.
+docs/serving.md. The governor's replay pays these pauses; a study's twin
+reports them as each trial's switch time (what a board's would cost).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.roofline import knob_roles
-from tuner.space import Config, SearchSpace
+from tuner.space import Config, SearchSpace, knob_roles
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,66 @@
+"""The learned strategy's cached and in-place arithmetic proposes exactly what it did before (fixed seed).
+
+The sequence below was recorded from the code before its proposals were made cheaper (the roofline in
+cache-sized blocks, one storage read per proposal, the incumbent's box kept, the GP's squared
+differences computed once per fit): any cache that changes a result changes a proposal here. With
+``switch_tie=0`` the strategy has no preference for the board's current mode, as then.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.run_options import RunOptions
+from tuner.strategies import LearnedSampler, space_table
+from tuner.study import MEMORY_STORAGE, run_study
+
+# sim:orin, resnet50, p99 <= 50 ms, seed 1: (batch, nvpmodel, gpu_mhz, emc_mhz, cpu_cores, cpu_mhz, proposed by)
+RECORDED = [
+    (64, "MAXN", "1300.5", "3199", "12", "2201.6", "baseline"),
+    (1, "MAXN", "1300.5", "3199", "12", "2201.6", "baseline"),
+    (8, "MAXN", "816", "665.6", "6", "1190.4", "design"),
+    (8, "MAXN", "816", "3199", "2", "1958.4", "gp+roofline"),
+    (8, "MAXN", "714", "3199", "2", "1958.4", "local(gp+roofline)"),
+    (8, "MAXN", "612", "3199", "2", "2201.6", "gp+roofline"),
+    (8, "MAXN", "510", "3199", "2", "2201.6", "local(gp+roofline)"),
+    (8, "MAXN", "510", "3199", "2", "2112.0", "local(gp+roofline)"),
+    (8, "MAXN", "408", "3199", "2", "2201.6", "local(gp+roofline)"),
+    (8, "MAXN", "408", "3199", "2", "2112.0", "local(gp+roofline)"),
+    (8, "30W", "510", "3199", "2", "1651.2", "local(gp)"),
+    (8, "MAXN", "408", "3199", "2", "1958.4", "gp+roofline"),
+]
+
+
+def test_proposals_for_a_fixed_seed_are_those_recorded_before_the_caches() -> None:
+    options = RunOptions(model="resnet50", max_latency_ms=50.0, trials=len(RECORDED), seed=1, storage=MEMORY_STORAGE)
+    study, _ = run_study(TwinDevice("sim:orin"), options, sampler=LearnedSampler(seed=1, switch_tie=0.0))
+    got = []
+    for t in sorted(study.trials, key=lambda t: t.number):
+        batch, *pairs = json.loads(t.user_attrs["effective_key"])
+        k = dict(pairs)
+        got.append(
+            (
+                batch,
+                k["nvpmodel"],
+                k["gpu_mhz"],
+                k["emc_mhz"],
+                k["cpu_cores"],
+                k["cpu_mhz"],
+                t.user_attrs["proposed_by"],
+            )
+        )
+    assert got == RECORDED
+
+
+def test_the_kept_box_is_the_box_of_the_current_incumbent() -> None:
+    space = TwinDevice("sim:orin-nano").space()
+    table = space_table(space)
+    sampler = LearnedSampler(seed=0)
+    sampler.bind(space, "resnet50", 30.0, "p99")
+    steps = sampler._steps() * sampler.box_steps + 1e-9
+    for row in (5, 5, 900, 5):
+        fresh = np.flatnonzero(np.all(np.abs(table.x - table.x[row]) <= steps, axis=1))
+        assert np.array_equal(sampler._box(table, row), fresh)
