@@ -797,7 +797,7 @@ def make_fake_board(
     fake.boot_sysfs = {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted((root / "sys").rglob("*"))
-        if p.is_file() and not p.is_symlink() and not p.name.endswith(SENSOR_SUFFIXES)
+        if p.is_file() and not p.is_symlink() and not p.as_posix().endswith(SENSOR_SUFFIXES)
     }
     fake.set_mode(conf["modes"][start] if start is not None else board["default_mode"])
     return fake
