@@ -96,10 +96,9 @@ def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run:
     for step in steps:
         common.out_console.print(f"{verb}: {step}")
     for knob, tuned, now in plan.cannot_apply:
-        same = " (already as tuned)" if now is not None and float(now) == float(tuned) else ""
-        common.out_console.print(
-            f"cannot apply (observe-only): {knob}={tuned} (the device runs {now if now is not None else '?'}{same})"
-        )
+        same = ": already as tuned" if now is not None and float(now) == float(tuned) else ""
+        current = "unknown" if now is None else f"{float(now):g}"
+        common.out_console.print(f"cannot apply (observe-only): {knob}={tuned} (the device runs {current}{same})")
     if plan.cannot_apply:
         common.out_console.print(
             "observe-only: nothing was written; an operator with the right to change the card applies those, "
