@@ -37,7 +37,7 @@ def verify(
     sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
 ) -> None:
-    """Check an exported configuration on this unit (at most 3 windows); re-tune locally if it does not hold."""
+    """Check an export on this unit (at most 3 windows); re-tune locally if it does not hold."""
     exported = load_export(config_file, sealed=True)
     if model is not None and model != exported.model:
         raise UserError(f"{config_file} is an export for model {exported.model}, not {model}: export this model's")
