@@ -35,7 +35,12 @@ What it lays out:
   mlcommons inference_results_v1.0 closed/NVIDIA/power/nvpmodel-computelab-310.conf),
   with the AGX Orin 64 GB modes of nvpmodel_p3701_0000.conf as tabulated in
   the shared reference jetson-orin-agx.md (MAXN, MODE_15W, MODE_30W, MODE_50W;
-  default MODE_30W). A mode's block lists only the clusters it keeps online,
+  default MODE_30W). Like NVIDIA's own conf (the copy in github.com/LineageOS/
+  android_device_nvidia_concord nvpmodel/nvpmodel_p3701_0000.conf), one file
+  serves L4T 35 and 36: each path argument has an ``_KNEXT`` twin naming the
+  newer kernel's path, and nvpmodel writes whichever exists; its EMC section
+  header reads ``<PARAM TYPE=CLOCK NAME=EMC >``, without the space. A mode's
+  block lists only the clusters it keeps online,
   as NVIDIA's confs do (MODE_10W of the Xavier conf lists CPU_DENVER_0 alone).
   The Orin Nano's two modes come from the Jetson Linux guide's table
   (15W, 7W), not from a conf file: none was found to check them against.
@@ -352,7 +357,11 @@ def set_mode(mode_id):
     for param, arg, value in mode["lines"]:
         spec = params[param]
         if spec["type"] == "FILE":
-            write(under(spec["args"][arg]), value)
+            target = clock_path(spec["args"], arg)
+            if target is None:
+                print(f"NVPM ERROR: Error opening {{spec['args'].get(arg)}}", file=sys.stderr)
+                return 1
+            write(target, value)
             continue
         path = clock_path(spec["args"], arg)
         if path is None:
@@ -615,27 +624,43 @@ def _link(path: Path, target: Path | str) -> None:
 
 
 def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
-    """An nvpmodel.conf in NVIDIA's format for this board and release (see the module docstring)."""
+    """An nvpmodel.conf in NVIDIA's format for this board and release (see the module docstring).
+
+    As NVIDIA's nvpmodel_p3701_0000.conf of L4T 35/36 does, one file serves
+    both kernels: each argument names the L4T 35 path, and ``<ARG>_KNEXT`` the
+    newer kernel's (here: this layout's own, or L4T 36.4's on an L4T 35
+    board); nvpmodel writes the one that exists. The EMC section's header is
+    written ``<PARAM ...`` without the space, as in that file.
+    """
     cpus = sum(len(c) for c in board["clusters"])
-    gpu_parent = "/" + lay["parent"]
+    old = LAYOUTS["l4t35"]
+    new = lay if lay is not old else LAYOUTS["l4t36.4"]
+
+    def both(arg: str, path: Any) -> list[str]:
+        first, knext = path(old), path(new)
+        return [f"{arg} {first}"] + ([f"{arg}_KNEXT {knext}"] if knext != first else [])
+
+    def gpu0(leaf: str) -> Any:
+        return lambda lay: f"/{lay['parent']}/gpu.0/{leaf}"
+
     out = ["# fake nvpmodel.conf: NVIDIA's PARAM / POWER_MODEL / PM_CONFIG format", ""]
     out.append("< PARAM TYPE=FILE NAME=CPU_ONLINE >")
     out += [f"CORE_{c} /sys/devices/system/cpu/cpu{c}/online" for c in range(cpus)]
-    out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", f"TPC_PG_MASK {gpu_parent}/gpu.0/tpc_pg_mask"]
-    control = f"{gpu_parent}/gpu.0/power/control"
-    out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >", f"GPU_PWR_CNTL_EN {control}"]
-    out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >", f"GPU_PWR_CNTL_DIS {control}"]
+    out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", *both("TPC_PG_MASK", gpu0("tpc_pg_mask"))]
+    out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >", *both("GPU_PWR_CNTL_EN", gpu0("power/control"))]
+    out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >", *both("GPU_PWR_CNTL_DIS", gpu0("power/control"))]
     for index, cluster in enumerate(board["clusters"]):
         base = f"/sys/devices/system/cpu/cpu{cluster[0]}/cpufreq"
         out += ["", f"< PARAM TYPE=CLOCK NAME=CPU_A78_{index} >"]
         out += [f"FREQ_TABLE {base}/scaling_available_frequencies", f"MAX_FREQ {base}/scaling_max_freq"]
         out += [f"MIN_FREQ {base}/scaling_min_freq"]
     out += ["", "< PARAM TYPE=CLOCK NAME=GPU >"]
-    out += [f"FREQ_TABLE {lay['conf_gpu']}/available_frequencies"]
-    out += [f"MAX_FREQ {lay['conf_gpu']}/max_freq", f"MIN_FREQ {lay['conf_gpu']}/min_freq"]
-    out += ["", "< PARAM TYPE=CLOCK NAME=EMC >", f"MAX_FREQ /{lay['emc_cap']}", ""]
+    for arg, leaf in (("FREQ_TABLE", "available_frequencies"), ("MAX_FREQ", "max_freq"), ("MIN_FREQ", "min_freq")):
+        out += both(arg, lambda lay, leaf=leaf: f"{lay['conf_gpu']}/{leaf}")
+    out += ["", "<PARAM TYPE=CLOCK NAME=EMC >", *both("MAX_FREQ", lambda lay: f"/{lay['emc_cap']}"), ""]
     for core in range(2 if "dla_caps" in board else 0):
-        out += [f"< PARAM TYPE=CLOCK NAME=DLA{core}_CORE >", f"MAX_FREQ /{_dla_cap(lay, core)}", ""]
+        out += [f"< PARAM TYPE=CLOCK NAME=DLA{core}_CORE >"]
+        out += [*both("MAX_FREQ", lambda lay, core=core: f"/{_dla_cap(lay, core)}"), ""]
     for mode_id, name, cores, cpu_max, gpu_max, emc_cap, tpc in board["modes"]:
         out.append(f"< POWER_MODEL ID={mode_id} NAME={name} >")
         out += [f"CPU_ONLINE CORE_{c} {1 if c < cores else 0}" for c in range(cpus)]
