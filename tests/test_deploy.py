@@ -48,7 +48,7 @@ def export(study: Path, output: Path, *formats: str) -> tuple[int, str, str]:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", [*LAYOUTS, "l4t36.3"])
 def test_every_format_from_one_answer_and_the_nvpmodel_block_is_the_boards(study, tmp_path, monkeypatch, layout):
     fake = board(tmp_path, layout, monkeypatch)
     code, _out, err = export(study, tmp_path / "best.yaml", *FORMATS)
