@@ -10,6 +10,7 @@ failed by a running worker, never by looking at it.
 from __future__ import annotations
 
 import math
+import statistics
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -115,3 +116,81 @@ def all_statuses(url: str) -> list[StudyStatus]:
         storage = open_storage(url, None, readonly=True)
         names = optuna.get_all_study_names(storage=storage)
         return [study_status(optuna.load_study(study_name=n, storage=storage), url) for n in names]
+
+
+UNIT_PREFIX = "unit:"
+
+
+class UnitVerdict(BaseModel):
+    """One unit's verdict as ``tune verify`` wrote it on the fleet study (the fields status reads)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    unit: str
+    device: str
+    verdict: str
+    reason: str
+    windows: int
+    j_per_query: float
+    latency_ms: float
+    study_j_per_query: float
+    retune: dict | None = None
+    at: str = ""
+
+    @property
+    def deployed_j(self) -> float:
+        """Energy per query as the unit runs now: the re-tuned answer's where it re-tuned."""
+        return float(self.retune["j_per_query"]) if self.retune else self.j_per_query
+
+
+class FleetStatus(BaseModel):
+    """Every unit's verdict on one study's export: how many verified, re-tuned and why, the energy spread."""
+
+    version: int = STATUS_VERSION
+    study: str
+    units: list[UnitVerdict]
+    verified: int
+    retuned: int
+    unreadable: list[str] = Field(default_factory=list)
+    spread: dict[str, float] | None = None
+
+
+def fleet_summary(url: str) -> list[FleetStatus]:
+    """The fleet verdicts recorded on each study of a storage (studies without any are left out).
+
+    The spread is over the energy per query each unit runs as deployed (its
+    measured export, or its re-tuned answer): min, median, max and
+    (max - min) / median.
+    """
+    with storage_errors(url):
+        storage = open_storage(url, None)
+        out = []
+        for summary in optuna.get_all_study_summaries(storage):
+            attrs = summary.user_attrs
+            units, unreadable = [], []
+            for key, value in sorted(attrs.items()):
+                if not key.startswith(UNIT_PREFIX):
+                    continue
+                try:
+                    units.append(UnitVerdict.model_validate(value))
+                except ValueError:
+                    unreadable.append(key[len(UNIT_PREFIX) :])
+            if not units and not unreadable:
+                continue
+            energies = sorted(u.deployed_j for u in units)
+            spread = None
+            if energies:
+                median = statistics.median(energies)
+                spread = {"min": energies[0], "median": median, "max": energies[-1]}
+                spread["relative"] = (energies[-1] - energies[0]) / median if median else math.nan
+            out.append(
+                FleetStatus(
+                    study=summary.study_name,
+                    units=units,
+                    verified=sum(u.verdict == "verified" for u in units),
+                    retuned=sum(u.verdict == "retuned" for u in units),
+                    unreadable=unreadable,
+                    spread=spread,
+                )
+            )
+        return out

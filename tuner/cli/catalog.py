@@ -17,10 +17,14 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("sweep", "Measure every configuration of the (narrowed) space: ground truth and characterization."),
     ("measure", "Measure one configuration (repeatably, with --repeat)."),
     ("pareto", "Summarise a study: its recommended configuration, then each batch size's front; rewrite its files."),
-    ("export", "Write the study's recommended configuration as versioned YAML, for tune apply."),
+    (
+        "export",
+        "Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON.",
+    ),
     ("dashboard", "Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."),
     ("apply", "Apply an exported best mode at deploy time (idempotent; undo with tune restore)."),
     ("restore", "Put a device back as it was before tune apply or a crashed run, from the journal."),
+    ("verify", "Check an export on this unit (at most 3 windows); re-tune locally if it does not hold."),
     ("status", "Progress of a study across workers: trials done, running, failed, recommended configuration so far."),
     ("bench", "Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."),
     (

@@ -9,7 +9,7 @@ import typer
 
 from tuner import interrupts
 from tuner.cli import common, options
-from tuner.deploy import apply_export, load_export
+from tuner.deploy import DeployPlan, ExportedConfig, apply_export, load_export
 from tuner.devices.hardware_session import restore_device
 from tuner.devices.journal import journal_files, load_journal
 from tuner.devices.registry import builtin_device_name, device_name_for_kind, open_device
@@ -18,6 +18,12 @@ from tuner.errors import UserError
 ConfigFile = typer.Argument(..., help="a YAML file written by tune export")
 ApplyDevice = typer.Option(None, "--device", "-d", help="device to apply to (default: the export's own device)")
 DryRun = typer.Option(False, "--dry-run", help="print every write and change nothing")
+Persist = typer.Option(
+    False, "--persist", help="Jetson: keep the mode across reboots (a custom nvpmodel mode, made the default)"
+)
+RestorePersist = typer.Option(
+    False, "--persist", help="also remove a mode made persistent by tune apply --persist (edits /etc/nvpmodel)"
+)
 RestoreDevice = typer.Option(None, "--device", "-d", help="device to restore (default: every journaled one)")
 
 
@@ -42,6 +48,7 @@ def apply(
     config_file: Path = ConfigFile,
     device: str | None = ApplyDevice,
     dry_run: bool = DryRun,
+    persist: bool = Persist,
     allow_clock_changes: bool = options.AllowClockChanges,
     sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
@@ -51,7 +58,8 @@ def apply(
     name = device or default_device(exported.device, exported.device_kind)
     sysfs = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
     dev = open_device(name, allow_clock_changes=allow_clock_changes, **sysfs)
-    steps = apply_export(exported, dev, dry_run=dry_run)
+    plan = apply_export(exported, dev, dry_run=dry_run, persist=persist)
+    steps = plan.writes
     if exported.twin:
         common.err_console.print(
             "warning: this configuration comes from a digital twin (simulated, not measured on hardware)"
@@ -63,6 +71,9 @@ def apply(
                 "device": dev.name,
                 "dry_run": dry_run,
                 "writes": steps,
+                "cannot_apply": [{"knob": k, "tuned": v, "now": n} for k, v, n in plan.cannot_apply],
+                "runtime": plan.runtime,
+                "persisted": plan.persisted,
                 "batch_size": exported.batch_size,
                 "knobs": exported.knobs,
                 "study": source.study,
@@ -70,6 +81,13 @@ def apply(
             }
         )
         return
+    print_plan(exported, plan, dev.name, dry_run)
+
+
+def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run: bool) -> None:
+    """What tune apply did or would do, what it cannot apply here, and what the runtime must be given."""
+    source = exported.provenance
+    steps = plan.writes
     energy = exported.metrics.get("j_per_query")
     measured = f", {energy:.4g} J/query" if isinstance(energy, (int, float)) else ""
     common.out_console.print(
@@ -79,17 +97,34 @@ def apply(
     verb = "would write" if dry_run else "applied"
     for step in steps:
         common.out_console.print(f"{verb}: {step}")
-    if not steps:
-        common.out_console.print(f"{dev.name} already runs this configuration")
-    if not dry_run:
+    for knob, tuned, now in plan.cannot_apply:
+        same = ": already as tuned" if now is not None and float(now) == float(tuned) else ""
+        current = "unknown" if now is None else f"{float(now):g}"
+        common.out_console.print(f"cannot apply (observe-only): {knob}={tuned} (the device runs {current}{same})")
+    if plan.cannot_apply:
         common.out_console.print(
-            f"run the model with batch size {exported.batch_size}; undo with: tune restore --device {dev.name}"
+            "observe-only: nothing was written; an operator with the right to change the card applies those, "
+            "or: tune apply --allow-clock-changes"
         )
+    elif not steps:
+        common.out_console.print(f"{device} already runs this configuration")
+    runtime = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in plan.runtime.items())
+    common.out_console.print(
+        f"the runtime must be given: {runtime} (tune export --format triton|trtexec|env writes them)"
+    )
+    if plan.persisted and not dry_run:
+        common.out_console.print(
+            f"{plan.persisted} is now the board's nvpmodel default: it stays after a reboot; "
+            f"undo with: tune restore --persist --device {device}"
+        )
+    elif not dry_run and not plan.cannot_apply:
+        common.out_console.print(f"undo with: tune restore --device {device}")
 
 
 @interrupts.deferring
 def restore(
     device: str | None = RestoreDevice,
+    persist: bool = RestorePersist,
     sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
 ) -> None:
@@ -111,7 +146,7 @@ def restore(
                 allow_clock_changes=name.startswith("cuda:"),
                 **(sysfs if not name.startswith(("cuda:", "sim:", "cpu")) else {}),
             )
-            if restore_device(dev):
+            if restore_device(dev, persist=persist):
                 restored.append(name)
         except UserError as exc:
             if device:

@@ -9,9 +9,12 @@ import typer
 from tuner.cli import common, options
 from tuner.cli.results import find_study
 from tuner.errors import UserError
-from tuner.fleet import StudyStatus, all_statuses, study_status
+from tuner.fleet import FleetStatus, StudyStatus, all_statuses, fleet_summary, study_status
 
 StatusModel = typer.Option(None, "--model", "-m", help="the study's model (default: every study)")
+Fleet = typer.Option(
+    False, "--fleet", help="every unit's tune verify verdict: verified, re-tuned and why, energy spread"
+)
 StatusDevice = typer.Option(
     None, "--device", "-d", help="the study's device, results folder or kind, e.g. sim:orin, orin-agx"
 )
@@ -22,11 +25,15 @@ def status(
     device: str | None = StatusDevice,
     max_latency: str | None = options.StudyBound,
     scenario: str | None = options.StudyScenario,
+    fleet: bool = Fleet,
     storage: str | None = options.Storage,
     out: Path = options.Out,
     as_json: bool = options.Json,
 ) -> None:
     """Progress of a study across workers: trials done, running, failed, recommended configuration so far."""
+    if fleet:
+        print_fleet(fleet_summary(common.read_storage(storage, out)), as_json)
+        return
     if (model is None) != (device is None):
         raise UserError("give both --model and --device to pick a study, or neither to list every study")
     bound = common.latency(max_latency) if max_latency is not None else None
@@ -69,3 +76,37 @@ def print_status(s: StudyStatus) -> None:
     )
     table.columns[0].no_wrap = True
     common.out_console.print(table)
+
+
+def print_fleet(fleets: list[FleetStatus], as_json: bool) -> None:
+    """``tune status --fleet``: per study, every unit's verdict and the energy spread across units."""
+    if as_json:
+        common.emit_json({"fleets": [f.model_dump(mode="json") for f in fleets]})
+        return
+    if not fleets:
+        common.out_console.print("no unit has verified an export in this storage yet: run tune verify --storage URL")
+    for f in fleets:
+        line = f"{f.study}: {len(f.units)} units, {f.verified} verified, {f.retuned} re-tuned"
+        if f.spread:
+            s = f.spread
+            line += (
+                f"; energy as deployed {s['min']:.4g}..{s['max']:.4g} J/query "
+                f"(median {s['median']:.4g}, spread {s['relative']:.1%})"
+            )
+        if f.unreadable:
+            line += f"; unreadable verdicts: {', '.join(f.unreadable)}"
+        common.out_console.print(line)
+        rows = [
+            [
+                u.unit,
+                u.verdict,
+                u.windows,
+                f"{u.j_per_query / u.study_j_per_query:.3f}",
+                f"{u.deployed_j:.4g}",
+                u.reason if not u.retune else f"re-tuned: {u.reason}",
+            ]
+            for u in f.units
+        ]
+        table = common.table(f"units of {f.study}", ["unit", "verdict", "win", "E/study", "J/query", "why"], rows)
+        table.columns[0].no_wrap = True
+        common.out_console.print(table)

@@ -8,7 +8,8 @@ import optuna
 import typer
 
 from tuner.cli import common, options
-from tuner.deploy import export_config, write_export
+from tuner.deploy import export_config
+from tuner.deploy.formats import FORMATS, export_paths, write_exports
 from tuner.errors import UserError, did_you_mean
 from tuner.pareto import build_pareto, completed_records, out_of_bound, results_dir, summary_points, write_results
 from tuner.scenario import format_rate
@@ -19,7 +20,15 @@ ExportBound = typer.Option(
     None, "--max-latency", "-l", help="the study's bound (which study, when several bounds were tuned)"
 )
 ShowAll = typer.Option(False, "--all", help="every measured configuration, not only the fronts")
-ExportFile = typer.Option(Path("best.yaml"), "--output", "-o", help="YAML file to write")
+ExportFile = typer.Option(
+    Path("best.yaml"), "--output", "-o", help="file to write; each format takes its suffix (best.conf, best.pbtxt, ...)"
+)
+ExportFormat = typer.Option(
+    ["yaml"],
+    "--format",
+    "-f",
+    help=f"{'|'.join(FORMATS)}, repeat or comma-separate for several; each file's first lines say what it cannot hold",
+)
 Host = typer.Option("127.0.0.1", "--host", help="address to serve on (127.0.0.1: this machine only)")
 Port = typer.Option(8080, "--port", help="TCP port to serve on")
 
@@ -148,24 +157,40 @@ def export(
     max_latency: str | None = ExportBound,
     scenario: str | None = options.StudyScenario,
     output: Path = ExportFile,
+    formats: list[str] = ExportFormat,
     storage: str | None = options.Storage,
     out: Path = options.Out,
+    sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
 ) -> None:
-    """Write the study's recommended configuration as versioned YAML, for tune apply."""
+    """Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON."""
     bound = common.latency(max_latency) if max_latency is not None else None
-    common.check_out_file(output, "--output")
+    wanted = [f.strip() for item in formats for f in item.split(",") if f.strip()]
+    for path in export_paths(output, wanted).values():
+        common.check_out_file(path, "--output")
     url = common.read_storage(storage, out)
     study = find_study(url, model, device, bound, scenario)
     exported = export_config(study, url)
-    write_export(exported, output)
+    board = None
+    if "nvpmodel" in wanted:
+        from tuner.devices.jetson import DEVICE_KINDS
+        from tuner.devices.registry import device_name_for_kind, open_device
+
+        if exported.device_kind not in DEVICE_KINDS.values():
+            raise UserError(
+                f"the nvpmodel format is a Jetson board's power mode; this study is of {exported.device_kind}: "
+                "export triton, trtexec, env or json instead"
+            )
+        board = open_device(device_name_for_kind(exported.device_kind), sysfs_root=sysfs_root)
+    written = write_exports(exported, output, wanted, board)
     if as_json:
-        common.emit_json({"written": str(output), **exported.model_dump(mode="json")})
+        common.emit_json({"written": [str(p) for p in written.values()], **exported.sealed().model_dump(mode="json")})
         return
     twin = " [digital twin]" if exported.twin else ""
     m = exported.metrics
+    files = ", ".join(map(str, written.values()))
     common.out_console.print(
-        f"{output}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
+        f"{files}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
         f"batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
         f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms (mean of {m['windows']} windows){twin}"
     )

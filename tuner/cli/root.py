@@ -1,7 +1,7 @@
 """The ``tune`` app: every command registered on one Typer application, and its entry point.
 
 Each command is a plain function in the module of its kind (tuning, results,
-deploy, fleet, search, serve, report, meters); COMMANDS names them all, in the
+deploy, verify, fleet, search, serve, report, meters); COMMANDS names them all, in the
 order ``tune --help`` lists them (tuner.cli.catalog).
 
 Every command calls a library function; user mistakes surface as one line on
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import typer
 
 from tuner import __version__, interrupts
-from tuner.cli import deploy, fleet, meters, options, report, results, search, serve, tuning
+from tuner.cli import deploy, fleet, meters, options, report, results, search, serve, tuning, verify
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -58,6 +58,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "dashboard": results.dashboard,
     "apply": deploy.apply,
     "restore": deploy.restore,
+    "verify": verify.verify,
     "status": fleet.status,
     "bench": search.bench,
     "roofline": search.roofline,

@@ -63,18 +63,25 @@ def hold(device: Device) -> Iterator[None]:
         yield
 
 
-def restore_pending(device: Device) -> bool:
+def restore_pending(device: Device, persist: bool = False) -> bool:
     """Restore a device from a journal left by a crashed run or ``tune apply``; True if there was one.
 
     The journal must be this device's (same name and kind): a journal is
     only ever restored to the board it was written for. A state the device
     cannot take (a key or value it does not know) is a one-line error naming
-    the journal; the journal is kept.
+    the journal; the journal is kept. A journal of ``tune apply --persist``
+    (key ``persist``: a file under /etc was changed) is restored only when
+    ``persist`` says the user asked for it.
     """
     path = journal_path(device.name)
     entry = read_journal(device.name)
     if entry is None:
         return False
+    if "persist" in entry.state and not persist:
+        raise UserError(
+            f"{device.name} runs a tuned mode made persistent by tune apply --persist (journal {path}): "
+            f"remove it with tune restore --persist --device {device.name}"
+        )
     if entry.device != device.name or entry.kind != device.kind:
         raise UserError(
             f"journal {path} is for {entry.device} ({entry.kind}), not {device.name} ({device.kind}); {fix_hint(path)}"
@@ -91,28 +98,35 @@ def restore_pending(device: Device) -> bool:
     return True
 
 
-def restore_device(device: Device) -> bool:
+def restore_device(device: Device, persist: bool = False) -> bool:
     """``tune restore``: put a device back from its journal, locked against a tuner using it; True if it was."""
     with interrupts.held(), hold(device):
-        restored = restore_pending(device)
+        restored = restore_pending(device, persist)
     if restored:
         _left(device.name, "restored")
     return restored
 
 
 @contextmanager
-def deployment(device: Device) -> Iterator[None]:
+def deployment(device: Device, saved: dict[str, Any] | None = None) -> Iterator[None]:
     """Hold a device while a mode is applied to stay (``tune apply``): locked, journaled first, undone if cut short.
 
     The journal keeps the state from before the first apply, for ``tune
     restore``. If the apply fails or is interrupted, the board is put back
     as it was just before it (and a journal written only for it is removed),
-    so a half-applied mode is never left behind.
+    so a half-applied mode is never left behind. ``saved`` adds to the
+    journaled state what only this deployment changes (a persistent mode's
+    conf file); it needs a fresh journal, so the journal holds it whole.
     """
     with interrupts.held(), hold(device):
         interrupts.check()
         fresh = read_journal(device.name) is None
-        before = device.read_state()
+        if saved and not fresh:
+            raise UserError(
+                f"{device.name} already runs an applied mode (journal {journal_path(device.name)}): "
+                f"put it back first with tune restore --device {device.name}, then apply again"
+            )
+        before = {**device.read_state(), **(saved or {})}
         write_journal(device, before)
         try:
             interrupts.check()

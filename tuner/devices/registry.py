@@ -44,7 +44,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     if name.startswith("sim:"):
         from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
 
-        if name[4:] not in TWIN_KINDS:
+        if name[4:].split("#", 1)[0] not in TWIN_KINDS:
             twins = [f"sim:{n}" for n in twin_names()]
             raise UserError(f"unknown twin {name!r}{did_you_mean(name, twins)}: known twins are {', '.join(twins)}")
 

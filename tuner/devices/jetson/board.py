@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.devices.jetson.dla import find_caps, for_runtime
+from tuner.devices.jetson.nvpconf import ConfMode, Param, read_conf
 from tuner.devices.jetson.sysfs import inside, ints, is_file, read
 from tuner.errors import UserError
 from tuner.space import Knob, Mode, SearchSpace
@@ -227,7 +228,7 @@ def board_title(root: Path) -> str:
     return f"{model or 'Jetson board'} ({read_release(root)})"
 
 
-def _conf_path(root: Path) -> Path | None:
+def conf_path(root: Path) -> Path | None:
     """/etc/nvpmodel.conf under the root, following its (usually absolute) link inside the root."""
     path = root / NVPMODEL_CONF
     for _ in range(8):
@@ -239,56 +240,15 @@ def _conf_path(root: Path) -> Path | None:
 
 
 def parse_nvpmodel_conf(text: str) -> tuple[list[BoardMode], int | None]:
-    """The POWER_MODEL blocks of an nvpmodel.conf, and its PM_CONFIG default.
+    """The POWER_MODEL blocks of an nvpmodel.conf as the space reads them, and its PM_CONFIG default.
 
-    The format (NVIDIA's own header in every conf): ``< PARAM TYPE=... NAME=P >``
-    sections bind argument names to sysfs paths; ``< POWER_MODEL ID=n NAME=x >``
-    sections list ``PARAM ARG VALUE`` lines; for CLOCK parameters -1 means no
-    cap (INT_MAX) and an EMC cap of 0 means none either. CPU clusters are the
-    CLOCK parameters whose paths are cpufreq files; GPU and EMC are named so.
+    Read with :func:`tuner.devices.jetson.nvpconf.read_conf` (the grammar is
+    described there); for CLOCK parameters -1 means no cap (INT_MAX) and an
+    EMC cap of 0 means none either. CPU clusters are the CLOCK parameters
+    whose paths are cpufreq files; GPU and EMC are named so.
     """
-    params: dict[str, dict[str, str]] = {}
-    modes: list[BoardMode] = []
-    default: int | None = None
-    section: dict[str, Any] | None = None
-    current_param: str | None = None
-
-    def close() -> None:
-        if section is not None:
-            modes.append(_mode_from(section, params))
-
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        header = re.fullmatch(r"<\s*(.*?)\s*>", line)
-        if header:
-            fields = dict(re.findall(r"(\w+)=(\S+)", header.group(1)))
-            kind = header.group(1).split()[0] if header.group(1) else ""
-            if kind == "POWER_MODEL" and "ID" in fields:
-                close()
-                section = {"id": int(fields["ID"]), "name": fields.get("NAME", fields["ID"]), "lines": []}
-                current_param = None
-            elif kind == "PARAM" and "NAME" in fields:
-                close()
-                section = None
-                current_param = fields["NAME"]
-                params[current_param] = {}
-            elif kind == "PM_CONFIG" and "DEFAULT" in fields:
-                close()
-                section, current_param = None, None
-                default = int(fields["DEFAULT"]) if fields["DEFAULT"].isdigit() else None
-            else:
-                close()
-                section, current_param = None, None
-            continue
-        parts = line.split()
-        if section is not None and len(parts) >= 3:
-            section["lines"].append(parts[:3])
-        elif current_param is not None and len(parts) >= 2:
-            params[current_param][parts[0]] = parts[1]
-    close()
-    return modes, default
+    conf = read_conf(text)
+    return [_mode_from(mode, conf.params) for mode in conf.modes], conf.default
 
 
 def _int(value: str) -> int | None:
@@ -298,13 +258,13 @@ def _int(value: str) -> int | None:
         return None
 
 
-def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> BoardMode:
+def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
     online: dict[str, str] = {}
     cpu_caps: list[int] = []
     gpu = emc = tpc = dla = None
-    for param, arg, value in section["lines"]:
+    for param, arg, value in mode.lines:
         number = _int(value)
-        paths = " ".join(params.get(param, {}).values())
+        paths = " ".join(params[param].args.values()) if param in params else ""
         if param == "CPU_ONLINE":
             online[arg] = value
         elif param == "TPC_POWER_GATING":
@@ -320,8 +280,8 @@ def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> Bo
     cores = 1 + sum(1 for core, v in online.items() if core != "CORE_0" and v == "1")
     capped = [c for c in cpu_caps if c > 0]
     return BoardMode(
-        id=section["id"],
-        name=section["name"],
+        id=mode.id,
+        name=mode.name,
         cores=cores if online else 0,
         cpu_max_khz=min(capped) if capped else None,
         gpu_max_hz=gpu if gpu is not None and gpu > 0 else None,
@@ -333,7 +293,7 @@ def _mode_from(section: dict[str, Any], params: dict[str, dict[str, str]]) -> Bo
 
 def read_modes(root: Path) -> tuple[list[BoardMode], int | None, str | None]:
     """The board's nvpmodel modes, default and conf path; no modes where the conf is missing."""
-    path = _conf_path(root)
+    path = conf_path(root)
     if path is None:
         return [], None, None
     modes, default = parse_nvpmodel_conf(path.read_text(errors="replace"))

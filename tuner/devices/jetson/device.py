@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from tuner.devices.jetson import sysfs
 from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover
 from tuner.devices.jetson.meters import JtopMeter, RailMeter
+from tuner.devices.jetson.persist import unpersist
 from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
@@ -524,6 +525,10 @@ class JetsonDevice:
                     self._set_mode(plan.mode)
             except ApplyError as exc:
                 problems.append(str(exc))
+        if isinstance(state, dict) and "persist" in state:
+            # After the mode switch: the conf nvpmodel reads must hold the mode it is in until then.
+            saved = state["persist"]
+            problems += unpersist(self, saved) if isinstance(saved, dict) else ["journal: persist is not a mapping"]
         for cpu in sorted(plan.online):
             put(b.online[cpu], plan.online[cpu])
         policies = {p.cpu: p for p in b.policies}

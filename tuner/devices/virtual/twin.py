@@ -522,6 +522,57 @@ def offline_cut(m: Measurement, config: Config, settings: WindowSettings) -> Mea
     )
 
 
+@dataclass(frozen=True)
+class UnitVariation:
+    """One unit of a fleet of identical twins (``sim:orin#unit=3``): its own power and speed, seeded by its number.
+
+    A test device for fleet verification, not a model of any board: unit n
+    draws a power factor and a time factor from normal distributions (sigma
+    UNIT_POWER_SIGMA and UNIT_TIME_SIGMA, clipped at 2.5 sigma) seeded by n,
+    and every window it measures is scaled by them (power, latency, energy per
+    query). The spreads are assumptions, smaller than the unit-to-unit
+    variation measured on nominally identical parts (six identical Core
+    i5-540M drew 12-17% different power at the same load, UCSD, reported in EE
+    Journal 2015-12-09; Sinha et al., "Not All GPUs Are Created Equal", SC22,
+    measured performance and power variation across identical GPUs of
+    production clusters); none was measured on Jetson boards here.
+    """
+
+    unit: int
+    power: float
+    time: float
+
+    @classmethod
+    def parse(cls, option: str, name: str) -> UnitVariation:
+        key, _, value = option.partition("=")
+        if key != "unit" or not value.isdigit() or not 0 <= int(value) <= 9999:
+            raise UserError(f"twin option {option!r} in {name!r} is not unit=N (0..9999): e.g. sim:orin#unit=3")
+        rng = np.random.default_rng([UNIT_SEED, int(value)])
+        draw = np.clip(rng.standard_normal(2), -2.5, 2.5)
+        return cls(int(value), 1.0 + UNIT_POWER_SIGMA * float(draw[0]), 1.0 + UNIT_TIME_SIGMA * float(draw[1]))
+
+    def apply(self, m: Measurement) -> Measurement:
+        """The window as this unit measures it: power x ``power``, every duration x ``time``."""
+        queries = max(1, round(m.queries / self.time))
+        return m.model_copy(
+            update={
+                "j_per_query": m.j_per_query * self.power * self.time,
+                "p50_ms": m.p50_ms * self.time,
+                "p90_ms": m.p90_ms * self.time,
+                "p99_ms": m.p99_ms * self.time,
+                "qps": m.qps / self.time,
+                "avg_w": m.avg_w * self.power,
+                "energy_j": m.energy_j * self.power,
+                "queries": queries,
+            }
+        )
+
+
+UNIT_POWER_SIGMA = 0.04
+UNIT_TIME_SIGMA = 0.03
+UNIT_SEED = 20261202
+
+
 class TwinDevice(VirtualBoard):
     """A simulated device: the Device protocol over :class:`TwinModel`; touches no hardware.
 
@@ -530,11 +581,14 @@ class TwinDevice(VirtualBoard):
 
     def __init__(self, name: str, space_file: str | None = None, params: TwinParams | None = None) -> None:
         short = name.split(":", 1)[1] if ":" in name else name
+        short, _, option = short.partition("#")
         if short not in TWIN_KINDS:
             raise UserError(f"unknown twin {name!r}: known twins are {', '.join('sim:' + k for k in twin_names())}")
         self.kind, runtime = TWIN_KINDS[short]
-        self.name = f"sim:{short}"
-        self.slug = f"sim-{short}"
+        self.unit = UnitVariation.parse(option, name) if option else None
+        suffix = f"#unit={self.unit.unit}" if self.unit else ""
+        self.name = f"sim:{short}{suffix}"
+        self.slug = f"sim-{short}" + (f"-unit{self.unit.unit}" if self.unit else "")
         self.params = params if params is not None else load_params(self.kind)
         # A TensorRT twin of a board with DLAs models them (tuner.devices.virtual.twin_dla); other twins leave a
         # runtime's own knobs out of their spaces.
@@ -559,10 +613,15 @@ class TwinDevice(VirtualBoard):
         """
         profile = load_profile(model)
         if settings.scenario == "server":
-            return server_measurement(self.model.serving(profile, config), config, settings)
+            return self._unit(server_measurement(self.model.serving(profile, config), config, settings))
         result = self.model.evaluate(profile, [config])
         rng = np.random.default_rng(settings.seed) if settings.noise else None
-        return offline_cut(self._measurements(model, result, [config], rng, settings.window_s)[0], config, settings)
+        return offline_cut(
+            self._unit(self._measurements(model, result, [config], rng, settings.window_s)[0]), config, settings
+        )
+
+    def _unit(self, m: Measurement) -> Measurement:
+        return self.unit.apply(m) if self.unit else m
 
     def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
         """Vectorized noise-free (or seeded) measurements: what makes a full sweep cheap.
@@ -578,7 +637,7 @@ class TwinDevice(VirtualBoard):
         for start in range(0, len(configs), SWEEP_CHUNK):
             chunk = configs[start : start + SWEEP_CHUNK]
             result = self.model.evaluate(profile, chunk)
-            out += self._measurements(model, result, chunk, rng, settings.window_s)
+            out += [self._unit(m) for m in self._measurements(model, result, chunk, rng, settings.window_s)]
         return out
 
     def use_runtime(self, runtime: str) -> None:

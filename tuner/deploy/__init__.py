@@ -1,0 +1,265 @@
+"""Exported best-mode configurations: written by ``tune export``, read by ``tune apply`` and ``tune verify``.
+
+The YAML export is the one answer of a study; :mod:`.formats` renders the same
+answer for the tools a deployment uses (nvpmodel, Triton, trtexec, scripts).
+An export carries a SHA-256 digest of its own content, so a file edited by
+hand (a knob, a bound, the model) is refused instead of deployed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from tuner import __version__, atomicfile
+from tuner.devices.base import Device
+from tuner.devices.hardware_session import deployment
+from tuner.errors import UserError
+from tuner.records import recommended, trial_record
+from tuner.space import Config
+from tuner.storage import redact
+from tuner.units import format_ms
+from tuner.yamlfile import load_yaml_model
+
+EXPORT_VERSION = 1
+
+
+class Provenance(BaseModel):
+    """Where an exported mode comes from: the study and trial, and what it was measured on and with.
+
+    ``measured_on`` (hardware name, driver or L4T release, host) and
+    ``software`` (tool, torch, onnxruntime, LoadGen versions) are copied from
+    the study; exports written before they were recorded lack them.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    study: str
+    storage: str
+    trial: int
+    exported_at: str
+    tool_version: str = __version__
+    meter: str | None = None
+    measured_on: dict[str, Any] | None = None
+    software: dict[str, str | None] | None = None
+
+
+class ExportedConfig(BaseModel):
+    """A deployable power mode: the knobs and batch size, and what they measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = EXPORT_VERSION
+    device_kind: str
+    device: str
+    twin: bool
+    model: str
+    batch_size: int
+    knobs: dict[str, Any]
+    max_latency_ms: float
+    percentile: str
+    metrics: dict[str, Any]
+    provenance: Provenance
+    digest: str | None = None
+
+    def content_digest(self) -> str:
+        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks)."""
+        body = self.model_dump(mode="json", exclude={"digest"})
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def sealed(self) -> ExportedConfig:
+        return self.model_copy(update={"digest": self.content_digest()})
+
+
+def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
+    """The study's recommended configuration (tuner.records.recommended) as an export."""
+    attrs = study.user_attrs
+    percentile = attrs.get("percentile", "p99")
+    max_latency_ms = float(attrs["max_latency_ms"])
+    trial = recommended(study)
+    if trial is None:
+        done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+        raise UserError(
+            f"no configuration of study {study.study_name} meets {format_ms(max_latency_ms)} at {percentile} "
+            f"({done} completed trials): run more trials (tune run resumes it) or tune a looser bound"
+        )
+    record = trial_record(trial)
+    metrics = {k: record[k] for k in ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")}
+    metrics["meter"] = record["meter"]
+    metrics["windows"] = record["windows"]
+    metrics["verdict"] = record["verdict"]
+    measured = dict(attrs.get("provenance") or {})
+    software = measured.pop("software", None)
+    return ExportedConfig(
+        device_kind=attrs["device_kind"],
+        device=attrs["device"],
+        twin=bool(attrs.get("twin", False)),
+        model=attrs["model"],
+        batch_size=int(record["batch_size"]),
+        knobs=dict(record["config"]),
+        max_latency_ms=max_latency_ms,
+        percentile=percentile,
+        metrics=metrics,
+        provenance=Provenance(
+            study=study.study_name,
+            storage=redact(storage),
+            trial=trial.number,
+            exported_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            meter=record["meter"],
+            measured_on=measured or None,
+            software=software,
+        ),
+    )
+
+
+def export_yaml(config: ExportedConfig) -> str:
+    """The YAML export, sealed with its digest."""
+    header = "# powertune best-mode configuration"
+    if config.twin:
+        header += " (digital twin: simulated, not measured on hardware)"
+    return header + "\n" + yaml.safe_dump(config.sealed().model_dump(mode="json"), sort_keys=False)
+
+
+def write_export(config: ExportedConfig, path: Path) -> None:
+    atomicfile.write_text(path, export_yaml(config))
+
+
+def load_export(path: Path, sealed: bool = False) -> ExportedConfig:
+    """Read an exported configuration; a corrupt, foreign or tampered file is a one-line user error.
+
+    A file whose digest does not match its content was edited after export
+    and is refused. Exports written before digests were added have none;
+    ``sealed`` (what ``tune verify`` asks) refuses those too.
+    """
+    exported = load_yaml_model(
+        path,
+        ExportedConfig,
+        "exported configuration",
+        "re-create it with tune export",
+        version=EXPORT_VERSION,
+        trusted=True,
+    )
+    if exported.digest is None and sealed:
+        raise UserError(f"{path} has no integrity digest (an export from an older tool): re-create it with tune export")
+    if exported.digest is not None and exported.digest != exported.content_digest():
+        raise UserError(
+            f"{path} was changed after export (its digest does not match its content): "
+            "re-create it with tune export, never edit an export by hand"
+        )
+    return exported
+
+
+def deploy_config(exported: ExportedConfig, device: Device) -> Config:
+    """The configuration an export asks of ``device``, checked before anything is written.
+
+    The device kind must match, and every knob value must be one the device
+    supports now (a board's own frequency table, a GPU's supported clocks):
+    an export from another board or L4T release fails here, not half-way
+    through writing.
+    """
+    if exported.device_kind != device.kind:
+        raise UserError(
+            f"this export is for {exported.device_kind}, but {device.name} is {device.kind}: "
+            "export a configuration tuned on this kind of device"
+        )
+    space = device.space()
+    config = Config(knobs=dict(exported.knobs), batch_size=exported.batch_size)
+    space.validate_config(config)
+    return config
+
+
+class DeployPlan(BaseModel):
+    """What ``tune apply`` did or would do: the writes, what it cannot apply here, what the runtime needs.
+
+    ``cannot_apply`` lists device knobs this device will not set (an
+    observe-only GPU: knob, the value tuned, the value the device runs now);
+    ``runtime`` lists what only the serving runtime can honour (batch size,
+    precision, CUDA graphs, DLA lanes), which no write on the device makes.
+    """
+
+    writes: list[str]
+    cannot_apply: list[tuple[str, Any, Any]] = []
+    runtime: dict[str, Any] = {}
+    persisted: str | None = None
+
+
+def runtime_needs(exported: ExportedConfig, device: Device) -> dict[str, Any]:
+    """The batch size and every runner knob of the export: what the serving runtime must be given."""
+    space = device.space()
+    runner = {k: v for k, v in exported.knobs.items() if k not in space.knobs or space.knobs[k].group == "runner"}
+    return {"batch_size": exported.batch_size, **runner}
+
+
+def observe_only_plan(exported: ExportedConfig, device: Device) -> DeployPlan:
+    """An observe-only GPU: which device knobs it will not set (tuned vs now), and what the runtime needs."""
+    if exported.device_kind != device.kind:
+        deploy_config(exported, device)  # the one-line kind mismatch
+    current = device.current_clocks() if hasattr(device, "current_clocks") else {}
+    space = device.space()
+    cannot = [
+        (k, v, current.get(k))
+        for k, v in exported.knobs.items()
+        if k in space.knobs and space.knobs[k].group == "device"
+    ]
+    return DeployPlan(writes=[], cannot_apply=cannot, runtime=runtime_needs(exported, device))
+
+
+def is_observe_only(device: Device) -> bool:
+    return getattr(device, "allow_clock_changes", True) is False and hasattr(device, "current_clocks")
+
+
+def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False, persist: bool = False) -> DeployPlan:
+    """Apply an export for deployment; return what was (or, dry-run, would be) written.
+
+    The original state is journaled first and is not restored at exit: the
+    mode stays until ``tune restore``. The device is locked meanwhile, and an
+    apply that fails or is interrupted is undone (see :func:`deployment`). Applying twice is harmless: the device
+    writes only what differs, and the journal keeps the state from before the
+    first apply. An observe-only GPU writes nothing: the plan says which
+    knobs it cannot apply instead. ``persist`` (a Jetson board) makes the mode
+    survive a reboot as a custom nvpmodel mode (tuner.devices.jetson.persist).
+    """
+    if is_observe_only(device):
+        if persist:
+            raise UserError(f"--persist is for Jetson boards (a custom nvpmodel mode); {device.name} is not one")
+        if dry_run:
+            return observe_only_plan(exported, device)
+    config = deploy_config(exported, device)
+    needs = runtime_needs(exported, device)
+    if persist:
+        return _persist(exported, device, config, dry_run, needs)
+    plan = getattr(device, "plan_writes", None)
+    steps = [w.shell() for w in plan(config)] if plan is not None else [f"{k}={v}" for k, v in config.knobs.items()]
+    if dry_run or device.simulated:
+        return DeployPlan(writes=steps, runtime=needs)
+    with deployment(device):
+        device.apply(config)
+    return DeployPlan(writes=steps, runtime=needs)
+
+
+def _persist(
+    exported: ExportedConfig, device: Device, config: Config, dry_run: bool, needs: dict[str, Any]
+) -> DeployPlan:
+    from tuner.devices.jetson.device import JetsonDevice
+    from tuner.devices.jetson.persist import custom_mode, mode_name, persist, saved_conf
+
+    if not isinstance(device, JetsonDevice):
+        raise UserError(
+            f"--persist makes a custom nvpmodel mode of a Jetson board's conf; {device.name} is not a Jetson board"
+        )
+    name = mode_name(exported.model, exported.sealed().digest or "")
+    path, text, mode = custom_mode(device, config, name)
+    steps = [f"add POWER_MODEL ID={mode.id} NAME={mode.name} to {path} as the DEFAULT"]
+    steps.append(f"{device.nvpmodel} -m {mode.id}")
+    if dry_run:
+        return DeployPlan(writes=steps, runtime=needs, persisted=mode.name)
+    with deployment(device, saved={"persist": saved_conf(device)}):
+        persist(device, mode, path, text)
+    return DeployPlan(writes=steps, runtime=needs, persisted=mode.name)
