@@ -409,7 +409,8 @@ def needs_reboot(mode_id):
     mode = next((m for m in modes if m["id"] == mode_id), None)
     for param, arg, value in mode["lines"] if mode is not None else []:
         if param == "TPC_POWER_GATING":
-            return under(params[param]["args"][arg]).read_text().strip() != value
+            target = clock_path(params[param]["args"], arg)
+            return target is not None and target.read_text().strip() != value
     return False
 
 
