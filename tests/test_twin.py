@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+from orin_mode_rails import parse
 from twin_calibration import (
     CALIBRATION_DIR,
     SOURCE_LIMITED_ROWS,
@@ -156,6 +157,21 @@ def test_orin_rails_meet_the_held_out_rows_of_the_devkit_and_the_forum():
         if r["mode"] in ("50W", "30W"):
             assert r["twin_cpu"] == pytest.approx(r["cpu"], rel=0.15), r
             assert r["twin_gpu"] == pytest.approx(r["gpu"], rel=0.15), r
+
+
+def test_tegrastats_lines_parse_into_rails_load_and_cores():
+    """scripts/orin_mode_rails.py reads the four INA3221 rails (instantaneous mW), GR3D load and per-core CPU
+    load and clock of a tegrastats line; offline cores count as not online; a line without all rails is skipped."""
+    line = (
+        "10-25-2024 10:59:39 RAM 7901/30698MB (lfb 79x4MB) SWAP 0/15349MB (cached 0MB) CPU [4%@2201,99%@2201,"
+        "12%@729,off] GR3D_FREQ 61% cpu@46.312C VDD_GPU_SOC 5961mW/5782mW VDD_CPU_CV 2386mW/2415mW "
+        "VIN_SYS_5V0 4622mW/4551mW VDDQ_VDD2_1V8AO 1708mW/1664mW"
+    )
+    (sample,) = parse(line + "\n" + line.split(" VDDQ")[0])
+    rails = {"VDD_GPU_SOC": 5.961, "VDD_CPU_CV": 2.386, "VIN_SYS_5V0": 4.622, "VDDQ_VDD2_1V8AO": 1.708}
+    assert sample["rails"] == rails
+    assert sample["gr3d"] == 61 and sample["cores_online"] == 3 and sample["cpu_mhz_max"] == 2201
+    assert sample["busy_cores"] == pytest.approx(1.15) and sample["ram_total_mb"] == 30698
 
 
 def test_the_module_throttles_at_its_60_w_limit_instead_of_drawing_more():
