@@ -287,7 +287,9 @@ def orin_params(previous: dict | None) -> dict:
             **rail_sources(),
             "wall": "assumption: carrier board + fan 1.0 W, power supply 87% efficient at these loads; with the "
             "other statics this puts the idle floor near MLPerf's 6.3 W at the wall",
-            "rails": "INA3221 channels (jetson-orin-agx.md); their sum is what Pagoda reports",
+            "rails": "INA3221 channels (jetson-orin-agx.md; the upstream device tree tegra234-p3701.dtsi, linux-tegra "
+            "'arm64: tegra: Add power-sensors for Tegra234 boards': VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0 at 0x40, "
+            "VDDQ_VDD2_1V8AO at 0x41, no VDD_IN); their sum is what Pagoda reports",
             "p50_jitter_ms": "assumption: host-side jitter of an eager framework",
             "p99_jitter_ms": "assumption",
             "p99_tail_fraction": "assumption: tail as a fraction of batch time",
@@ -359,6 +361,9 @@ def nano_params(agx: dict) -> dict:
         gpu_clock_w_per_v2_ghz="scaled from orin-agx (fitted there) by TPC count (4 of 8)",
         gpu_dyn_w_per_v2_ghz="scaled from orin-agx (fitted there) by TPC count (4 of 8)",
         runtimes="eager PyTorch only",
+        rails="the AGX Orin twin's four channels, kept as they were; the Orin Nano module's own INA3221 channels are "
+        "VDD_IN, VDD_CPU_GPU_CV and VDD_SOC (tegra234-p3767.dtsi, linux-tegra 'arm64: tegra: Add power-sensors for "
+        "Tegra234 boards'), not modelled",
     )
     nano["sources"] = src
     return nano
