@@ -35,6 +35,9 @@ from twin_calibration import (
     params_with,
     twin_errors,
 )
+from twin_rails import MODULE_LIMIT_W, doc_lines
+from twin_rails import fit as fit_rails
+from twin_rails import sources as rail_sources
 
 from tuner.devices.virtual.twin import TwinDevice, TwinParams
 
@@ -69,8 +72,8 @@ FREE = {
             "gpu_dyn_w_per_v2_ghz",
             "gpu_clock_w_per_v2_ghz",
             "host_factor",
-            "cpu_dyn_w_per_v2_ghz",
             "runtimes.tensorrt-int8.kernel_floor_scale",
+            "gpu_compute_activity",
         ],
         "hosts": [],
     },
@@ -154,7 +157,7 @@ def h200_params(previous: dict | None) -> dict:
         "nchw_conv_eff": 0.38,
         "nchw_conv_eff_by_precision": keep.get("nchw_conv_eff_by_precision", {}),
         "gpu_vf": {"v_min": 0.7, "v_max": 1.0, "f_knee_mhz": 900.0, "f_max_mhz": 1980.0},
-        "gpu_leak_w_per_v_tpc": 0.3,
+        "gpu_leak_w_per_v_tpc": keep.get("gpu_leak_w_per_v_tpc", 0.3),
         "gpu_clock_w_per_v2_ghz": keep.get("gpu_clock_w_per_v2_ghz", 40.0),
         "gpu_dyn_w_per_v2_ghz": keep.get("gpu_dyn_w_per_v2_ghz", 450.0),
         "gpu_compute_activity": keep.get("gpu_compute_activity", 0.5),
@@ -226,7 +229,7 @@ def orin_params(previous: dict | None) -> dict:
         "kind": "orin-agx",
         "title": "Jetson AGX Orin 64 GB (digital twin)",
         "knob_map": {"gpu_mhz": "gpu_mhz", "mem_mhz": "emc_mhz", "cpu_mhz": "cpu_mhz", "cpu_cores": "cpu_cores"},
-        "fixed": {"precision": "fp32"},
+        "fixed": {"precision": "fp32", "power_limit_w": MODULE_LIMIT_W},
         "tpcs_max": 8,
         "peak_per_cycle_per_tpc": shared["peak"],
         "bytes_per_mem_mhz": 64.02e6,
@@ -237,18 +240,20 @@ def orin_params(previous: dict | None) -> dict:
         "host_ref_mhz": 2201.6,
         "runtimes": {"pytorch": {"description": "eager PyTorch fp32 (as Pagoda measured)"}, "tensorrt-int8": TRT},
         "gpu_vf": {"v_min": 0.6, "v_max": 1.0, "f_knee_mhz": 520.0, "f_max_mhz": 1300.5},
-        "gpu_leak_w_per_v_tpc": 0.3,
+        "gpu_leak_w_per_v_tpc": keep.get("gpu_leak_w_per_v_tpc", 0.3),
         "gpu_clock_w_per_v2_ghz": keep.get("gpu_clock_w_per_v2_ghz", 6.0),
         "gpu_dyn_w_per_v2_ghz": keep.get("gpu_dyn_w_per_v2_ghz", 40.0),
-        "gpu_compute_activity": 0.6,
-        "soc_static_w": 1.0,
-        "mem_bg_w": 1.2,
-        "mem_pj_per_byte": 40.0,
-        "sys_static_w": 1.0,
-        "sys_emc_w": 0.6,
+        "gpu_compute_activity": keep.get("gpu_compute_activity", 0.6),
+        "soc_static_w": keep.get("soc_static_w", 1.0),
+        "mem_bg_w": 0.0,
+        "mem_bg_curve": keep.get("mem_bg_curve", [[204.0, 0.5], [2133.0, 0.95], [3199.0, 0.95]]),
+        "mem_pj_per_byte": keep.get("mem_pj_per_byte", 40.0),
+        "sys_static_w": keep.get("sys_static_w", 1.8),
+        "sys_emc_w": 0.0,
+        "sys_per_mem_w": keep.get("sys_per_mem_w", 1.7),
         "cpu_vf": {"v_min": 0.6, "v_max": 1.0, "f_knee_mhz": 1000.0, "f_max_mhz": 2201.6},
-        "cpu_leak_w_per_core_v": 0.12,
-        "cpu_dyn_w_per_v2_ghz": keep.get("cpu_dyn_w_per_v2_ghz", 0.8),
+        "cpu_leak_w_per_core_v": keep.get("cpu_leak_w_per_core_v", 0.1),
+        "cpu_dyn_w_per_v2_ghz": keep.get("cpu_dyn_w_per_v2_ghz", 0.5),
         "wall": {"carrier_w": 1.0, "psu_efficiency": 0.87},
         "rails": ORIN_RAILS,
         "p50_jitter_ms": 0.3,
@@ -256,7 +261,6 @@ def orin_params(previous: dict | None) -> dict:
         "p99_tail_fraction": 0.04,
         "sources": {
             "knob_map": "which search-space knob drives each physical quantity",
-            "fixed": "PyTorch fp32 as in the Pagoda calibration rows (runtime pytorch)",
             "tpcs_max": "reference jetson-orin-agx.md: 8 TPC / 16 SM",
             "peak_per_cycle_per_tpc": ORIN_PEAK_SOURCE,
             "bytes_per_mem_mhz": "reference: 204.8 GB/s at EMC 3199 MHz (256-bit LPDDR5)",
@@ -273,22 +277,19 @@ def orin_params(previous: dict | None) -> dict:
             "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the first Orin twin assumed), then linear to 1.0 V at "
             "1300.5 MHz (Ampere mobile "
             "curves; not published)",
-            "gpu_leak_w_per_v_tpc": "assumption: GPU leakage about 2.4 W at MAXN, per powered TPC (TPC_PG_MASK "
-            "gates the others)",
             "gpu_clock_w_per_v2_ghz": FITTED + " (clock-tree power whenever the GPU clock runs)",
-            "gpu_dyn_w_per_v2_ghz": FITTED,
-            "gpu_compute_activity": "assumption: share of GPU dynamic power that follows math-unit activity",
-            "soc_static_w": "assumption: SoC always-on share of VDD_GPU_SOC",
-            "mem_bg_w": "assumption: VDDQ background at EMC 3199 MHz, scaled with the EMC rate",
-            "mem_pj_per_byte": "assumption: about 5 pJ/bit LPDDR5 access energy",
-            "sys_static_w": "assumption: VIN_SYS_5V0 module IO floor",
-            "sys_emc_w": "assumption: memory controller power on VIN_SYS_5V0 at 3199 MHz, scaled with EMC rate",
+            "gpu_dyn_w_per_v2_ghz": FITTED
+            + " (with the GPU stress rows of the forum thread: VDD_GPU_SOC at MAXN and 15W)",
+            "gpu_compute_activity": FITTED + ": share of GPU dynamic power that follows math-unit activity (a stress "
+            "test's full math load against eager inference's mixed load)",
+            "mem_bg_w": "0: the memory background is mem_bg_curve (evidence against the EMC rate)",
             "cpu_vf": "assumption: Cortex-A78AE 0.6 V to 1 GHz, 1.0 V at 2201.6 MHz",
-            "cpu_leak_w_per_core_v": "assumption: per online core (nvpmodel offlines the rest)",
-            "cpu_dyn_w_per_v2_ghz": FITTED + " (per busy core)",
+            **rail_sources(),
             "wall": "assumption: carrier board + fan 1.0 W, power supply 87% efficient at these loads; with the "
             "other statics this puts the idle floor near MLPerf's 6.3 W at the wall",
-            "rails": "INA3221 channels (jetson-orin-agx.md); their sum is what Pagoda reports",
+            "rails": "INA3221 channels (jetson-orin-agx.md; the upstream device tree tegra234-p3701.dtsi, linux-tegra "
+            "'arm64: tegra: Add power-sensors for Tegra234 boards': VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0 at 0x40, "
+            "VDDQ_VDD2_1V8AO at 0x41, no VDD_IN); their sum is what Pagoda reports",
             "p50_jitter_ms": "assumption: host-side jitter of an eager framework",
             "p99_jitter_ms": "assumption",
             "p99_tail_fraction": "assumption: tail as a fraction of batch time",
@@ -296,6 +297,20 @@ def orin_params(previous: dict | None) -> dict:
             "noise_power": "assumption: 1% run-to-run power noise",
         },
     }
+
+
+# The Orin Nano twin keeps the memory, 5 V system and CPU rail figures it had when they were scaled from the AGX
+# Orin twin's assumptions: the AGX Orin's per-rail evidence (scripts/twin_rails.py) is of another module and is
+# not carried over.
+NANO_RAILS = {
+    "mem_bg_w": 0.6,
+    "mem_pj_per_byte": 40.0,
+    "sys_static_w": 0.6,
+    "sys_emc_w": 0.3,
+    "cpu_leak_w_per_core_v": 0.12,
+    "cpu_dyn_w_per_v2_ghz": 3.844389,
+}
+NANO_RAIL_SOURCE = "kept from the AGX Orin twin's earlier assumptions"
 
 
 def nano_params(agx: dict) -> dict:
@@ -309,10 +324,16 @@ def nano_params(agx: dict) -> dict:
         host_ref_mhz=1510.4,
         gpu_vf={"v_min": 0.6, "v_max": 0.85, "f_knee_mhz": 420.0, "f_max_mhz": 624.75},
         cpu_vf={"v_min": 0.6, "v_max": 0.9, "f_knee_mhz": 1000.0, "f_max_mhz": 1510.4},
+        fixed={"precision": "fp32"},
         soc_static_w=agx["soc_static_w"] * 0.6,
-        mem_bg_w=agx["mem_bg_w"] / 2,
-        sys_static_w=agx["sys_static_w"] * 0.6,
-        sys_emc_w=agx["sys_emc_w"] / 2,
+        mem_bg_w=NANO_RAILS["mem_bg_w"],
+        mem_bg_curve=[],
+        mem_pj_per_byte=NANO_RAILS["mem_pj_per_byte"],
+        sys_static_w=NANO_RAILS["sys_static_w"],
+        sys_emc_w=NANO_RAILS["sys_emc_w"],
+        sys_per_mem_w=0.0,
+        cpu_leak_w_per_core_v=NANO_RAILS["cpu_leak_w_per_core_v"],
+        cpu_dyn_w_per_v2_ghz=NANO_RAILS["cpu_dyn_w_per_v2_ghz"],
         gpu_clock_w_per_v2_ghz=agx["gpu_clock_w_per_v2_ghz"] / 2,
         gpu_dyn_w_per_v2_ghz=agx["gpu_dyn_w_per_v2_ghz"] / 2,
     )
@@ -327,13 +348,22 @@ def nano_params(agx: dict) -> dict:
         host_factor="taken from orin-agx (fitted there; same Cortex-A78AE cores)",
         gpu_vf="assumption: AGX Orin curve shape, 0.85 V at the 624.75 MHz maximum of the stock conf",
         cpu_vf="assumption: AGX Orin Cortex-A78AE curve, ending at 1510.4 MHz",
+        fixed="PyTorch fp32 (runtime pytorch); no module power limit (the Orin Nano's is not sourced here)",
         soc_static_w="scaled from orin-agx (x0.6, smaller SoC share; assumption)",
-        sys_static_w="scaled from orin-agx (x0.6; assumption)",
-        mem_bg_w="scaled from orin-agx by bus width (128 of 256 bit)",
-        sys_emc_w="scaled from orin-agx by bus width (128 of 256 bit)",
+        sys_static_w=NANO_RAIL_SOURCE + " (AGX 1.0 W x 0.6; assumption)",
+        mem_bg_w=NANO_RAIL_SOURCE + " (AGX 1.2 W at EMC 3199 scaled by bus width, 128 of 256 bit)",
+        mem_bg_curve="none: mem_bg_w scaled with the EMC rate",
+        mem_pj_per_byte="assumption: about 5 pJ/bit LPDDR5 access energy",
+        sys_emc_w=NANO_RAIL_SOURCE + " (AGX 0.6 W scaled by bus width, 128 of 256 bit)",
+        sys_per_mem_w="0: not modelled on the Orin Nano (the AGX Orin's relation is not carried over)",
+        cpu_leak_w_per_core_v="assumption: per online core (nvpmodel offlines the rest)",
+        cpu_dyn_w_per_v2_ghz=NANO_RAIL_SOURCE + " (the AGX Orin twin's fitted per-busy-core value of that time)",
         gpu_clock_w_per_v2_ghz="scaled from orin-agx (fitted there) by TPC count (4 of 8)",
         gpu_dyn_w_per_v2_ghz="scaled from orin-agx (fitted there) by TPC count (4 of 8)",
         runtimes="eager PyTorch only",
+        rails="the AGX Orin twin's four channels, kept as they were; the Orin Nano module's own INA3221 channels are "
+        "VDD_IN, VDD_CPU_GPU_CV and VDD_SOC (tegra234-p3767.dtsi, linux-tegra 'arm64: tegra: Add power-sensors for "
+        "Tegra234 boards'), not modelled",
     )
     nano["sources"] = src
     return nano
@@ -508,6 +538,7 @@ def write_doc(rows: list, checks: list[str]) -> None:
             source = sources.get(key) or sources.get(key.split(".")[0], "")
             lines.append(f"| {key} | {value} | {source} |")
         lines.append("")
+    lines += doc_lines(json.loads((PARAMS / "orin-agx.json").read_text()))
     lines += dla_section()
     host = json.loads((CALIBRATION_DIR / "hosts.json").read_text())["factors"]
     lines += [
@@ -576,8 +607,11 @@ def main() -> None:
     write_params("orin-agx", orin)
     h200, hosts_fit = fit("sim:h200", h200, rows, previous_hosts)
     write_params("h200", h200)
-    orin, _ = fit("sim:orin", orin, rows, hosts_fit)
-    write_params("orin-agx", orin)
+    for _ in range(2):  # the rails fit reads the twin's ResNet-152 runs, whose time depends on the host factor
+        orin.update(fit_rails(orin))
+        write_params("orin-agx", orin)
+        orin, _ = fit("sim:orin", orin, rows, hosts_fit)
+        write_params("orin-agx", orin)
     write_params("orin-nano", nano_params(orin))
     write_dla_power()
     (CALIBRATION_DIR / "hosts.json").write_text(json.dumps({"factors": hosts_fit}, indent=1) + "\n")

@@ -68,6 +68,7 @@ class Row:
     host: str = "default"
     power_kind: str = "rails"
     idle_gpu_mhz: float | None = None
+    idle_emc_mhz: float | None = None
     fitted: bool = True
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -123,6 +124,7 @@ def mlperf_rows() -> list[Row]:
             "idle at the wall (MaxQ caps)",
             power_kind="wall",
             idle_gpu_mhz=306,
+            idle_emc_mhz=204,
         ),
     ]
 
@@ -178,8 +180,40 @@ def measured_rows() -> list[Row]:
     return h200_rows(_load("h200-measured.json"), "h200_measured_powertune", "issue3")
 
 
+# Each nvpmodel mode at its default clocks on the orin-agx space (the 102 MHz grid under the mode's caps).
+ORIN_MODE_DEFAULTS = {
+    "MAXN": ORIN_MAXN,
+    "50W": {"nvpmodel": "50W", "gpu_mhz": 816, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 1497.6},
+    "30W": {"nvpmodel": "30W", "gpu_mhz": 612, "emc_mhz": 3199, "cpu_cores": 8, "cpu_mhz": 1651.2},
+    "15W": {"nvpmodel": "15W", "gpu_mhz": 408, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1036.8},
+}
+# NVIDIA forum thread 323456 ("Maximum power consumption bounds for Orin AGX"): VDD_GPU_SOC under a GPU stress
+# test at each mode, on an AGX Orin devkit with nvpmodel_p3701_0000.conf's modes (12 cores; 30W offlines 4, 15W 8).
+GPU_STRESS_W = {"MAXN": 40.4, "50W": 18.4, "30W": 7.6, "15W": 5.2}
+GPU_STRESS_FITTED = ("MAXN", "15W")
+
+
+def stress_rows() -> list[Row]:
+    """The GPU rail at full load per mode (the twin's GPU busy and math-unit activity at 1): MAXN and 15W fitted,
+    50W and 30W held out."""
+    return [
+        Row(
+            "forum_323456_gpu_stress",
+            "sim:orin",
+            "resnet50",
+            Config(knobs=ORIN_MODE_DEFAULTS[mode], batch_size=1),
+            None,
+            watts,
+            f"GPU stress {mode} (VDD_GPU_SOC)",
+            power_kind="rail:VDD_GPU_SOC",
+            fitted=mode in GPU_STRESS_FITTED,
+        )
+        for mode, watts in GPU_STRESS_W.items()
+    ]
+
+
 def all_rows() -> list[Row]:
-    return load_rows() + sweep_rows() + measured_rows()
+    return load_rows() + sweep_rows() + measured_rows() + stress_rows()
 
 
 def device_for(row: Row, devices: dict[str, TwinDevice], host_values: dict[str, float]) -> TwinDevice:
@@ -209,14 +243,20 @@ def twin_errors(
     for row in rows:
         device = device_for(row, devices, host_values)
         if row.idle_gpu_mhz is not None:
-            result = device.model.idle([row.config], row.idle_gpu_mhz)
+            result = device.model.idle([row.config], row.idle_gpu_mhz, row.idle_emc_mhz)
+            time_ms = None
+        elif row.power_kind.startswith("rail:"):
+            result = device.model.full_load([row.config])
             time_ms = None
         else:
             result = device.model.evaluate(load_profile(row.model), [row.config])
             time_ms = float(result.time_s[0]) * 1000
             if row.note == "p90":
                 time_ms *= 1 + device.params.p99_tail_fraction / 2
-        power = float(result.wall_w[0] if row.power_kind == "wall" else result.power_w[0])
+        if row.power_kind.startswith("rail:"):
+            power = float(result.rails_w[row.power_kind.split(":", 1)[1]][0])
+        else:
+            power = float(result.wall_w[0] if row.power_kind == "wall" else result.power_w[0])
         t_err = None if row.time_ms is None or time_ms is None else time_ms / row.time_ms - 1
         p_err = None if row.power_w is None else power / row.power_w - 1
         e_err = None if t_err is None or p_err is None else (1 + t_err) * (1 + p_err) - 1

@@ -128,9 +128,11 @@ class TwinParams(BaseModel):
     gpu_compute_activity: float
     soc_static_w: float
     mem_bg_w: float
+    mem_bg_curve: list[tuple[float, float]] = Field(default_factory=list)
     mem_pj_per_byte: float
     sys_static_w: float = 0.0
     sys_emc_w: float = 0.0
+    sys_per_mem_w: float = 0.0
     cpu_vf: VfCurve | None = None
     cpu_leak_w_per_core_v: float = 0.0
     cpu_dyn_w_per_v2_ghz: float = 0.0
@@ -305,9 +307,10 @@ class TwinModel:
             "moved": np.where(runs, moved, 0.0),
         }
 
-    def _time_and_power(
+    def activity(
         self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Time per batch and what drives power: GPU busy share, math-unit share, DRAM bytes/s, busy CPU cores."""
         p = self.params
         lt = self.layer_times(profile, op, gpu_mhz)
         t_gpu, t_launch = lt["gpu"], lt["launch"]
@@ -325,6 +328,12 @@ class TwinModel:
         u_compute = lt["compute"].sum(axis=1) / time_s
         bytes_per_s = lt["moved"].sum(axis=1) / time_s
         u_cpu = (t_launch.sum(axis=1) + t_host * workers) / time_s
+        return time_s, u_gpu, u_compute, bytes_per_s, u_cpu
+
+    def _time_and_power(
+        self, profile: ModelProfile, op: Operating, gpu_mhz: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        time_s, u_gpu, u_compute, bytes_per_s, u_cpu = self.activity(profile, op, gpu_mhz)
         return time_s, self.rails(op, gpu_mhz, u_gpu, u_compute, bytes_per_s, u_cpu)
 
     def rails(
@@ -349,7 +358,12 @@ class TwinModel:
         )
         mem_max = max(float(v) for v in self._mem_values())
         emc = op.mem_mhz / mem_max
-        mem = p.mem_bg_w * emc + p.mem_pj_per_byte * 1e-12 * bytes_per_s
+        if p.mem_bg_curve:
+            knots = np.array(p.mem_bg_curve, dtype=float)
+            background = np.interp(op.mem_mhz, knots[:, 0], knots[:, 1])
+        else:
+            background = p.mem_bg_w * emc
+        mem = background + p.mem_pj_per_byte * 1e-12 * bytes_per_s
         out: dict[str, np.ndarray] = {}
 
         def add(rail: str, watts: np.ndarray) -> None:
@@ -361,7 +375,9 @@ class TwinModel:
             busy = np.minimum(u_cpu, op.cores)
             cpu = p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * busy
             add(p.rails[1], cpu)
-        add(p.rails[2] if len(p.rails) > 3 else p.rails[0], p.sys_static_w + p.sys_emc_w * emc)
+        # The module's 5 V system rail feeds the memory controller and DRAM-side supplies too: it follows the
+        # memory rail (sys_per_mem_w W per W of it) on top of its floor.
+        add(p.rails[2] if len(p.rails) > 3 else p.rails[0], p.sys_static_w + p.sys_emc_w * emc + p.sys_per_mem_w * mem)
         add(p.rails[-1], mem)
         return out
 
@@ -375,15 +391,26 @@ class TwinModel:
             return [float(v) for v in self.space.knobs[knob].values]
         return [float(self.params.fixed.get("mem_mhz", 1.0))]
 
-    def idle(self, configs: list[Config], gpu_mhz: float | None = None) -> TwinResult:
-        """The idle floor under configurations (nothing running); the GPU at ``gpu_mhz`` if given (devfreq
-        settles at its lowest clock when caps leave the minimum free, as MLPerf's v3.0 settings do)."""
+    def idle(self, configs: list[Config], gpu_mhz: float | None = None, emc_mhz: float | None = None) -> TwinResult:
+        """The idle floor under configurations (nothing running); the GPU at ``gpu_mhz`` and the memory at
+        ``emc_mhz`` if given (devfreq settles at the lowest clocks when caps leave the minimum free, as MLPerf's
+        v3.0 settings do)."""
         op = self.operating(configs)
+        if emc_mhz is not None:
+            op.mem_mhz = np.full_like(op.mem_mhz, emc_mhz)
         gpu = op.gpu_mhz if gpu_mhz is None else np.full_like(op.gpu_mhz, gpu_mhz)
         zero = np.zeros_like(gpu)
         rails = self.rails(op, gpu, zero, zero, zero, zero)
         total = sum(rails.values())
         return TwinResult(zero, total, gpu, zero.astype(bool), rails, self.wall(total))
+
+    def full_load(self, configs: list[Config]) -> TwinResult:
+        """Every rail with the GPU fully busy on its math units (a stress test) and no DRAM or CPU load."""
+        op = self.operating(configs)
+        one, zero = np.ones_like(op.gpu_mhz), np.zeros_like(op.gpu_mhz)
+        rails = self.rails(op, op.gpu_mhz, one, one, zero, zero)
+        total = sum(rails.values())
+        return TwinResult(zero, total, op.gpu_mhz, zero.astype(bool), rails, self.wall(total))
 
     def serving(self, profile: ModelProfile, config: Config) -> ServingProfile:
         """Time and power of a batch of every size up to the configuration's (maximum) batch size, as it runs.

@@ -1,0 +1,382 @@
+"""The AGX Orin twin's memory, 5 V system and CPU rails and its module power limit, from per-rail evidence.
+
+Used by scripts/calibrate_twin.py (parameters, docs/twin.md tables) and
+tests/test_twin.py. Evidence (cited in docs/twin.md):
+- scripts/calibration_data/orin-mode-rails.json (scripts/orin_mode_rails.py): the four INA3221 rails of
+  an AGX Orin devkit under HuggingFace PyTorch inference at each nvpmodel mode's defaults;
+- NVIDIA forum thread 323456: VDD_GPU_SOC and VDD_CPU_CV under GPU and CPU stress per mode, and the module
+  data sheet's maximum module power.
+
+Closed-form fits on named rows; every other row is held out and its error
+reported. The ResNet-152 runs are simulated by the twin itself (batch 1,
+eager fp32, each mode's default clocks) on a profile built from resnet50's
+layers with ResNet-152's block counts (3, 8, 36, 3).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import replace
+
+import numpy as np
+from twin_calibration import CALIBRATION_DIR
+
+from runners.profile import ModelProfile, load_profile
+from tuner.devices.virtual.twin import TwinDevice, TwinParams
+from tuner.space import Config
+
+RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")
+MODES = ("MAXN", "50W", "30W", "15W")
+FORUM = "forums.developer.nvidia.com/t/323456"
+# The thread's stress measurements (GPU and CPU loaded separately) on an AGX Orin devkit whose modes are
+# nvpmodel_p3701_0000.conf's (12 cores; 30W offlines 4, 15W offlines 8): rail watts per mode.
+STRESS_W = {
+    "MAXN": {"VDD_GPU_SOC": 40.4, "VDD_CPU_CV": 15.2},
+    "50W": {"VDD_GPU_SOC": 18.4, "VDD_CPU_CV": 6.0},
+    "30W": {"VDD_GPU_SOC": 7.6, "VDD_CPU_CV": 5.6},
+    "15W": {"VDD_GPU_SOC": 5.2, "VDD_CPU_CV": 1.6},
+}
+# Cores online and CPU cap per mode (nvpmodel_p3701_0000.conf, shared reference jetson-orin-agx.md): what a
+# stress test runs every online core at.
+MODE_CPU = {"MAXN": (12, 2201.6), "50W": (12, 1497.6), "30W": (8, 1728.0), "15W": (4, 1113.6)}
+MODULE_LIMIT_W = 60.0
+EMC_FLOOR_MHZ = 204.0
+RESNET152_BLOCKS = {"layer1": 3, "layer2": 8, "layer3": 36, "layer4": 3}
+# Which rows each closed-form fit uses; every other row is held out.
+FIT_MEM = ("MAXN", "50W")
+FIT_SYS = (
+    ("resnet152", "MAXN"),
+    ("resnet152", "15W"),
+    ("depth-anything-v2-base", "MAXN"),
+    ("depth-anything-v2-base", "15W"),
+)
+FIT_CPU = "MAXN"
+FIT_SOC = ("MAXN", "15W")
+MODE_TPCS = {"MAXN": 8, "50W": 8, "30W": 4, "15W": 3}
+GPU_FLOOR_MHZ = 306.0
+
+
+def evidence() -> dict:
+    return json.loads((CALIBRATION_DIR / "orin-mode-rails.json").read_text())
+
+
+def run(data: dict, workload: str, mode: str) -> dict:
+    return next(r for r in data["runs"] if r["workload"] == workload and r["mode"] == mode)
+
+
+def resnet152() -> ModelProfile:
+    """ResNet-152 from resnet50's profile: the same stem, first blocks and head; each stage's repeated
+    bottleneck (block 1 of resnet50) repeated to ResNet-152's block counts."""
+    base = load_profile("resnet50")
+    pattern = re.compile(r"(layer\d)\.(\d+)\.(.*)")
+    template: dict[str, list] = {}
+    for layer in base.layers:
+        m = pattern.match(layer.name)
+        if m and m.group(2) == "1":
+            template.setdefault(m.group(1), []).append(layer)
+    layers, done = [], set()
+    for layer in base.layers:
+        m = pattern.match(layer.name)
+        if m is None or m.group(2) == "0":
+            layers.append(layer)
+            continue
+        stage = m.group(1)
+        if stage in done:
+            continue
+        done.add(stage)
+        for block in range(1, RESNET152_BLOCKS[stage]):
+            for t in template[stage]:
+                layers.append(t.model_copy(update={"name": f"{stage}.{block}.{t.name.split('.', 2)[2]}"}))
+    return base.model_copy(update={"model": "resnet152", "layers": layers, "generated_by": "scripts/twin_rails.py"})
+
+
+def mode_config(device: TwinDevice, mode: str, batch: int = 1) -> Config:
+    space = device.space()
+    base = space.default_config(batch)
+    return space.effective(base.model_copy(update={"knobs": {**base.knobs, "nvpmodel": mode}}))
+
+
+def harness(params: dict) -> dict[str, dict[str, float]]:
+    """The twin's ResNet-152 batch-1 run at each mode's defaults: time, DRAM bytes/s, busy CPU cores."""
+    device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
+    configs = [mode_config(device, m) for m in MODES]
+    op = device.model.operating(configs)
+    time_s, _, _, bytes_per_s, u_cpu = device.model.activity(resnet152(), op, op.gpu_mhz)
+    return {
+        m: {
+            "time_s": float(time_s[i]),
+            "bytes_per_s": float(bytes_per_s[i]),
+            "u_cpu": float(u_cpu[i]),
+            "cpu_mhz": float(op.cpu_mhz[i]),
+            "cores": float(op.cores[i]),
+            "emc_mhz": float(op.mem_mhz[i]),
+        }
+        for i, m in enumerate(MODES)
+    }
+
+
+def _volts(curve: dict, mhz: float) -> float:
+    span = curve["f_max_mhz"] - curve["f_knee_mhz"]
+    return curve["v_min"] + (curve["v_max"] - curve["v_min"]) * max(0.0, (mhz - curve["f_knee_mhz"]) / span)
+
+
+def fit(params: dict) -> dict:
+    """The rail parameters (values for the twin JSON) from the evidence and the twin's own ResNet-152 runs."""
+    data = evidence()
+    h = harness(params)
+    vddq = {m: run(data, "resnet152", m)["busy"]["VDDQ_VDD2_1V8AO"]["mean"] for m in MODES}
+    # DRAM energy per byte: the same EMC cap (3199) at MAXN and 50W, different traffic.
+    pj = (vddq["MAXN"] - vddq["50W"]) / (h["MAXN"]["bytes_per_s"] - h["50W"]["bytes_per_s"]) * 1e12
+    loaded = vddq["MAXN"] - pj * 1e-12 * h["MAXN"]["bytes_per_s"]
+    idle = statistics.median(r["idle"]["VDDQ_VDD2_1V8AO"]["median"] for r in data["runs"] if r["idle"])
+    # VIN_SYS_5V0 against VDDQ: least squares over the fit runs' busy means.
+    x = np.array([run(data, w, m)["busy"]["VDDQ_VDD2_1V8AO"]["mean"] for w, m in FIT_SYS])
+    y = np.array([run(data, w, m)["busy"]["VIN_SYS_5V0"]["mean"] for w, m in FIT_SYS])
+    slope, intercept = np.polyfit(x, y, 1)
+    # CPU rail: leakage per online core x V, dynamic per busy core x V^2 f. The harness row uses the twin's own
+    # busy cores for ResNet-152; the stress row has every online core busy at the mode's cap.
+    curve = params["cpu_vf"]
+    cores, cap = MODE_CPU[FIT_CPU]
+    hm = h[FIT_CPU]
+    v_h, v_s = _volts(curve, hm["cpu_mhz"]), _volts(curve, cap)
+    a = np.array(
+        [[hm["cores"] * v_h, v_h**2 * hm["cpu_mhz"] / 1000 * hm["u_cpu"]], [cores * v_s, v_s**2 * cap / 1000 * cores]]
+    )
+    b = np.array([run(data, "resnet152", FIT_CPU)["busy"]["VDD_CPU_CV"]["mean"], STRESS_W[FIT_CPU]["VDD_CPU_CV"]])
+    leak, dyn = np.linalg.solve(a, b)
+    # VDD_GPU_SOC idle (the GPU at its lowest clock, 306 MHz on the grid, powered TPCs leaking): SoC floor plus
+    # leakage per powered TPC, from the idle samples after the MAXN (8 TPCs) and 15W (3 TPCs) ResNet-152 runs.
+    gv = _volts(params["gpu_vf"], GPU_FLOOR_MHZ)
+    gpu_idle = {m: run(data, "resnet152", m)["idle"]["VDD_GPU_SOC"]["median"] for m in FIT_SOC}
+    tpcs = {m: MODE_TPCS[m] for m in FIT_SOC}
+    a_soc = np.array([[1.0, gv * tpcs[m]] for m in FIT_SOC])
+    soc, gpu_leak = np.linalg.solve(a_soc, np.array([gpu_idle[m] for m in FIT_SOC]))
+    return {
+        "soc_static_w": round(float(soc), 3),
+        "gpu_leak_w_per_v_tpc": round(float(gpu_leak), 4),
+        "mem_pj_per_byte": round(float(pj), 2),
+        "mem_bg_curve": [[EMC_FLOOR_MHZ, round(idle, 3)], [2133.0, round(loaded, 3)], [3199.0, round(loaded, 3)]],
+        "sys_static_w": round(float(intercept), 3),
+        "sys_emc_w": 0.0,
+        "sys_per_mem_w": round(float(slope), 3),
+        "cpu_leak_w_per_core_v": round(float(leak), 4),
+        "cpu_dyn_w_per_v2_ghz": round(float(dyn), 4),
+    }
+
+
+def sources() -> dict[str, str]:
+    ev = (
+        "scripts/calibration_data/orin-mode-rails.json (BroncoSpace-Lab/scales-hardware tegrastats, scripts/"
+        "orin_mode_rails.py)"
+    )
+    return {
+        "mem_pj_per_byte": f"fitted by scripts/twin_rails.py: VDDQ_VDD2_1V8AO of {ev}, ResNet-152 at MAXN minus 50W "
+        "(both EMC cap 3199 MHz) over the twin's DRAM bytes/s of the same runs; 30W and 15W held out (docs/twin.md)",
+        "mem_bg_curve": f"VDDQ_VDD2_1V8AO background against the EMC rate, {ev}: at the EMC floor (204 MHz, the "
+        "lowest rate; EMC DVFS settles there idle) the median of every run's idle samples; under load, ResNet-152 "
+        "at MAXN less its traffic (energy per byte above), taken for EMC 2133 and 3199 alike (15W, capped at 2133, "
+        "is held out and shows no lower background); between 204 and 2133 MHz linear (no run there)",
+        "sys_static_w": f"fitted by scripts/twin_rails.py: intercept of VIN_SYS_5V0 against VDDQ_VDD2_1V8AO, {ev}, "
+        "least squares over the busy means of ResNet-152 and Depth Anything at MAXN and 15W; every other run and "
+        "every idle segment held out (docs/twin.md)",
+        "soc_static_w": f"fitted by scripts/twin_rails.py (with gpu_leak_w_per_v_tpc, two rows, two unknowns): "
+        f"VDD_GPU_SOC idle after the ResNet-152 runs at MAXN (8 TPCs powered) and 15W (3 TPCs), {ev}, the GPU at its "
+        "lowest clock; 30W and 50W idle held out (docs/twin.md)",
+        "gpu_leak_w_per_v_tpc": "fitted by scripts/twin_rails.py (see soc_static_w): per powered TPC per volt "
+        "(TPC_PG_MASK gates the others)",
+        "sys_emc_w": "0: VIN_SYS_5V0 follows the memory rail (sys_per_mem_w), which carries the EMC dependence",
+        "sys_per_mem_w": "fitted by scripts/twin_rails.py: slope of VIN_SYS_5V0 against VDDQ_VDD2_1V8AO (as "
+        "sys_static_w): the 5 V system rail feeds the memory controller and DRAM-side supplies and rises with them",
+        "cpu_leak_w_per_core_v": f"fitted by scripts/twin_rails.py (with cpu_dyn_w_per_v2_ghz, two rows, two "
+        f"unknowns): VDD_CPU_CV of ResNet-152 at MAXN ({ev}, the twin's own busy cores) and under CPU stress at MAXN "
+        f"({FORUM}: 15.2 W, 12 cores at 2201.6 MHz); per online core",
+        "cpu_dyn_w_per_v2_ghz": "fitted by scripts/twin_rails.py (see cpu_leak_w_per_core_v); per busy core; the other "
+        "modes' harness and stress rows are held out (docs/twin.md)",
+        "fixed": "PyTorch fp32 as in the Pagoda calibration rows (runtime pytorch); power_limit_w: the module data "
+        f"sheet's maximum module power, 'JAO 64GB Maximum Module Power: Up to 60W', quoted by NVIDIA in {FORUM}; "
+        "over it the module throttles its clocks (hardware over-current throttling, BPMP firmware; docs/twin.md)",
+    }
+
+
+def check_rows(params: dict) -> list[dict]:
+    """Every row of the evidence the twin can be held to, with its error and whether a fit used it."""
+    data = evidence()
+    device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
+    configs = [mode_config(device, m) for m in MODES]
+    result = device.model.evaluate(resnet152(), configs)
+    rows = []
+    maxn_energy = run(data, "resnet152", "MAXN")["busy"]["sum_mean"] / run(data, "resnet152", "MAXN")["table"]["fps"]
+    twin_maxn_energy = float(result.power_w[0] * result.time_s[0])
+    for i, mode in enumerate(MODES):
+        r = run(data, "resnet152", mode)
+        measured = {rail: r["busy"][rail]["mean"] for rail in RAILS}
+        twin = {rail: float(result.rails_w[rail][i]) for rail in RAILS}
+        fps = r["table"]["fps"]
+        energy = r["busy"]["sum_mean"] / fps
+        fitted = {
+            "VDDQ_VDD2_1V8AO": mode in FIT_MEM,
+            "VIN_SYS_5V0": ("resnet152", mode) in FIT_SYS,
+            "VDD_CPU_CV": mode == FIT_CPU,
+        }
+        rows.append(
+            {
+                "mode": mode,
+                "fps": fps,
+                "twin_fps": 1.0 / float(result.time_s[i]),
+                "rails": measured,
+                "twin_rails": twin,
+                "fitted": fitted,
+                "sum": r["busy"]["sum_mean"],
+                "twin_sum": float(result.power_w[i]),
+                "energy_ratio": energy / maxn_energy,
+                "twin_energy_ratio": float(result.power_w[i] * result.time_s[i]) / twin_maxn_energy,
+                "power_ratio": r["busy"]["sum_mean"] / run(data, "resnet152", "MAXN")["busy"]["sum_mean"],
+                "twin_power_ratio": float(result.power_w[i] / result.power_w[0]),
+            }
+        )
+    return rows
+
+
+def sys_rows(params: dict) -> list[dict]:
+    """VIN_SYS_5V0 from each run's own VDDQ through the twin's relation: busy means and idle medians."""
+    data = evidence()
+    out = []
+    for r in data["runs"]:
+        for part, stat in (("busy", "mean"), ("idle", "median")):
+            if r[part] is None:
+                continue
+            vddq = r[part]["VDDQ_VDD2_1V8AO"][stat]
+            predicted = params["sys_static_w"] + params["sys_per_mem_w"] * vddq
+            measured = r[part]["VIN_SYS_5V0"][stat]
+            fitted = part == "busy" and (r["workload"], r["mode"]) in FIT_SYS
+            out.append(
+                {
+                    "run": f"{r['workload']} {r['mode']} {part}",
+                    "vddq": vddq,
+                    "measured": measured,
+                    "twin": predicted,
+                    "error": predicted / measured - 1.0,
+                    "fitted": fitted,
+                }
+            )
+    return out
+
+
+def stress_rows(params: dict) -> list[dict]:
+    """The forum's stress rows: CPU rail with every online core busy at the mode's cap; GPU rail at full load."""
+    p = TwinParams.model_validate(params)
+    device = TwinDevice("sim:orin", params=p)
+    out = []
+    for mode in MODES:
+        cores, cap = MODE_CPU[mode]
+        config = mode_config(device, mode)
+        op = replace(device.model.operating([config]), cpu_mhz=np.array([cap]))
+        one = np.ones(1)
+        rails = device.model.rails(op, op.gpu_mhz, one, one, np.zeros(1), np.array([float(cores)]))
+        out.append(
+            {
+                "mode": mode,
+                "cpu": STRESS_W[mode]["VDD_CPU_CV"],
+                "twin_cpu": float(rails["VDD_CPU_CV"][0]),
+                "gpu": STRESS_W[mode]["VDD_GPU_SOC"],
+                "twin_gpu": float(rails["VDD_GPU_SOC"][0]),
+                "fitted": mode == FIT_CPU,
+            }
+        )
+    return out
+
+
+def doc_lines(params: dict) -> list[str]:
+    """docs/twin.md's section: the fitted and held-out rows of the rail evidence, with their errors."""
+
+    def pct(twin: float, measured: float) -> str:
+        return f"{100 * (twin / measured - 1):+.1f}%"
+
+    lines = [
+        "## Per-rail evidence: AGX Orin under inference at each mode's defaults",
+        "",
+        "ResNet-152 (HuggingFace, PyTorch eager fp32, batch 1) on the scales-hardware devkit, each mode at its "
+        "default clocks; the twin runs the same network (resnet50's profile with ResNet-152's block counts) on "
+        "sim:orin at each mode's default clocks. Measured: busy mean of each rail (W), throughput from the "
+        "repository's table. 'fit' marks the rail a closed-form fit used (scripts/twin_rails.py); everything else "
+        "is held out.",
+        "",
+        "| mode | images/s (twin) | VDD_GPU_SOC | VDD_CPU_CV | VIN_SYS_5V0 | VDDQ_VDD2_1V8AO | module sum |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows = check_rows(params)
+    for r in rows:
+        cells = []
+        for rail in RAILS:
+            tag = " fit" if r["fitted"].get(rail) else ""
+            cells.append(
+                f"{r['rails'][rail]:.2f} / {r['twin_rails'][rail]:.2f} "
+                f"({pct(r['twin_rails'][rail], r['rails'][rail])}{tag})"
+            )
+        lines.append(
+            f"| {r['mode']} | {r['fps']:.1f} ({r['twin_fps']:.1f}, {pct(r['twin_fps'], r['fps'])}) | "
+            + " | ".join(cells)
+            + f" | {r['sum']:.2f} / {r['twin_sum']:.2f} ({pct(r['twin_sum'], r['sum'])}) |"
+        )
+    lines += [
+        "",
+        "Mode-to-mode ratios (each mode over MAXN; module rails), measured and twin:",
+        "",
+        "| mode | power ratio | twin | error | energy per image ratio | twin | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows[1:]:
+        lines.append(
+            f"| {r['mode']} | {r['power_ratio']:.3f} | {r['twin_power_ratio']:.3f} | "
+            f"{pct(r['twin_power_ratio'], r['power_ratio'])} | {r['energy_ratio']:.3f} | "
+            f"{r['twin_energy_ratio']:.3f} | {pct(r['twin_energy_ratio'], r['energy_ratio'])} |"
+        )
+    lines += [
+        "",
+        "VIN_SYS_5V0 from each run's own VDDQ_VDD2_1V8AO through the twin's relation (busy means; idle medians "
+        "after each run):",
+        "",
+        "| run | VDDQ W | VIN_SYS_5V0 W | twin | error | rows |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sys_rows(params):
+        lines.append(
+            f"| {r['run']} | {r['vddq']:.2f} | {r['measured']:.2f} | {r['twin']:.2f} | {100 * r['error']:+.1f}% | "
+            f"{'fitted' if r['fitted'] else 'held out'} |"
+        )
+    lines += [
+        "",
+        "VDD_GPU_SOC idle after each ResNet-152 run (median; the GPU at its lowest clock, the mode's TPCs powered):",
+        "",
+        "| mode | measured W | twin | error | rows |",
+        "|---|---|---|---|---|",
+    ]
+    device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
+    data = evidence()
+    for mode in MODES:
+        measured = run(data, "resnet152", mode)["idle"]["VDD_GPU_SOC"]["median"]
+        idle = device.model.idle([mode_config(device, mode)], GPU_FLOOR_MHZ, EMC_FLOOR_MHZ)
+        twin = float(idle.rails_w["VDD_GPU_SOC"][0])
+        lines.append(
+            f"| {mode} | {measured:.2f} | {twin:.2f} | {pct(twin, measured)} | "
+            f"{'fitted' if mode in FIT_SOC else 'held out'} |"
+        )
+    lines += [
+        "",
+        f"Stress rows ({FORUM}; GPU and CPU loaded separately, every online core busy at the mode's cap; the "
+        "twin's GPU at full busy and math activity at the mode's default clocks; VDD_GPU_SOC at MAXN and 15W are "
+        "fitted rows of scripts/calibrate_twin.py, 50W and 30W held out):",
+        "",
+        "| mode | VDD_CPU_CV W | twin | error | VDD_GPU_SOC W | twin | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in stress_rows(params):
+        tag = " (fit)" if r["fitted"] else ""
+        gtag = " (fit)" if r["mode"] in ("MAXN", "15W") else ""
+        lines.append(
+            f"| {r['mode']} | {r['cpu']:.1f} | {r['twin_cpu']:.2f} | {pct(r['twin_cpu'], r['cpu'])}{tag} | "
+            f"{r['gpu']:.1f} | {r['twin_gpu']:.2f} | {pct(r['twin_gpu'], r['gpu'])}{gtag} |"
+        )
+    return [*lines, ""]
