@@ -26,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _rows: list[tuple[float, float, str]] = []
+_outcomes: dict[str, int] = {}
 
 
 def _cpu() -> float:
@@ -40,9 +41,18 @@ def pytest_runtest_protocol(item, nextitem):
     _rows.append((_cpu() - c0, time.monotonic() - w0, item.nodeid))
 
 
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        _outcomes[report.outcome] = _outcomes.get(report.outcome, 0) + 1
+        if report.outcome == "failed":
+            _outcomes.setdefault("failed: " + report.nodeid, 1)
+
+
 def pytest_terminal_summary(terminalreporter):
     out = os.environ.get("SUITE_TIME_ROWS")
     if out:
+        with open(out + ".outcomes", "w") as fh:
+            fh.write(", ".join(f"{n} {k}" if not k.startswith("failed: ") else k for k, n in _outcomes.items()))
         with open(out, "w") as fh:
             fh.writelines(f"{cpu:.2f}\t{wall:.2f}\t{node}\n" for cpu, wall, node in sorted(_rows, reverse=True))
 
@@ -63,7 +73,8 @@ def main(argv: list[str]) -> None:
     cpu = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
     load_after = os.getloadavg()
     rows = [line.split("\t") for line in rows_file.read_text().splitlines()]
-    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+    outcomes = Path(f"{rows_file}.outcomes")
+    said = outcomes.read_text() if outcomes.exists() else proc.stderr[-500:]
     name = "suite-time-all.md" if whole else "suite-time.md"
     lines = [
         f"# Test suite time: {'the whole suite' if whole else 'the fast subset'}",
@@ -73,7 +84,7 @@ def main(argv: list[str]) -> None:
         f"- command: `python benchmarks/suite_time.py{' --all' if whole else ''}` (runs `{' '.join(command[2:])}`)",
         f"- load average (1, 5, 15 min) before: {', '.join(f'{x:.1f}' for x in load_before)}; "
         f"after: {', '.join(f'{x:.1f}' for x in load_after)}",
-        f"- pytest said: {tail}",
+        f"- outcomes: {said} (pytest exit code {proc.returncode})",
         f"- wall: {wall:.0f} s ({wall / 60:.1f} min); CPU (user+sys, pytest and its subprocesses): "
         f"{cpu:.0f} s ({cpu / 60:.1f} min); CPU of the tests themselves: {sum(float(r[0]) for r in rows):.0f} s",
         "",
@@ -84,6 +95,7 @@ def main(argv: list[str]) -> None:
     ]
     (ROOT / "benchmarks" / "results" / name).write_text("\n".join(lines))
     rows_file.unlink()
+    outcomes.unlink(missing_ok=True)
     print("\n".join(lines))
 
 

@@ -68,8 +68,8 @@ def twin_study(_twin_study_cache, tmp_path_factory, tmp_path):
     """Factory for a study run once per session with ``run_study`` on a twin, handed out as a private copy.
 
     ``twin_study(device="sim:orin", model="resnet50", max_latency_ms=50.0, trials=14, seed=0, **RunOptions)``
-    returns a TwinStudy under ``tmp_path``; tests that ask for the same options share one run (about 8 CPU s
-    for the default) and may write to their copy (pareto files, a resume) without affecting each other.
+    returns a TwinStudy under ``tmp_path``; tests that ask for the same options share one run (a few CPU
+    seconds for the default) and may write to their copy (pareto files, a resume) without affecting each other.
     """
     from tuner.devices.registry import open_device
     from tuner.run_options import RunOptions
