@@ -1,8 +1,11 @@
 import os
+import shutil
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +44,55 @@ def rapl_at_15w(tmp_path, monkeypatch):
     yield
     stop.set()
     thread.join()
+
+
+@dataclass(frozen=True)
+class TwinStudy:
+    """A finished twin study, copied into the test's own folder: read it, resume it, export from it."""
+
+    out: Path  # the results folder (--out): tune.db and a folder per device and model
+    url: str  # its SQLite storage
+    name: str  # the Optuna study name
+    summary: Any  # tuner.study.RunSummary of the run that made it (its ``storage`` names the cached original)
+    options: Any  # the tuner.run_options.RunOptions it ran with (``out`` is the copy)
+
+
+@pytest.fixture(scope="session")
+def _twin_study_cache(tmp_path_factory) -> dict:
+    """Studies already run this session, by their options: each is run once, then only copied."""
+    return {}
+
+
+@pytest.fixture
+def twin_study(_twin_study_cache, tmp_path_factory, tmp_path):
+    """Factory for a study run once per session with ``run_study`` on a twin, handed out as a private copy.
+
+    ``twin_study(device="sim:orin", model="resnet50", max_latency_ms=50.0, trials=14, seed=0, **RunOptions)``
+    returns a TwinStudy under ``tmp_path``; tests that ask for the same options share one run (a few CPU
+    seconds for the default) and may write to their copy (pareto files, a resume) without affecting each other.
+    """
+    from tuner.devices.registry import open_device
+    from tuner.run_options import RunOptions
+    from tuner.study import run_study
+
+    made = 0
+
+    def make(device: str = "sim:orin", **kw: Any) -> TwinStudy:
+        nonlocal made
+        settings = {"model": "resnet50", "max_latency_ms": 50.0, "trials": 14, "seed": 0, **kw}
+        key = (device, tuple(sorted((k, repr(v)) for k, v in settings.items())))
+        if key not in _twin_study_cache:
+            folder = tmp_path_factory.mktemp("twin-study")
+            study, summary = run_study(open_device(device), RunOptions(**settings, out=folder))
+            storage = study._storage
+            getattr(storage, "_backend", storage).engine.dispose()  # closed: the copies are whole files
+            _twin_study_cache[key] = (folder, study.study_name, summary)
+        folder, name, summary = _twin_study_cache[key]
+        made += 1
+        out = tmp_path / f"twin-study-{made}"
+        shutil.copytree(folder, out)
+        url = f"sqlite:///{(out / 'tune.db').as_posix()}"
+        options = RunOptions(**settings, out=out)
+        return TwinStudy(out=out, url=url, name=name, summary=summary.model_copy(), options=options)
+
+    return make

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clirun import run_cli
+from clirun import in_process, run_cli
 
 from tuner.deploy import ExportedConfig
 
@@ -83,9 +83,8 @@ def test_json_output_is_one_object_and_resume_adds_trials(tmp_path):
         str(tmp_path),
         "--json",
     )
-    first = json.loads(run_cli(*args).stdout)
-    r = run_cli(*args)
-    second = json.loads(r.stdout)
+    first = json.loads(run_cli(*args).stdout)  # a process: stdout is the one object a shell sees
+    second = json.loads(in_process(*args)[1])  # the resume, in-process
     assert first["twin"] is True and first["measured"] == 6
     assert second["study"] == first["study"]
     assert second["total_trials"] >= first["total_trials"] + 6
@@ -133,7 +132,7 @@ def test_measure_noise_free_unless_seeded():
     )
     exact = json.loads(run_cli(*args).stdout)["measurements"]
     assert exact[0]["j_per_query"] == exact[1]["j_per_query"]
-    noisy = json.loads(run_cli(*args, "--seed", "5").stdout)["measurements"]
+    noisy = json.loads(in_process(*args, "--seed", "5")[1])["measurements"]
     assert noisy[0]["j_per_query"] != noisy[1]["j_per_query"]
     assert all(m["twin"] for m in noisy)
 
@@ -183,21 +182,24 @@ def test_measure_noise_free_unless_seeded():
         ),
     ],
 )
-def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
-    r = run_cli(*args, cwd=tmp_path)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert message in r.stderr
-    assert "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, args, message):
+    """In-process: the exit code and stderr a shell sees are proven by test_bad_input.py's subprocess rows."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = in_process(*args)
+    assert code == 2, (out, err)
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
-def test_corrupt_space_file(tmp_path):
+def test_corrupt_space_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     bad = tmp_path / "orin.yaml"
     bad.write_text("version: 1\nkind: orin-agx\nknobs: {gpu_mhz: {values: [1], default: 1}\n")
-    r = run_cli(
-        "run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--space", str(bad), cwd=tmp_path
+    code, _, err = in_process(
+        "run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--space", str(bad)
     )
-    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr
+    assert code == 2 and "not valid YAML" in err and "Traceback" not in err
 
 
 def test_narrower_space_file_is_used(tmp_path):
@@ -207,7 +209,7 @@ def test_narrower_space_file_is_used(tmp_path):
     data = yaml.safe_load(Path(text).read_text())
     data["batch_sizes"] = [2, 4]
     narrow.write_text(yaml.safe_dump(data))
-    r = run_cli(
+    code, text, err = in_process(
         "run",
         "--model",
         "resnet50",
@@ -227,17 +229,18 @@ def test_narrower_space_file_is_used(tmp_path):
         "--seed",
         "0",
     )
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    assert code == 0, err
+    out = json.loads(text)
     assert out["best"]["batch_size"] in (2, 4)
     with open(Path(out["results"]) / "trials.csv") as f:
         assert {int(row["batch_size"]) for row in csv.DictReader(f)} <= {2, 4}
 
 
 def test_help_for_every_command():
+    """In-process; test_cli_startup.py runs ``tune --help`` as a process."""
     for command in ("run", "sweep", "measure", "pareto", "export", "devices", "dashboard"):
-        r = run_cli(command, "--help")
-        assert r.returncode == 0 and "Usage" in r.stdout
+        code, out, _ = in_process(command, "--help")
+        assert code == 0 and "Usage" in out
 
 
 def test_devices_lists_twins():

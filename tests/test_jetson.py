@@ -360,6 +360,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
     return proc
 
 
+@pytest.mark.slow  # SIGKILL delivered to a tune subprocess, per board layout (the DLA case below stays fast)
 def test_kill_9_mid_trial_then_restore_pending_restores_byte_for_byte(board: FakeBoard, tmp_path: Path) -> None:
     before = board.snapshot()
     proc = _child(board, tmp_path)
@@ -478,6 +479,7 @@ def test_kill_9_after_a_dla_write_then_restore_pending_puts_the_dla_clock_back(t
     assert fake.snapshot() == before and _dla_files(fake) == ["1369600000", "1369600000"]
 
 
+@pytest.mark.slow  # SIGTERM delivered to a tune subprocess
 def test_sigterm_after_a_dla_write_restores_the_dla_clock_by_itself(tmp_path: Path) -> None:
     fake = make_fake_board(tmp_path / "b", "orin-agx", "l4t35", start="MAXN")
     before = fake.snapshot()

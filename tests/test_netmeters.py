@@ -222,6 +222,7 @@ def test_rails_and_wall_together_the_named_meter_is_the_objective():
     assert isinstance(both, PairedMeter) and both.secondary is own
 
 
+@pytest.mark.slow  # a LoadGen window of the tiny CNN on this CPU
 def test_tune_measure_on_the_cpu_with_wall_power_from_ptd(rapl_at_15w, tmp_path):
     fake = FakePtd(watts=95.0)
     result = run_cli(

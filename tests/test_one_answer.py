@@ -20,7 +20,6 @@ import pytest
 from clirun import in_process, run_cli
 
 from tuner.devices.registry import open_device
-from tuner.run_options import RunOptions
 from tuner.study import run_study
 
 STUDY_BOUNDS = {"sim:orin": 50.0, "sim:h200": 20.0, "sim:orin-nano": 80.0, "gen:3": None}
@@ -87,6 +86,8 @@ def bound_for(device: str) -> float:
     return round(lats[len(lats) // 2], 3)
 
 
+# A twin and a generated board stay in the fast subset; the other seeds and twins run in the full suite.
+FAST = {("sim:orin", "resnet50", 0), ("gen:3", "wl-conv", 0)}
 CASES = [("sim:orin", "resnet50", s) for s in range(6)] + [
     ("sim:h200", "bert-base", 1),
     ("sim:h200", "resnet50", 2),
@@ -96,16 +97,17 @@ CASES = [("sim:orin", "resnet50", s) for s in range(6)] + [
 ]
 
 
-@pytest.mark.parametrize(("device", "model", "seed"), CASES)
-def test_every_reader_names_the_same_configuration_and_after_a_resume(tmp_path, device, model, seed):
+@pytest.mark.parametrize(
+    ("device", "model", "seed"), [c if c in FAST else pytest.param(*c, marks=pytest.mark.slow) for c in CASES]
+)
+def test_every_reader_names_the_same_configuration_and_after_a_resume(twin_study, device, model, seed):
     bound = bound_for(device)
-    dev = open_device(device)
-    options = RunOptions(model=model, max_latency_ms=bound, trials=14, seed=seed, out=tmp_path)
-    _, first = run_study(dev, options)
-    named = answers(tmp_path, model, device, bound, first.best_trial)
+    made = twin_study(device, model=model, max_latency_ms=bound, trials=14, seed=seed)  # run_study, shared
+    first, options = made.summary, made.options
+    named = answers(made.out, model, device, bound, first.best_trial)
     assert len(set(named.values())) == 1, named
-    _, second = run_study(dev, options.model_copy(update={"trials": 8, "seed": seed + 100}))
-    named_again = answers(tmp_path, model, device, bound, second.best_trial, report=True)
+    _, second = run_study(open_device(device), options.model_copy(update={"trials": 8, "seed": seed + 100}))
+    named_again = answers(made.out, model, device, bound, second.best_trial, report=True)
     assert len(set(named_again.values())) == 1, named_again
     # A resumed study never reports a dearer answer: it keeps its best unless a cheaper one was confirmed.
     assert second.best["j_per_query"] <= first.best["j_per_query"]
@@ -152,13 +154,14 @@ def test_a_resumed_run_says_in_one_line_when_the_answer_changed(tmp_path):
     flags = ["run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--seed", "4"]
     code, _, err = cli(*flags, "--trials", "3")
     assert code == 0, err
-    code, second, err = cli(*flags, "--trials", "30")
+    code, second, err = cli(*flags, "--trials", "8")  # at seed 4, 8 more trials find a cheaper answer
     assert code == 0, err
     study = optuna.load_study(study_name="resnet50|sim-orin|offline|50ms", storage=f"sqlite:///{tmp_path}/tune.db")
     lines = [line for line in second.splitlines() if line.startswith("the recommendation changed")]
     assert len(lines) == 1 and f"trial {study.best_trial.number} " in lines[0]
 
 
+@pytest.mark.slow  # two tune processes tuning at once
 def test_two_workers_sharing_one_study_name_one_answer(tmp_path):
     """Two processes fill one SQLite study (a fleet of two boards); every reader then names one configuration."""
     base = ["run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--study-trials", "16"]
@@ -182,17 +185,15 @@ def test_two_workers_sharing_one_study_name_one_answer(tmp_path):
     assert len(set(named.values())) == 1, named
 
 
-def test_the_dashboard_names_the_same_best_and_reads_in_units(tmp_path):
+def test_the_dashboard_names_the_same_best_and_reads_in_units(twin_study):
     """optuna-dashboard's own API, served as `tune dashboard` serves it: no index parameters, the same best."""
     pytest.importorskip("optuna_dashboard", reason="needs the dashboard extra: pip install 'powertune[dashboard]'")
     import optuna_dashboard
 
     from tuner.storage import dashboard_storage
 
-    code, _, err = cli("run", "-m", "bert-base", "-d", "sim:h200", "-l", "20ms", "--out", str(tmp_path), "--seed", "1")
-    assert code == 0, err
-    url = f"sqlite:///{tmp_path}/tune.db"
-    study = optuna.load_study(study_name="bert-base|sim-h200|offline|20ms", storage=url)
+    url = twin_study().url  # resnet50 on sim:orin at 50 ms, 14 trials of the default strategy
+    study = optuna.load_study(study_name="resnet50|sim-orin|offline|50ms", storage=url)
     app = optuna_dashboard.wsgi(dashboard_storage(url))
 
     def get(path: str) -> dict:
@@ -270,11 +271,10 @@ def test_a_study_with_index_parameters_is_not_resumed(tmp_path):
     assert "knob positions" in r.stderr and "--out" in r.stderr
 
 
-def test_pareto_summary_fits_80_columns_with_every_knob_in_full(tmp_path):
+def test_pareto_summary_fits_80_columns_with_every_knob_in_full(twin_study):
     """Five knobs vary on the Orin twin: the summary still fits a terminal, and no value is cut."""
-    code, _, err = cli("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(tmp_path), "--seed", "2")
-    assert code == 0, err
-    code, out, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(tmp_path), "--all")
+    out = twin_study().out  # resnet50 on sim:orin at 50 ms, 14 trials of the default strategy
+    code, out, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(out), "--all")
     assert code == 0, err
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in out

@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from clirun import run_cli
+from clirun import in_process, run_cli
 
 from tuner.devices.registry import open_device
 from tuner.errors import UserError
@@ -276,10 +276,11 @@ def test_tune_bench_on_plugin_device(plugin_path, tmp_path):
     assert (tmp_path / "out" / "bench" / "search.json").is_file()
 
 
-def test_unknown_plugin_names_the_forms(tmp_path):
-    r = run_cli("run", "--model", "resnet50", "--device", "py:nowhere:Dev", "--max-latency", "5ms")
-    assert r.returncode == 2
-    assert "cannot import nowhere" in r.stderr and "Traceback" not in r.stderr
+def test_unknown_plugin_names_the_forms(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = in_process("run", "--model", "resnet50", "--device", "py:nowhere:Dev", "--max-latency", "5ms")
+    assert code == 2
+    assert "cannot import nowhere" in err and "Traceback" not in err
 
 
 def test_plugin_model_of_its_own_through_the_default_strategy(plugin_path):
@@ -308,7 +309,8 @@ def test_plugin_model_of_its_own_through_the_default_strategy(plugin_path):
 
 
 def test_a_model_without_profile_is_said_in_the_run_output(plugin_path, tmp_path):
-    r = run_cli(
+    """In-process (the plugin is on sys.path): test_tune_run_on_plugin_device runs a py: plugin as a process."""
+    code, out, err = in_process(
         "run",
         "--model",
         "blackbox",
@@ -322,11 +324,10 @@ def test_a_model_without_profile_is_said_in_the_run_output(plugin_path, tmp_path
         "1",
         "--out",
         str(tmp_path / "out"),
-        env=_env(plugin_path),
     )
-    assert r.returncode == 0, r.stderr
-    assert "declares blackbox without a per-layer profile" in r.stdout and "roofline prior is off" in r.stdout
-    assert "proposed by: baseline 2" in r.stdout
+    assert code == 0, err
+    assert "declares blackbox without a per-layer profile" in out and "roofline prior is off" in out
+    assert "proposed by: baseline 2" in out
     csv_text = (tmp_path / "out" / "own-board" / "blackbox" / "trials.csv").read_text()
     assert "proposed_by,why" in csv_text.splitlines()[0]
 

@@ -2,7 +2,8 @@
 
 import re
 
-from clirun import run_cli
+import pytest
+from clirun import in_process, run_cli
 
 from tuner.devices.registry import open_device
 from tuner.measure.settings import WindowSettings
@@ -59,19 +60,15 @@ def test_runner_knobs_make_the_groups_of_a_device_without_modes():
     assert data.devices[0].twin and "twin" in data.devices[0].provenance["hardware"]
 
 
-def test_a_study_s_trials_are_reused_not_measured_again(tmp_path):
-    study = tmp_path / "s"
-    ran = run_cli(
-        "run", "--model", "resnet50", "--device", "sim:orin", "--knobs", "nvpmodel", "--batch-sizes", "1,8",
-        "--max-latency", "1s", "--trials", "8", "--seed", "3", "--out", str(study), "--json",
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
+def test_a_study_s_trials_are_reused_not_measured_again(twin_study, tmp_path):
+    """In-process (the two tests above run tune report as a process)."""
+    study = twin_study(knobs=["nvpmodel"], batch_sizes=[1, 8], max_latency_ms=1000.0, trials=8, seed=3).out
     out = tmp_path / "rep"
-    result = run_cli(
+    code, _, err = in_process(
         "report", "--model", "resnet50", "--device", "sim:orin", "--modes", "MAXN,15W", "--batch-sizes", "1,8",
         "--from-study", str(study), "--out", str(out),
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    assert code == 0, err
     data = ReportData.model_validate_json((out / "report.json").read_text())
     reused = [p for p in data.points if p.source.startswith("study ")]
     assert reused, "no point reused from the study"
@@ -167,6 +164,7 @@ def test_every_committed_hardware_result_names_its_gpu_and_driver():
             assert device.twin or (p["hardware"] and (p.get("driver") or p.get("l4t"))), path
 
 
+@pytest.mark.slow  # LoadGen windows of the tiny CNN on this CPU
 def test_report_on_hardware_runs_real_windows_and_says_hardware(rapl_at_15w, tmp_path):
     out = tmp_path / "rep"
     result = run_cli(
@@ -181,6 +179,7 @@ def test_report_on_hardware_runs_real_windows_and_says_hardware(rapl_at_15w, tmp
     assert "no instantaneous power" in md  # the CPU device has no power reading to trace
 
 
+@pytest.mark.slow  # LoadGen windows of the tiny CNN on this CPU
 def test_report_with_wall_power_names_the_analyzer_and_the_rails_read_beside_it(rapl_at_15w, tmp_path):
     from fakeptd import FakePtd
 

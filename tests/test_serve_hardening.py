@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from clirun import run_cli, wait_while_running
+from clirun import in_process, run_cli, wait_while_running
 from fakeboard import make_fake_board
 from test_govern_fake_orin import board_policy
 
@@ -227,6 +227,7 @@ def test_a_rate_file_that_only_grows_is_read_by_its_tail(tmp_path):
 # -- signals and the state file ---------------------------------------------------------
 
 
+@pytest.mark.slow  # SIGTERM delivered to a tune govern subprocess
 def test_the_first_sigterm_ends_a_long_interval_and_restores_the_board(board, tmp_path):
     original = board.snapshot()
     policy, rate, state = tmp_path / "policy.yaml", tmp_path / "rate", tmp_path / "state.json"
@@ -241,6 +242,7 @@ def test_the_first_sigterm_ends_a_long_interval_and_restores_the_board(board, tm
     assert after["running"] is False and after["stale"] is True
 
 
+@pytest.mark.slow  # SIGKILL delivered to a tune govern subprocess
 def test_after_kill_9_the_state_file_is_stale(board, tmp_path):
     policy, rate, state = tmp_path / "policy.yaml", tmp_path / "rate", tmp_path / "state.json"
     board_policy(policy)
@@ -377,23 +379,18 @@ def plugins(tmp_path):
         ("py:bad_space:Unsaved", "state cannot be saved"),
     ],
 )
-def test_a_misbehaving_plugin_ends_in_one_line(plugins, tmp_path, device, message):
-    r = run_cli(
-        "run",
-        "-m",
-        "resnet50",
-        "-d",
-        device,
-        "-l",
-        "50ms",
-        "-n",
-        "1",
-        "--json",
-        "--out",
-        str(tmp_path / "s"),
-        env=plugins,
-    )
-    assert message in one_error(r)
+def test_a_misbehaving_plugin_ends_in_one_line(plugins, tmp_path, monkeypatch, device, message):
+    args = ("run", "-m", "resnet50", "-d", device, "-l", "50ms", "-n", "1", "--json", "--out", str(tmp_path / "s"))
+    module = device.split(":")[1]
+    if module in ("exits", "hard_exit"):  # ending the process is the point: a real one
+        assert message in one_error(run_cli(*args, env=plugins))
+        return
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    try:
+        code, out, err = in_process(*args)
+    finally:
+        sys.modules.pop(module, None)
+    assert message in one_error(subprocess.CompletedProcess(args, code, out, err))
 
 
 USER_MODELS = textwrap.dedent(
