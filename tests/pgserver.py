@@ -122,3 +122,18 @@ def running_server() -> Iterator[PgServer]:
             with contextlib.suppress(Exception):
                 run(find_bin("pg_ctl") or "pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def server_for_tests() -> Iterator[PgServer]:
+    """A private server for a fixture; without the binaries a test skips, or fails in CI (.ci/run installs them)."""
+    import pytest
+
+    missing = missing_binaries()
+    if missing:
+        reason = f"PostgreSQL server binaries not found ({', '.join(missing)}): apt-get install postgresql"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (.ci/run installs them, so CI must not skip)")
+        pytest.skip(reason)
+    with running_server() as server:
+        yield server

@@ -34,13 +34,7 @@ STUDY = "resnet50|sim-orin|offline|50ms"
 
 @pytest.fixture(scope="session")
 def pg():
-    missing = pgserver.missing_binaries()
-    if missing:
-        reason = f"PostgreSQL server binaries not found ({', '.join(missing)}): apt-get install postgresql"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (.ci/run installs them, so CI must not skip)")
-        pytest.skip(reason)
-    with pgserver.running_server() as server:
+    with pgserver.server_for_tests() as server:
         yield server
 
 

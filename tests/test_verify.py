@@ -7,7 +7,6 @@ The units are a test device (tuner.devices.virtual.twin.UnitVariation), not hard
 from __future__ import annotations
 
 import json
-import os
 
 import pgserver
 import pytest
@@ -23,13 +22,7 @@ TOLERANCE = 0.02
 
 @pytest.fixture(scope="module")
 def pg():
-    missing = pgserver.missing_binaries()
-    if missing:
-        reason = f"PostgreSQL server binaries not found ({', '.join(missing)}): apt-get install postgresql"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (.ci/run installs them, so CI must not skip)")
-        pytest.skip(reason)
-    with pgserver.running_server() as server:
+    with pgserver.server_for_tests() as server:
         yield server
 
 
