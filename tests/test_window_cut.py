@@ -7,8 +7,8 @@ and verdicts, never on how long something took.
 from __future__ import annotations
 
 import pytest
+from test_window import RecordingMeter, SleepyRunner, SteadyMeter
 
-from tests.test_window import RecordingMeter, SleepyRunner, SteadyMeter
 from tuner.measure.session import build_measurement
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL, TailProof, costs_more, over_needed
