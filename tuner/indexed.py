@@ -34,6 +34,7 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         self._source: tuple[int, int] | None = None
         self._synced: set[int] = set()
         self._stand_ins: dict[int, int] = {}
+        self._announced: set[int] = set()
 
     def bind(self, space: SearchSpace, *_: Any, **__: Any) -> None:
         """Learn which parameters are ordered, and their values in order, from the run's space."""
@@ -86,11 +87,22 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         storage.set_trial_state_values(stand_in, shadow.state, shadow.values)
 
     def _stand_in(self, study: optuna.Study, trial: FrozenTrial) -> FrozenTrial:
-        """The running shadow trial that stands for ``trial`` (samplers write their proposal on it)."""
+        """The running shadow trial that stands for ``trial`` (samplers write their proposal on it).
+
+        The wrapped sampler hears of the trial (``before_trial``) here, when it
+        is first asked about it, not when the trial starts: a strategy that
+        proposes most trials itself asks it rarely, and each copy of the study
+        into the shadow costs a storage read.
+        """
         shadow = self._view(study)
         if trial.number not in self._stand_ins:
             self._stand_ins[trial.number] = shadow._storage.create_new_trial(shadow._study_id)
-        return shadow._storage.get_trial(self._stand_ins[trial.number])
+        stand_in = shadow._storage.get_trial(self._stand_ins[trial.number])
+        if trial.number in self._announced:
+            self._announced.discard(trial.number)
+            self.inner.before_trial(shadow, stand_in)
+            stand_in = shadow._storage.get_trial(self._stand_ins[trial.number])
+        return stand_in
 
     def _shadow_trial(self, t: FrozenTrial) -> FrozenTrial | None:
         params, dists = {}, {}
@@ -133,12 +145,16 @@ class IndexedSampler(optuna.samplers.BaseSampler):
         return self._from_inner(param_name, value) if dist is not param_distribution else value
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(self._view(study), self._stand_in(study, trial))
+        """Passed on when the wrapped sampler is first asked about the trial (see _stand_in)."""
+        self._announced.add(trial.number)
 
     def after_trial(
         self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
     ) -> None:
-        self.inner.after_trial(self._view(study), self._stand_in(study, trial), state, values)
+        """Passed on for a trial the wrapped sampler was asked about; it learns the others as finished trials."""
+        self._announced.discard(trial.number)
+        if trial.number in self._stand_ins:
+            self.inner.after_trial(self._view(study), self._stand_in(study, trial), state, values)
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()

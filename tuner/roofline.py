@@ -130,6 +130,14 @@ class LayerTable:
     weights: np.ndarray
     acts: np.ndarray
     min_batch: np.ndarray
+    distinct: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    copies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+
+    def __post_init__(self) -> None:
+        """Index the distinct layers: a model repeats its blocks (resnet50: 44 kinds in 174 layers, bert-base 12)."""
+        table = np.stack([self.flops, self.weights, self.acts, self.min_batch], axis=1).astype(float)
+        _, self.distinct, self.copies = np.unique(table, axis=0, return_index=True, return_inverse=True)
+        self.copies = self.copies.reshape(-1)
 
     @classmethod
     def of(cls, profile: ModelProfile) -> LayerTable:
@@ -224,6 +232,10 @@ class Roofline:
 def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK, smooth: bool = True) -> np.ndarray:
     """Seconds per batch; the fit uses a smooth maximum (differentiable), predictions the plain one.
 
+    The arithmetic runs once per distinct layer and each layer's figure is
+    then copied to its repeats before the per-row sum, which adds them in the
+    same order as before: every figure is the same as computing each layer on
+    its own, at a quarter (resnet50) to a twentieth (bert-base) of the cost.
     Rows are taken ``chunk`` at a time so that the (rows x layers) arrays stay
     in the cache: the search predicts thousands of candidates per trial, and
     at 4,096 rows a chunk the same arithmetic ran 2.5 times slower. Every
@@ -231,36 +243,46 @@ def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK,
     a per-row sum).
     """
     alpha, beta, kappa = np.exp(logp)
+    kinds = layers.distinct
+    flops, weights, acts, min_batch = (
+        layers.flops[kinds],
+        layers.weights[kinds],
+        layers.acts[kinds],
+        layers.min_batch[kinds],
+    )
     out = np.empty(len(f.batch))
     for start in range(0, len(out), chunk):
         s = slice(start, start + chunk)
         b = f.batch[s][:, None]
         scale = f.byte_scale[s][:, None]
         # flops x b x alpha x bytes / (gpu x tpcs), and (weights + acts x b) x bytes x beta / mem, in place
-        t_flop = layers.flops[None, :] * b
+        t_flop = flops[None, :] * b
         t_flop *= alpha
         t_flop *= scale
         t_flop /= (f.gpu[s] * f.tpcs[s])[:, None]
-        t_mop = layers.acts[None, :] * b
-        t_mop += layers.weights[None, :]
+        t_mop = acts[None, :] * b
+        t_mop += weights[None, :]
         t_mop *= scale
         t_mop *= beta
         t_mop /= f.mem[s][:, None]
         t_launch = (kappa / f.cpu[s])[:, None]
         # Every layer runs at these batch sizes (the usual case): no mask to apply.
-        runs = layers.runs(f.batch[s]) if layers.min_batch.max(initial=1) > f.batch[s].min() else None
+        batch = f.batch[s]
+        runs = (batch[:, None] >= min_batch[None, :]).astype(float) if min_batch.max(initial=1) > batch.min() else None
         if not smooth:
             peak = np.maximum(t_flop, t_mop, out=t_flop)
             np.maximum(peak, t_launch, out=peak)
             if runs is not None:
                 peak *= runs
-            out[s] = peak.sum(axis=1)
+            out[s] = peak.take(layers.copies, axis=1).sum(axis=1)
             continue
         peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         smoothed = peak * (
             (t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P
         ) ** (1 / SMOOTH_P)
-        out[s] = (smoothed if runs is None else smoothed * runs).sum(axis=1)
+        if runs is not None:
+            smoothed *= runs
+        out[s] = smoothed.take(layers.copies, axis=1).sum(axis=1)
     return out
 
 

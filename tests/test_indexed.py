@@ -1,0 +1,91 @@
+"""IndexedSampler: the wrapped sampler sees positions, and hears of a trial only when it is asked about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+
+from tuner.indexed import IndexedSampler
+
+CLOCKS = [100, 200, 300, 400]
+
+
+class Ladder:
+    """The one thing IndexedSampler.bind reads of a space: its ordered parameters."""
+
+    def ordered_params(self) -> dict[str, list[Any]]:
+        return {"clock": CLOCKS}
+
+
+class Recording(optuna.samplers.RandomSampler):
+    """A random sampler that records what it is told and what study it is shown."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=0)
+        self.calls: list[tuple[str, int]] = []
+        self.seen: list[list[Any]] = []
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.calls.append(("before", trial.number))
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.calls.append(("after", trial.number))
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
+        self.seen.append([t.params[param_name] for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))])
+        return super().sample_independent(study, trial, param_name, param_distribution)
+
+
+def objective(trial: optuna.Trial) -> float:
+    return float(trial.suggest_categorical("clock", CLOCKS))
+
+
+def wrapped(inner: Recording) -> IndexedSampler:
+    sampler = IndexedSampler(inner)
+    sampler.bind(Ladder())
+    return sampler
+
+
+def test_the_wrapped_sampler_sees_positions_and_hears_of_every_trial_it_samples() -> None:
+    inner = Recording()
+    study = optuna.create_study(sampler=wrapped(inner))
+    study.optimize(objective, n_trials=4)
+    assert inner.calls == [(kind, n) for n in range(4) for kind in ("before", "after")]
+    assert inner.seen[-1] == [CLOCKS.index(t.params["clock"]) for t in study.trials[:3]]
+    assert all(t.params["clock"] in CLOCKS for t in study.trials)
+
+
+class AsksOnce(optuna.samplers.BaseSampler):
+    """A strategy that chooses every trial itself except trial ``ask_at``, which it leaves to the wrapped sampler."""
+
+    def __init__(self, inner: IndexedSampler, ask_at: int) -> None:
+        self.inner = inner
+        self.ask_at = ask_at
+
+    def infer_relative_search_space(self, study, trial) -> dict:
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict:
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
+        if trial.number == self.ask_at:
+            return self.inner.sample_independent(study, trial, param_name, param_distribution)
+        return CLOCKS[trial.number % len(CLOCKS)]
+
+    def before_trial(self, study, trial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+
+def test_a_trial_the_wrapped_sampler_is_never_asked_about_reaches_it_only_as_a_finished_trial() -> None:
+    inner = Recording()
+    study = optuna.create_study(sampler=AsksOnce(wrapped(inner), ask_at=3))
+    study.optimize(objective, n_trials=6)
+    assert inner.calls == [("before", 3), ("after", 3)]
+    assert inner.seen == [[CLOCKS.index(t.params["clock"]) for t in study.trials[:3]]]
+    assert isinstance(study.trials[3].distributions["clock"], CategoricalDistribution)
