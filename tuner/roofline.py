@@ -41,7 +41,8 @@ ENERGY_SHARES = (0.25, 0.15, 0.15, 0.15, 0.1, 0.1, 0.05, 0.05)
 ENERGY_PRIOR_WEIGHT = 0.3
 
 PRECISION_BYTES = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
-SMOOTH_P = 8.0
+SMOOTH_SQUARINGS = 3
+"""The fit's smooth maximum is the p-norm of the three times with p = 2 ** SMOOTH_SQUARINGS = 8 (powers by squaring)."""
 CHUNK = 256
 """Rows per block of the per-layer time arithmetic (see _time)."""
 
@@ -131,13 +132,14 @@ class LayerTable:
     acts: np.ndarray
     min_batch: np.ndarray
     distinct: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
-    copies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    copies: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
-        """Index the distinct layers: a model repeats its blocks (resnet50: 44 kinds in 174 layers, bert-base 12)."""
+        """Index the distinct layers and how often each occurs: a model repeats its blocks (resnet50: 44 kinds
+        in 174 layers, bert-base 12)."""
         table = np.stack([self.flops, self.weights, self.acts, self.min_batch], axis=1).astype(float)
-        _, self.distinct, self.copies = np.unique(table, axis=0, return_index=True, return_inverse=True)
-        self.copies = self.copies.reshape(-1)
+        _, self.distinct, counts = np.unique(table, axis=0, return_index=True, return_counts=True)
+        self.copies = counts.astype(float)
 
     @classmethod
     def of(cls, profile: ModelProfile) -> LayerTable:
@@ -153,10 +155,12 @@ class LayerTable:
         return (batch[:, None] >= self.min_batch[None, :]).astype(float)
 
     def work(self, f: Features) -> tuple[np.ndarray, np.ndarray]:
-        """Total W (FLOPs) and Q (bytes) per batch for each configuration."""
-        runs = self.runs(f.batch)
-        w = (runs @ self.flops) * f.batch
-        q = (runs @ self.weights + (runs @ self.acts) * f.batch) * f.byte_scale
+        """Total W (FLOPs) and Q (bytes) per batch for each configuration (the layer sums once per batch size)."""
+        batches, at = np.unique(f.batch, return_inverse=True)
+        runs = self.runs(batches)
+        flops, weights, acts = (runs @ self.flops)[at], (runs @ self.weights)[at], (runs @ self.acts)[at]
+        w = flops * f.batch
+        q = (weights + acts * f.batch) * f.byte_scale
         return w, q
 
 
@@ -232,10 +236,10 @@ class Roofline:
 def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK, smooth: bool = True) -> np.ndarray:
     """Seconds per batch; the fit uses a smooth maximum (differentiable), predictions the plain one.
 
-    The arithmetic runs once per distinct layer and each layer's figure is
-    then copied to its repeats before the per-row sum, which adds them in the
-    same order as before: every figure is the same as computing each layer on
-    its own, at a quarter (resnet50) to a twentieth (bert-base) of the cost.
+    The arithmetic runs once per distinct layer, and the per-row sum weighs
+    each by how often it occurs: a quarter (resnet50) to a twentieth
+    (bert-base) of the cost of every layer on its own, equal to it but for
+    the order of the additions.
     Rows are taken ``chunk`` at a time so that the (rows x layers) arrays stay
     in the cache: the search predicts thousands of candidates per trial, and
     at 4,096 rows a chunk the same arithmetic ran 2.5 times slower. Every
@@ -274,16 +278,32 @@ def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK,
             np.maximum(peak, t_launch, out=peak)
             if runs is not None:
                 peak *= runs
-            out[s] = peak.take(layers.copies, axis=1).sum(axis=1)
+            out[s] = peak @ layers.copies
             continue
         peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
-        smoothed = peak * (
-            (t_flop / peak) ** SMOOTH_P + (t_mop / peak) ** SMOOTH_P + (t_launch / peak) ** SMOOTH_P
-        ) ** (1 / SMOOTH_P)
+        total = _eighth_power(np.divide(t_flop, peak, out=t_flop))
+        total += _eighth_power(np.divide(t_mop, peak, out=t_mop))
+        total += _eighth_power(t_launch / peak)
+        smoothed = _eighth_root(total)
+        smoothed *= peak
         if runs is not None:
             smoothed *= runs
-        out[s] = smoothed.take(layers.copies, axis=1).sum(axis=1)
+        out[s] = smoothed @ layers.copies
     return out
+
+
+def _eighth_power(x: np.ndarray) -> np.ndarray:
+    """``x ** 8`` in place by squarings (a general power was most of the fit's arithmetic)."""
+    for _ in range(SMOOTH_SQUARINGS):
+        np.multiply(x, x, out=x)
+    return x
+
+
+def _eighth_root(x: np.ndarray) -> np.ndarray:
+    """``x ** (1 / 8)`` in place by square roots."""
+    for _ in range(SMOOTH_SQUARINGS):
+        np.sqrt(x, out=x)
+    return x
 
 
 def _energy_columns(layers: LayerTable, f: Features, t: np.ndarray) -> np.ndarray:

@@ -106,6 +106,7 @@ class GaussianProcess:
         With ``optimize=False`` the hyperparameters of ``warm`` are kept and
         only the data change (a refit between hyperparameter searches).
         """
+        from scipy.linalg import cho_solve
         from scipy.optimize import minimize
 
         p = basis.shape[1]
@@ -135,11 +136,13 @@ class GaussianProcess:
             theta = np.clip(start, [b[0] for b in bounds], [b[1] for b in bounds])
         k = _kernel(x, x, theta[:d], theta[d]) + np.exp(theta[d + 1]) * np.eye(len(x))
         chol = np.linalg.cholesky(k + 1e-9 * np.eye(len(x)))
-        alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
+        alpha = cho_solve((chol, True), r, check_finite=False)
         return cls(theta[:d], float(theta[d]), float(theta[d + 1]), x, basis, beta, chol, alpha)
 
     def predict(self, x: np.ndarray, basis: np.ndarray, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of a new observation (model spread plus measurement noise)."""
+        from scipy.linalg import solve_triangular
+
         mean = np.empty(len(x))
         std = np.empty(len(x))
         signal = np.exp(self.log_signal)
@@ -148,7 +151,7 @@ class GaussianProcess:
             s = slice(start, start + chunk)
             ks = _kernel(x[s], self.x, self.log_scales, self.log_signal)
             mean[s] = basis[s] @ self.beta + ks @ self.alpha
-            v = np.linalg.solve(self.chol, ks.T)
+            v = solve_triangular(self.chol, ks.T, lower=True, check_finite=False)
             std[s] = np.sqrt(np.maximum(signal - (v * v).sum(axis=0), 1e-10) + noise)
         return mean, std
 
@@ -159,10 +162,16 @@ class GaussianProcess:
 
 
 def _kernel(a: np.ndarray, b: np.ndarray, log_scales: np.ndarray, log_signal: float) -> np.ndarray:
+    """Squared-exponential kernel between the rows of ``a`` and ``b``, in place on one array (thousands of rows)."""
     scaled_a = a / np.exp(log_scales)
     scaled_b = b / np.exp(log_scales)
-    sq = (scaled_a**2).sum(1)[:, None] + (scaled_b**2).sum(1)[None, :] - 2 * scaled_a @ scaled_b.T
-    return np.exp(log_signal) * np.exp(-0.5 * np.maximum(sq, 0.0))
+    sq = (scaled_a**2).sum(1)[:, None] + (scaled_b**2).sum(1)[None, :]
+    sq -= 2 * scaled_a @ scaled_b.T
+    np.maximum(sq, 0.0, out=sq)
+    sq *= -0.5
+    np.exp(sq, out=sq)
+    sq *= np.exp(log_signal)
+    return sq
 
 
 def _squared_differences(x: np.ndarray) -> np.ndarray:
@@ -174,7 +183,12 @@ def _neg_log_evidence(theta: np.ndarray, x: np.ndarray, r: np.ndarray, squared: 
     """Negative log marginal likelihood plus a weak prior on the length scales, with its gradient.
 
     ``squared`` is :func:`_squared_differences` of ``x``, computed once per fit.
+    The inverse and the solution come from the Cholesky factor (triangular
+    solves), the length-scale gradients from one product over all columns:
+    this runs a few hundred times a proposal.
     """
+    from scipy.linalg import cho_solve, solve_triangular
+
     d = x.shape[1]
     n = len(r)
     k_signal = _kernel(x, x, theta[:d], theta[d])
@@ -184,16 +198,15 @@ def _neg_log_evidence(theta: np.ndarray, x: np.ndarray, r: np.ndarray, squared: 
         chol = np.linalg.cholesky(k)
     except np.linalg.LinAlgError:
         return 1e10, np.zeros_like(theta)
-    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
-    k_inv = np.linalg.solve(chol.T, np.linalg.solve(chol, np.eye(n)))
+    alpha = cho_solve((chol, True), r, check_finite=False)
+    inv_chol = solve_triangular(chol, np.eye(n), lower=True, check_finite=False)
+    k_inv = inv_chol.T @ inv_chol
     value = 0.5 * r @ alpha + np.log(np.diag(chol)).sum() + 0.5 * n * np.log(2 * np.pi)
-    inner = np.outer(alpha, alpha) - k_inv
+    weighted = (np.outer(alpha, alpha) - k_inv) * k_signal
     grad = np.empty_like(theta)
-    for j in range(d):
-        diff = squared[j] / np.exp(2 * theta[j])
-        grad[j] = -0.5 * np.sum(inner * (k_signal * diff))
-    grad[d] = -0.5 * np.sum(inner * k_signal)
-    grad[d + 1] = -0.5 * np.trace(inner) * noise
+    grad[:d] = -0.5 * (squared.reshape(d, -1) @ weighted.reshape(-1)) / np.exp(2 * theta[:d])
+    grad[d] = -0.5 * np.sum(weighted)
+    grad[d + 1] = -0.5 * (alpha @ alpha - np.trace(k_inv)) * noise
     mu, sd = LOG_SCALE_PRIOR
     value += 0.5 * np.sum(((theta[:d] - mu) / sd) ** 2)
     grad[:d] += (theta[:d] - mu) / sd**2

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,9 @@ class Table:
     """What the learned strategy needs of a space, built once: its grid, every configuration's encoding and mode.
 
     ``modes`` holds each configuration's power mode as an index into
-    ``mode_names`` (None in a space without a mode knob).
+    ``mode_names`` (None in a space without a mode knob). ``rows`` and
+    ``around`` remember each effective key's grid row and each row's
+    neighbours once looked up: every proposal asks again for the same ones.
     """
 
     grid: Grid
@@ -53,6 +55,16 @@ class Table:
     modes: np.ndarray | None = None
     mode_names: list[str] | None = None
     features: Any = None
+    rows: dict[str, int | None] = field(default_factory=dict)
+    around: dict[int, list[int]] = field(default_factory=dict)
+
+    def row(self, key: str | None) -> int | None:
+        """The grid row of an effective key (None if it is not in the grid)."""
+        if key is None:
+            return None
+        if key not in self.rows:
+            self.rows[key] = self.grid.position(key)
+        return self.rows[key]
 
 
 def space_table(space: SearchSpace) -> Table:
@@ -175,7 +187,7 @@ class LearnedSampler(GuidedSampler):
                 self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
                 return fresh
         table = space_table(self.space)
-        positions = [table.grid.position(t.user_attrs.get("effective_key", "")) for t in done]
+        positions = [table.row(t.user_attrs.get("effective_key", "")) for t in done]
         pairs = [(r, t) for r, t in zip(positions, done, strict=True) if r is not None]
         if len(pairs) < 2:
             return None
@@ -183,7 +195,7 @@ class LearnedSampler(GuidedSampler):
         y_e = np.log([t.user_attrs["j_per_query"] for _, t in pairs])
         y_l = np.log([t.user_attrs[f"{self.percentile}_ms"] for _, t in pairs])
         self._score_prospective(rows, y_e, y_l)
-        seen = {table.grid.position(k) for k in keys if k is not None}
+        seen = {table.row(k) for k in keys if k is not None}
         seen |= self._refused_rows(table, trials)
         self.mode_now = self._mode_of(table, done[-1]) if done else None
         feasible = sorted(
@@ -489,24 +501,32 @@ class LearnedSampler(GuidedSampler):
     def _neighbours(self, table: Table, rows: list[int]) -> list[int]:
         """Grid rows one step away from the given ones in every ordered knob and the batch size."""
         out: list[int] = []
-        batches = self.space.batch_sizes
         for row in rows:
-            base = table.grid[row]
-            moves: list[Config] = []
-            for name in self.space.tuned_knobs:
-                knob = self.space.knobs[name]
-                values = knob.values
-                at = next((i for i, v in enumerate(values) if str(v) == str(base.knobs[name])), 0)
-                steps = (at - 1, at + 1) if knob.ordered else range(len(values))
-                for j in steps:
-                    if 0 <= j < len(values) and j != at:
-                        moves.append(Config(knobs={**base.knobs, name: values[j]}, batch_size=base.batch_size))
-            at_b = batches.index(base.batch_size) if base.batch_size in batches else 0
-            for j in (at_b - 1, at_b + 1):
-                if 0 <= j < len(batches):
-                    moves.append(base.model_copy(update={"batch_size": batches[j]}))
-            for move in moves:
-                i = table.grid.position(json.dumps(self.space.effective(move).key()))
-                if i is not None and i not in out:
-                    out.append(i)
+            if row not in table.around:
+                table.around[row] = self._neighbours_of(table, row)
+            out += [i for i in table.around[row] if i not in out]
+        return out
+
+    def _neighbours_of(self, table: Table, row: int) -> list[int]:
+        """:meth:`_neighbours` of one row, in the order of the knobs and then the batch size."""
+        out: list[int] = []
+        batches = self.space.batch_sizes
+        base = table.grid[row]
+        moves: list[Config] = []
+        for name in self.space.tuned_knobs:
+            knob = self.space.knobs[name]
+            values = knob.values
+            at = next((i for i, v in enumerate(values) if str(v) == str(base.knobs[name])), 0)
+            steps = (at - 1, at + 1) if knob.ordered else range(len(values))
+            for j in steps:
+                if 0 <= j < len(values) and j != at:
+                    moves.append(Config(knobs={**base.knobs, name: values[j]}, batch_size=base.batch_size))
+        at_b = batches.index(base.batch_size) if base.batch_size in batches else 0
+        for j in (at_b - 1, at_b + 1):
+            if 0 <= j < len(batches):
+                moves.append(base.model_copy(update={"batch_size": batches[j]}))
+        for move in moves:
+            i = table.row(json.dumps(self.space.effective(move).key()))
+            if i is not None and i not in out:
+                out.append(i)
         return out
