@@ -134,7 +134,17 @@ def test_intensity_summary_separates_matmul_from_elementwise_layers():
     assert summary["graph_flop_per_byte"] > 1
 
 
-def test_log_axes_label_few_major_ticks_and_no_minor_ones():
+def _labelled(axis) -> list[str]:
+    """The labels of the major ticks in view (as drawn)."""
+    low, high = sorted(axis.get_view_interval())
+    labels = axis.get_major_formatter().format_ticks(list(axis.get_majorticklocs()))
+    return [t for t, v in zip(labels, axis.get_majorticklocs(), strict=True) if low <= v <= high and t]
+
+
+@pytest.mark.parametrize(
+    ("low", "high"), [(0.021, 0.03), (90.0, 130.0), (0.08, 0.11), (3.0, 70.0), (0.05, 0.5), (1e-2, 1e4), (5.0, 5.2)]
+)
+def test_log_axes_carry_three_to_ten_plain_labels_whatever_their_span(low, high):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,14 +154,42 @@ def test_log_axes_label_few_major_ticks_and_no_minor_ones():
     from tuner.pareto import log_ticks
 
     fig, ax = plt.subplots()
-    ax.plot([11, 19, 27], [0.021, 0.025, 0.03])
+    ax.plot([low, high], [low, high])
     ax.set_xscale("log")
     ax.set_yscale("log")
     log_ticks(ax)
     fig.canvas.draw()
-    assert isinstance(ax.xaxis.get_minor_formatter(), NullFormatter)
-    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
-    assert labels and all("times" not in x and "^" not in x for x in labels)
+    for axis in (ax.xaxis, ax.yaxis):
+        assert isinstance(axis.get_minor_formatter(), NullFormatter)
+        labels = _labelled(axis)
+        assert 3 <= len(labels) <= 10, labels
+        assert all("^" not in x and "times" not in x and "e" not in x for x in labels), labels
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(("device", "model"), [("sim:orin", "resnet50"), ("sim:h200", "bert-base")])
+def test_the_roofline_plot_labels_its_log_axes_with_several_plain_numbers(device, model):
+    import matplotlib.pyplot as plt
+
+    from tuner.roofline import figure
+
+    dev = TwinDevice(device)
+    space = dev.space()
+    profile = load_profile(model)
+    batches = space.batch_sizes
+    modes = [
+        space.default_config().model_copy(update={"batch_size": b}) for b in (batches[0], batches[len(batches) // 2])
+    ]
+    measured = [dev.measure(model, c, WindowSettings(seed=i)) for i, c in enumerate(modes)]
+    fitted = fit_measurements(profile, space, modes, [m.model_dump() for m in measured])
+    fig = figure(fitted, profile, space, modes[:1], twin=True)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = _labelled(axis)
+            assert 3 <= len(labels) <= 10, (ax.get_title(), labels)
+            assert all("^" not in x and "mathdefault" not in x for x in labels), labels
+    assert _labelled(fig.axes[0].xaxis) == ["0.01", "0.1", "1", "10", "100", "1000", "10000"]
     plt.close(fig)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -317,15 +318,29 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
 
 
 def log_ticks(ax: Any) -> None:
-    """Readable log axes: at most about eight labelled ticks (1, 2, 5 x 10^k) and unlabelled minor ones.
+    """Readable base-10 log axes: three to about ten labelled ticks in view, as plain numbers, minor ones unlabelled.
 
-    Matplotlib labels minor ticks on a log axis that spans less than a
-    decade or so, and those labels (2x10^1, 3x10^1, ...) overlap.
+    Matplotlib labels the powers of ten, so an axis spanning less than a
+    decade carries one label or none. Here: powers of ten alone over more
+    than three decades, 1, 2 and 5 x 10^k over one to three, every 1-9 x 10^k
+    below one, and evenly spaced round numbers where even those leave fewer
+    than three in view (an axis from 90 to 130). Call it once the data (or
+    the limits) are set: the ticks follow the axis's span at that moment.
     """
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+        if axis.get_scale() != "log" or getattr(axis.get_transform(), "base", 10) != 10:
+            continue
+        low, high = sorted(axis.get_view_interval())
+        decades = math.log10(high / low) if low > 0 and high > low else 0.0
+        subs = (1.0,) if decades > 3 else (1.0, 2.0, 5.0) if decades >= 1 else tuple(float(k) for k in range(1, 10))
+        powers = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1) if decades > 0 else range(0)
+        in_view = sum(low <= k * 10.0**e <= high for e in powers for k in subs)
+        locator: Any = LogLocator(base=10, subs=subs, numticks=12)
+        if in_view < 3:
+            locator = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10], min_n_ticks=3)
+        axis.set_major_locator(locator)
         axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         axis.set_minor_formatter(NullFormatter())
 

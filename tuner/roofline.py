@@ -487,10 +487,23 @@ def plot(
     twin: bool = False,
 ) -> None:
     """Time and energy rooflines of each mode, with the model's layers placed by arithmetic intensity."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(roofline, profile, space, modes, twin)
+    atomicfile.write_figure(path, fig, bbox_inches="tight")
+    plt.close(fig)
+
+
+def figure(
+    roofline: Roofline, profile: ModelProfile, space: SearchSpace, modes: list[Config], twin: bool = False
+) -> Any:
+    """The figure :func:`plot` writes (a matplotlib Figure, left open for the caller)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from tuner.pareto import log_ticks
 
     f = features(space, modes)
     params = roofline.mode_parameters(f)
@@ -514,6 +527,8 @@ def plot(
         ax.grid(alpha=0.3, which="both")
         for x in intensity[intensity > 0]:
             ax.axvline(x, color="grey", alpha=0.08, lw=0.8)
+        ax.set_xlim(ai[0], ai[-1])
+        log_ticks(ax)
     ax_t.set_ylabel("attainable TFLOP/s")
     ax_e.set_ylabel("attainable GFLOP/J")
     ax_t.set_title(f"time roofline ({profile.model}, bs {batch}; grey: layers)", fontsize=10)
@@ -523,5 +538,4 @@ def plot(
     handles, labels = ax_t.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(labels) + 1) // 2), 1, 1))
-    atomicfile.write_figure(path, fig, bbox_inches="tight")
-    plt.close(fig)
+    return fig

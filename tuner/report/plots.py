@@ -27,19 +27,20 @@ def _save(fig, path: Path) -> None:
 
 
 def _plain(ax) -> None:
-    """Plain numbers on log axes (64, not 2^6; 0.1, not 10^-1), several of them on a base-10 axis.
+    """Plain numbers on every axis (64, not 2^6; 0.1, not 10^-1), and base-10 log axes ticked by their span.
 
     A base-10 axis spanning less than a decade has one power of ten or none
-    in view, so it would carry one labelled tick: 1, 2 and 5 x 10^k are major.
+    in view, so it would carry one labelled tick (tuner.pareto.log_ticks).
     """
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter
+
+    from tuner.pareto import log_ticks
 
     plain = FuncFormatter(lambda v, _pos: f"{v:g}")
     for axis in (ax.xaxis, ax.yaxis):
-        if axis.get_scale() == "log" and getattr(axis.get_transform(), "base", 10) == 10:
-            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
         axis.set_major_formatter(plain)
         axis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+    log_ticks(ax)
 
 
 def _title(text: str, twin: bool) -> str:
