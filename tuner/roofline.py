@@ -44,6 +44,8 @@ PRECISION_BYTES = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
 SMOOTH_SQUARINGS = 3
 """The fit's smooth maximum is the p-norm of the three times with p = 2 ** SMOOTH_SQUARINGS = 8 (powers by squaring)."""
 CHUNK = 256
+TimeTerms = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
+"""Per-layer compute, memory and launch times at unit coefficients, and the run mask (see _terms)."""
 """Rows per block of the per-layer time arithmetic (see _time)."""
 
 
@@ -236,60 +238,65 @@ class Roofline:
 def _time(layers: LayerTable, f: Features, logp: np.ndarray, chunk: int = CHUNK, smooth: bool = True) -> np.ndarray:
     """Seconds per batch; the fit uses a smooth maximum (differentiable), predictions the plain one.
 
-    The arithmetic runs once per distinct layer, and the per-row sum weighs
-    each by how often it occurs: a quarter (resnet50) to a twentieth
-    (bert-base) of the cost of every layer on its own, equal to it but for
-    the order of the additions.
     Rows are taken ``chunk`` at a time so that the (rows x layers) arrays stay
     in the cache: the search predicts thousands of candidates per trial, and
-    at 4,096 rows a chunk the same arithmetic ran 2.5 times slower. Every
-    row's figure is the same whatever the chunk (element-wise operations and
-    a per-row sum).
+    at 4,096 rows a chunk the same arithmetic ran 2.5 times slower.
     """
-    alpha, beta, kappa = np.exp(logp)
-    kinds = layers.distinct
-    flops, weights, acts, min_batch = (
-        layers.flops[kinds],
-        layers.weights[kinds],
-        layers.acts[kinds],
-        layers.min_batch[kinds],
-    )
     out = np.empty(len(f.batch))
     for start in range(0, len(out), chunk):
         s = slice(start, start + chunk)
-        b = f.batch[s][:, None]
-        scale = f.byte_scale[s][:, None]
-        # flops x b x alpha x bytes / (gpu x tpcs), and (weights + acts x b) x bytes x beta / mem, in place
-        t_flop = flops[None, :] * b
-        t_flop *= alpha
-        t_flop *= scale
-        t_flop /= (f.gpu[s] * f.tpcs[s])[:, None]
-        t_mop = acts[None, :] * b
-        t_mop += weights[None, :]
-        t_mop *= scale
-        t_mop *= beta
-        t_mop /= f.mem[s][:, None]
-        t_launch = (kappa / f.cpu[s])[:, None]
-        # Every layer runs at these batch sizes (the usual case): no mask to apply.
-        batch = f.batch[s]
-        runs = (batch[:, None] >= min_batch[None, :]).astype(float) if min_batch.max(initial=1) > batch.min() else None
-        if not smooth:
-            peak = np.maximum(t_flop, t_mop, out=t_flop)
-            np.maximum(peak, t_launch, out=peak)
-            if runs is not None:
-                peak *= runs
-            out[s] = peak @ layers.copies
-            continue
+        out[s] = _combine(_terms(layers, f, s), logp, layers.copies, smooth)
+    return out
+
+
+def _terms(layers: LayerTable, f: Features, rows: slice) -> TimeTerms:
+    """Compute, memory and launch times of each distinct layer at unit coefficients, and where layers run.
+
+    Per row: flops x b x bytes / (gpu x tpcs), (weights + acts x b) x bytes /
+    mem and 1 / cpu, to be scaled by alpha, beta and kappa (_combine). The
+    arithmetic runs once per distinct layer (a model repeats its blocks) and
+    the fit, which tries dozens of coefficients on the same rows, computes
+    these once. The mask is None when every layer runs at these batch sizes.
+    """
+    kinds = layers.distinct
+    b = f.batch[rows][:, None]
+    scale = f.byte_scale[rows][:, None]
+    flop = layers.flops[kinds][None, :] * b
+    flop *= scale
+    flop /= (f.gpu[rows] * f.tpcs[rows])[:, None]
+    mop = layers.acts[kinds][None, :] * b
+    mop += layers.weights[kinds][None, :]
+    mop *= scale
+    mop /= f.mem[rows][:, None]
+    launch = (1.0 / f.cpu[rows])[:, None]
+    min_batch = layers.min_batch[kinds]
+    batch = f.batch[rows]
+    runs = (batch[:, None] >= min_batch[None, :]).astype(float) if min_batch.max(initial=1) > batch.min() else None
+    return flop, mop, launch, runs
+
+
+def _combine(terms: TimeTerms, logp: np.ndarray, copies: np.ndarray, smooth: bool) -> np.ndarray:
+    """Seconds per batch of each row from :func:`_terms`: per layer the maximum (or its smooth form), summed.
+
+    The per-row sum weighs each distinct layer by how often it occurs.
+    """
+    flop, mop, launch, runs = terms
+    alpha, beta, kappa = np.exp(logp)
+    t_flop = flop * alpha
+    t_mop = mop * beta
+    t_launch = launch * kappa
+    if not smooth:
+        peak = np.maximum(t_flop, t_mop, out=t_flop)
+        np.maximum(peak, t_launch, out=peak)
+    else:
         peak = np.maximum(np.maximum(t_flop, t_mop), t_launch)
         total = _eighth_power(np.divide(t_flop, peak, out=t_flop))
         total += _eighth_power(np.divide(t_mop, peak, out=t_mop))
         total += _eighth_power(t_launch / peak)
-        smoothed = _eighth_root(total)
-        smoothed *= peak
-        if runs is not None:
-            smoothed *= runs
-        out[s] = smoothed @ layers.copies
-    return out
+        peak *= _eighth_root(total)
+    if runs is not None:
+        peak *= runs
+    return peak @ copies
 
 
 def _eighth_power(x: np.ndarray) -> np.ndarray:
@@ -355,8 +362,10 @@ def fit(
     )
     weight = 0.3 / np.sqrt(len(time_s))
 
+    terms = _terms(layers, f, slice(None))
+
     def residual(logp: np.ndarray) -> np.ndarray:
-        pred = _time(layers, f, logp)
+        pred = _combine(terms, logp, layers.copies, smooth=True)
         return np.concatenate([np.log(pred) - np.log(time_s), weight * (logp - prior)])
 
     best = None
