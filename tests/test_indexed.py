@@ -89,3 +89,31 @@ def test_a_trial_the_wrapped_sampler_is_never_asked_about_reaches_it_only_as_a_f
     assert inner.calls == [("before", 3), ("after", 3)]
     assert inner.seen == [[CLOCKS.index(t.params["clock"]) for t in study.trials[:3]]]
     assert isinstance(study.trials[3].distributions["clock"], CategoricalDistribution)
+
+
+class SeesConstraints(Recording):
+    """Records the constraints of the finished trials it is shown."""
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
+        self.seen.append([t.constraints for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))])
+        return optuna.samplers.RandomSampler.sample_independent(self, study, trial, param_name, param_distribution)
+
+
+def test_the_wrapped_sampler_sees_each_named_constraint_once_whether_or_not_the_dashboard_list_was_written() -> None:
+    from tuner.storage import set_constraint
+
+    def constrained(trial: optuna.Trial) -> float:
+        clock = trial.suggest_categorical("clock", CLOCKS)
+        if trial.number % 2:
+            set_constraint(trial, "latency", clock - 250.0)  # named and mirrored for the dashboard
+        else:
+            trial.set_constraint("latency", clock - 250.0)  # named only
+        return float(clock)
+
+    inner = SeesConstraints()
+    study = optuna.create_study(sampler=wrapped(inner))
+    study.optimize(constrained, n_trials=4)
+    assert len(study.trials[1].constraints) == 2  # the study keeps the list optuna-dashboard reads
+    shown = inner.seen[-1]
+    assert len(shown) == 3 and all(set(c) == {"latency"} for c in shown)
+    assert [c["latency"] for c in shown] == [t.params["clock"] - 250.0 for t in study.trials[:3]]

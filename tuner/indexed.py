@@ -20,8 +20,24 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.space import KnobValue, SearchSpace
+from tuner.storage import CONSTRAINTS_KEY, NAMED_PREFIX
 
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def _constraints(system_attrs: dict[str, Any]) -> dict[str, Any]:
+    """The constraints the wrapped sampler sees: Optuna's named ones, or an older study's list if it has none.
+
+    A study keeps each named constraint and, for optuna-dashboard, the same
+    values again as a list (tuner.storage.set_constraint); shown both, a
+    sampler would count every constraint twice, and one trial with the list
+    and one without make Optuna's GP sampler refuse the study ("the number
+    of constraints must be the same for all trials").
+    """
+    named = {k: v for k, v in system_attrs.items() if k.startswith(NAMED_PREFIX)}
+    if named:
+        return named
+    return {k: v for k, v in system_attrs.items() if k == CONSTRAINTS_KEY}
 
 
 class IndexedSampler(optuna.samplers.BaseSampler):
@@ -120,7 +136,7 @@ class IndexedSampler(optuna.samplers.BaseSampler):
             params=params,
             distributions=dists,
             intermediate_values=t.intermediate_values,
-            system_attrs={k: v for k, v in t.system_attrs.items() if k.startswith("constraints")},
+            system_attrs=_constraints(t.system_attrs),
         )
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
