@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution
 
 from tuner.indexed import IndexedSampler
@@ -117,3 +118,18 @@ def test_the_wrapped_sampler_sees_each_named_constraint_once_whether_or_not_the_
     shown = inner.seen[-1]
     assert len(shown) == 3 and all(set(c) == {"latency"} for c in shown)
     assert [c["latency"] for c in shown] == [t.params["clock"] - 250.0 for t in study.trials[:3]]
+
+
+def test_optuna_s_gp_sampler_runs_a_study_whose_windows_are_cut() -> None:
+    """Cut trials carry the named constraint only, the others the dashboard's list too: GP must take both."""
+    pytest.importorskip("torch")
+    from tuner.devices.virtual.twin import TwinDevice
+    from tuner.run_options import RunOptions
+    from tuner.sampling import make_sampler
+    from tuner.study import MEMORY_STORAGE, run_study
+
+    options = RunOptions(model="resnet50", max_latency_ms=50.0, trials=12, seed=1, storage=MEMORY_STORAGE)
+    study, _ = run_study(TwinDevice("sim:orin"), options, sampler=make_sampler("gp", 1))
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert any(t.user_attrs.get("cut") for t in finished) and not all(t.user_attrs.get("cut") for t in finished)
+    assert len(finished) >= 12
