@@ -126,19 +126,21 @@ class LayerTable:
 
     ``min_batch`` is the smallest batch at which a layer runs at all (eager
     attention's layout copies are views at batch 1): the twin skips such a
-    layer below it, so the prior does too.
+    layer below it, so the prior does too. ``distinct`` indexes one layer of
+    each kind (equal FLOPs, bytes and ``min_batch``) and ``copies`` counts
+    them: a model repeats its blocks (resnet50: 44 kinds in 174 layers,
+    bert-base 12 in 236), and the time arithmetic runs once per kind.
     """
 
     flops: np.ndarray
     weights: np.ndarray
     acts: np.ndarray
     min_batch: np.ndarray
-    distinct: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
-    copies: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    distinct: np.ndarray = field(init=False, repr=False)
+    copies: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        """Index the distinct layers and how often each occurs: a model repeats its blocks (resnet50: 44 kinds
-        in 174 layers, bert-base 12)."""
+        """Find the kinds of layer and how often each occurs."""
         table = np.stack([self.flops, self.weights, self.acts, self.min_batch], axis=1).astype(float)
         _, self.distinct, counts = np.unique(table, axis=0, return_index=True, return_counts=True)
         self.copies = counts.astype(float)
