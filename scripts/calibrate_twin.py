@@ -35,7 +35,7 @@ from twin_calibration import (
     params_with,
     twin_errors,
 )
-from twin_rails import MODULE_LIMIT_W, doc_lines
+from twin_rails import MODULE_LIMIT_W, PODGOV_LOAD_TARGET, PODGOV_SOURCE, doc_lines
 from twin_rails import fit as fit_rails
 from twin_rails import sources as rail_sources
 
@@ -240,6 +240,7 @@ def orin_params(previous: dict | None) -> dict:
         "host_ref_mhz": 2201.6,
         "runtimes": {"pytorch": {"description": "eager PyTorch fp32 (as Pagoda measured)"}, "tensorrt-int8": TRT},
         "gpu_vf": {"v_min": 0.6, "v_max": 1.0, "f_knee_mhz": 520.0, "f_max_mhz": 1300.5},
+        "gpu_governor": {"load_target": PODGOV_LOAD_TARGET},
         "gpu_leak_w_per_v_tpc": keep.get("gpu_leak_w_per_v_tpc", 0.3),
         "gpu_clock_w_per_v2_ghz": keep.get("gpu_clock_w_per_v2_ghz", 6.0),
         "gpu_dyn_w_per_v2_ghz": keep.get("gpu_dyn_w_per_v2_ghz", 40.0),
@@ -277,6 +278,7 @@ def orin_params(previous: dict | None) -> dict:
             "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the first Orin twin assumed), then linear to 1.0 V at "
             "1300.5 MHz (Ampere mobile "
             "curves; not published)",
+            "gpu_governor": PODGOV_SOURCE,
             "gpu_clock_w_per_v2_ghz": FITTED + " (clock-tree power whenever the GPU clock runs)",
             "gpu_dyn_w_per_v2_ghz": FITTED
             + " (with the GPU stress rows of the forum thread: VDD_GPU_SOC at MAXN and 15W)",

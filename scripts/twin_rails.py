@@ -9,8 +9,9 @@ tests/test_twin.py. Evidence (cited in docs/twin.md):
 
 Closed-form fits on named rows; every other row is held out and its error
 reported. The ResNet-152 runs are simulated by the twin itself (batch 1,
-eager fp32, each mode's default clocks) on a profile built from resnet50's
-layers with ResNet-152's block counts (3, 8, 36, 3).
+eager fp32, each mode's defaults: the GPU clock where the devfreq governor
+settles under the mode's cap, as on the devkit) on a profile built from
+resnet50's layers with ResNet-152's block counts (3, 8, 36, 3).
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ FIT_CPU = "MAXN"
 FIT_SOC = ("MAXN", "15W")
 MODE_TPCS = {"MAXN": 8, "50W": 8, "30W": 4, "15W": 3}
 GPU_FLOOR_MHZ = 306.0
+# The GPU's devfreq governor at nvpmodel defaults. Its busy-share target, in the governor's per-mille units.
+PODGOV_LOAD_TARGET = 700 / 1000
+PODGOV_SOURCE = (
+    "nvhost_podgov, the devfreq governor of the Orin GPU (ga10b: devfreq_governor = \"nvhost_podgov\" in "
+    "drivers/gpu/nvgpu/os/linux/platform_ga10b_tegra.c of the L4T r35 kernel, github.com/OE4T/linux-tegra-5.10); "
+    "load_target = p_load_target 700 per mille, nvhost_pod_init's default in drivers/devfreq/governor_pod_scaling.c "
+    "(same tree; load_max 900, bias 80, smooth 10, damp 7, block_window 50 ms). scaling_state_check boosts the "
+    "clock by bias x freq x (busyness - target) / target, zero at 70% busy: the clock settles where the GPU is 70% "
+    "busy at it, at the lowest table clock (devfreq min_freq) if lighter there, at the mode's cap (devfreq "
+    "max_freq) if busier there; above load_max it jumps max/3 undamped. The settling transient is not modelled"
+)
 
 
 def evidence() -> dict:
@@ -103,7 +115,8 @@ def harness(params: dict) -> dict[str, dict[str, float]]:
     device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
     configs = [mode_config(device, m) for m in MODES]
     op = device.model.operating(configs)
-    time_s, _, _, bytes_per_s, u_cpu = device.model.activity(resnet152(), op, op.gpu_mhz)
+    clock = device.model.governed_gpu_mhz(resnet152(), op)
+    time_s, u_gpu, _, bytes_per_s, u_cpu = device.model.activity(resnet152(), op, clock)
     return {
         m: {
             "time_s": float(time_s[i]),
@@ -112,6 +125,8 @@ def harness(params: dict) -> dict[str, dict[str, float]]:
             "cpu_mhz": float(op.cpu_mhz[i]),
             "cores": float(op.cores[i]),
             "emc_mhz": float(op.mem_mhz[i]),
+            "gpu_mhz": float(clock[i]),
+            "u_gpu": float(u_gpu[i]),
         }
         for i, m in enumerate(MODES)
     }
@@ -205,7 +220,9 @@ def check_rows(params: dict) -> list[dict]:
     data = evidence()
     device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
     configs = [mode_config(device, m) for m in MODES]
-    result = device.model.evaluate(resnet152(), configs)
+    result = device.model.evaluate(resnet152(), configs, governed=True)
+    op = device.model.operating(configs)
+    _, u_gpu, _, _, _ = device.model.activity(resnet152(), op, result.gpu_mhz)
     rows = []
     maxn_energy = run(data, "resnet152", "MAXN")["busy"]["sum_mean"] / run(data, "resnet152", "MAXN")["table"]["fps"]
     twin_maxn_energy = float(result.power_w[0] * result.time_s[0])
@@ -225,6 +242,10 @@ def check_rows(params: dict) -> list[dict]:
                 "mode": mode,
                 "fps": fps,
                 "twin_fps": 1.0 / float(result.time_s[i]),
+                "gr3d": r["busy"]["gr3d_pct"]["mean"] / 100.0,
+                "twin_gr3d": float(u_gpu[i]),
+                "twin_gpu_mhz": float(result.gpu_mhz[i]),
+                "cap_mhz": float(op.gpu_mhz[i]),
                 "rails": measured,
                 "twin_rails": twin,
                 "fitted": fitted,

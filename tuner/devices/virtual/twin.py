@@ -95,6 +95,16 @@ class Wall(BaseModel):
     psu_efficiency: float
 
 
+class Governor(BaseModel):
+    """The GPU's devfreq load governor at a mode's defaults (nothing pinned): it settles where the GPU's busy
+    share at the current clock is ``load_target``, at the lowest table clock if the load is lighter there, and
+    at the mode's cap if the load stays above it there (a saturated GPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    load_target: float
+
+
 class TwinParams(BaseModel):
     """Every constant of one twin; ``sources`` says where each came from (datasheet, microbenchmark, fit, guess)."""
 
@@ -122,6 +132,7 @@ class TwinParams(BaseModel):
     awake_idle_w: float | None = None
     runtimes: dict[str, Runtime]
     gpu_vf: VfCurve
+    gpu_governor: Governor | None = None
     gpu_leak_w_per_v_tpc: float
     gpu_clock_w_per_v2_ghz: float
     gpu_dyn_w_per_v2_ghz: float
@@ -437,14 +448,34 @@ class TwinModel:
             executed=np.array([0, *sizes]),
         )
 
-    def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
+    def governed_gpu_mhz(self, profile: ModelProfile, op: Operating) -> np.ndarray:
+        """The GPU clock the load governor settles at under each configuration's clock as its cap (a mode at its
+        defaults): the lowest table clock whose busy share is at most the governor's target, else the cap."""
+        gov = self.params.gpu_governor
+        if gov is None:
+            return op.gpu_mhz.copy()
+        knob = self.params.knob_map["gpu_mhz"]
+        table = sorted(float(v) for v in self.space.knobs[knob].values)
+        chosen = op.gpu_mhz.copy()
+        settled = np.zeros(len(chosen), dtype=bool)
+        for mhz in table:
+            clock = np.minimum(np.full_like(op.gpu_mhz, mhz), op.gpu_mhz)
+            _, u_gpu, _, _, _ = self.activity(profile, op, clock)
+            take = ~settled & (u_gpu <= gov.load_target) & (mhz <= op.gpu_mhz)
+            chosen = np.where(take, clock, chosen)
+            settled |= take
+        return chosen
+
+    def evaluate(self, profile: ModelProfile, configs: list[Config], governed: bool = False) -> TwinResult:
         """Noise-free time per batch and average power for each configuration.
 
-        Where the power limit is exceeded, the GPU clock is bisected down to
-        the highest clock that fits, as the power-capping firmware settles.
+        ``governed``: each configuration's GPU clock is a cap the load governor
+        works under (a mode at its defaults), not a pinned clock. Where the
+        power limit is exceeded, the GPU clock is bisected down to the highest
+        clock that fits, as the power-capping firmware settles.
         """
         op = self.operating(configs)
-        gpu = op.gpu_mhz.copy()
+        gpu = self.governed_gpu_mhz(profile, op) if governed else op.gpu_mhz.copy()
         time_s, rails = self._time_and_power(profile, op, gpu)
         power = sum(rails.values())
         over = power > op.power_limit_w
