@@ -55,18 +55,22 @@ FIT_SYS = (
 )
 FIT_CPU = "MAXN"
 FIT_SOC = ("MAXN", "15W")
+FIT_SOC_BUSY = "MAXN"
 MODE_TPCS = {"MAXN": 8, "50W": 8, "30W": 4, "15W": 3}
 GPU_FLOOR_MHZ = 306.0
-# The GPU's devfreq governor at nvpmodel defaults. Its busy-share target, in the governor's per-mille units.
-PODGOV_LOAD_TARGET = 700 / 1000
+# The GPU's devfreq governor at nvpmodel defaults: nvhost_pod_init's defaults (loads in per mille, bias in %).
+PODGOV = {"load_target": 700 / 1000, "load_max": 900 / 1000, "bias": 80 / 100, "smooth": 10, "damp": 7}
 PODGOV_SOURCE = (
     "nvhost_podgov, the devfreq governor of the Orin GPU (ga10b: devfreq_governor = \"nvhost_podgov\" in "
     "drivers/gpu/nvgpu/os/linux/platform_ga10b_tegra.c of the L4T r35 kernel, github.com/OE4T/linux-tegra-5.10); "
-    "load_target = p_load_target 700 per mille, nvhost_pod_init's default in drivers/devfreq/governor_pod_scaling.c "
-    "(same tree; load_max 900, bias 80, smooth 10, damp 7, block_window 50 ms). scaling_state_check boosts the "
-    "clock by bias x freq x (busyness - target) / target, zero at 70% busy: the clock settles where the GPU is 70% "
-    "busy at it, at the lowest table clock (devfreq min_freq) if lighter there, at the mode's cap (devfreq "
-    "max_freq) if busier there; above load_max it jumps max/3 undamped. The settling transient is not modelled"
+    "nvhost_pod_init's defaults in drivers/devfreq/governor_pod_scaling.c (same tree): p_load_target 700 and "
+    "p_load_max 900 per mille, p_bias 80 (%), p_smooth 10, p_damp 7 (of 10), p_block_window 50 ms; the twin runs "
+    "nvhost_pod_estimate_freq and scaling_state_check poll by poll from the mode's cap (smoothed busy cycles, "
+    "boost = bias x freq x (busy - target) / target capped at max/3, max/3 undamped above load_max, request "
+    "averaged and damped) and rounds each request up to the table (the ga10b platform's clock rounding, "
+    "gp10b_round_clk_rate: the first table clock at or above it), and takes the mean clock of the last polls. "
+    "Fixed point: the GPU 70% busy, the lowest table clock if lighter there, the cap if busier there. The "
+    "per-poll load is the twin's steady busy share at that clock (no transient, no polling interval)"
 )
 
 
@@ -168,8 +172,17 @@ def fit(params: dict) -> dict:
     tpcs = {m: MODE_TPCS[m] for m in FIT_SOC}
     a_soc = np.array([[1.0, gv * tpcs[m]] for m in FIT_SOC])
     soc, gpu_leak = np.linalg.solve(a_soc, np.array([gpu_idle[m] for m in FIT_SOC]))
+    # VDD_GPU_SOC while ResNet-152 runs at MAXN (the governor holds the lowest clock) above what the twin's SoC
+    # floor, leakage and GPU clock-following power give at that clock: the rail's draw under load that does not
+    # follow the GPU clock. 50W, 30W and 15W held out.
+    base = {**params, "soc_static_w": float(soc), "gpu_leak_w_per_v_tpc": float(gpu_leak), "soc_busy_w": 0.0}
+    device = TwinDevice("sim:orin", params=TwinParams.model_validate(base))
+    config = mode_config(device, FIT_SOC_BUSY)
+    twin_gpu = float(device.model.evaluate(resnet152(), [config], governed=True).rails_w["VDD_GPU_SOC"][0])
+    soc_busy = run(data, "resnet152", FIT_SOC_BUSY)["busy"]["VDD_GPU_SOC"]["mean"] - twin_gpu
     return {
         "soc_static_w": round(float(soc), 3),
+        "soc_busy_w": round(soc_busy, 3),
         "gpu_leak_w_per_v_tpc": round(float(gpu_leak), 4),
         "mem_pj_per_byte": round(float(pj), 2),
         "mem_bg_curve": [[EMC_FLOOR_MHZ, round(idle, 3)], [2133.0, round(loaded, 3)], [3199.0, round(loaded, 3)]],
@@ -201,6 +214,12 @@ def sources() -> dict[str, str]:
         "lowest clock; 30W and 50W idle held out (docs/twin.md)",
         "gpu_leak_w_per_v_tpc": "fitted by scripts/twin_rails.py (see soc_static_w): per powered TPC per volt "
         "(TPC_PG_MASK gates the others)",
+        "soc_busy_w": f"fitted by scripts/twin_rails.py: VDD_GPU_SOC of ResNet-152 at MAXN ({ev}, busy mean) less the "
+        "twin's SoC floor, leakage and clock-following GPU power at the clock the devfreq governor holds there (its "
+        "lowest, 306 MHz: the twin's GPU is under the governor's 70% target at every clock; the source's authors saw "
+        "MAXN at the minimum clock under Phi-3.5): the rail's draw while a workload runs that does not follow the "
+        "GPU clock (the SoC side of the shared rail: memory controller and fabric). One row, one unknown; the "
+        "50W, 30W and 15W ResNet-152 rows and the forum's GPU stress rows at 50W and 30W are held out (docs/twin.md)",
         "sys_emc_w": "0: VIN_SYS_5V0 follows the memory rail (sys_per_mem_w), which carries the EMC dependence",
         "sys_per_mem_w": "fitted by scripts/twin_rails.py: slope of VIN_SYS_5V0 against VDDQ_VDD2_1V8AO (as "
         "sys_static_w): the 5 V system rail feeds the memory controller and DRAM-side supplies and rises with them",

@@ -45,6 +45,9 @@ SWEEP_CHUNK = 4096
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}
 TENSOR_CLASSES = ("conv_dense", "conv_pointwise", "gemm", "attention")
 NORM_OPS = ("batchnorm", "layernorm", "softmax")
+# Polls of the GPU load governor simulated from the cap, and the last of them its clock is averaged over.
+GOVERNOR_POLLS = 400
+GOVERNOR_TAIL = 100
 
 
 class VfCurve(BaseModel):
@@ -96,13 +99,22 @@ class Wall(BaseModel):
 
 
 class Governor(BaseModel):
-    """The GPU's devfreq load governor at a mode's defaults (nothing pinned): it settles where the GPU's busy
-    share at the current clock is ``load_target``, at the lowest table clock if the load is lighter there, and
-    at the mode's cap if the load stays above it there (a saturated GPU)."""
+    """The GPU's devfreq load governor (a mode at its defaults: nothing pinned), polled as the kernel's does.
+
+    Each poll it smooths the GPU's busy cycles (``smooth``), asks for the current
+    clock plus ``bias`` x clock x (busy share - ``load_target``) / ``load_target``
+    (at most a third of the cap; above ``load_max`` that third, undamped),
+    averages and damps the request (``smooth``, ``damp`` of 10), and the clock
+    driver rounds it up to the next table clock within the mode's cap.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     load_target: float
+    load_max: float
+    bias: float
+    smooth: int
+    damp: int
 
 
 class TwinParams(BaseModel):
@@ -138,6 +150,7 @@ class TwinParams(BaseModel):
     gpu_dyn_w_per_v2_ghz: float
     gpu_compute_activity: float
     soc_static_w: float
+    soc_busy_w: float = 0.0
     mem_bg_w: float
     mem_bg_curve: list[tuple[float, float]] = Field(default_factory=list)
     mem_pj_per_byte: float
@@ -362,8 +375,10 @@ class TwinModel:
         volts = p.gpu_vf.volts(gpu_mhz)
         tpc_frac = op.tpcs / p.tpcs_max
         activity = (1 - p.gpu_compute_activity) * u_gpu + p.gpu_compute_activity * u_compute
+        # soc_busy_w: the GPU/SoC rail's draw while a workload runs that does not follow the GPU clock.
         gpu = (
             p.soc_static_w
+            + np.where(u_gpu > 0, p.soc_busy_w, 0.0)
             + p.gpu_leak_w_per_v_tpc * volts * op.tpcs
             + (p.gpu_clock_w_per_v2_ghz + p.gpu_dyn_w_per_v2_ghz * activity) * volts**2 * ghz * tpc_frac
         )
@@ -449,22 +464,33 @@ class TwinModel:
         )
 
     def governed_gpu_mhz(self, profile: ModelProfile, op: Operating) -> np.ndarray:
-        """The GPU clock the load governor settles at under each configuration's clock as its cap (a mode at its
-        defaults): the lowest table clock whose busy share is at most the governor's target, else the cap."""
+        """The GPU clock the load governor holds under each configuration's clock as its cap (a mode at its
+        defaults): its mean over the last polls of a run started at the cap, where nvpmodel leaves the clock."""
         gov = self.params.gpu_governor
         if gov is None:
             return op.gpu_mhz.copy()
-        knob = self.params.knob_map["gpu_mhz"]
-        table = sorted(float(v) for v in self.space.knobs[knob].values)
-        chosen = op.gpu_mhz.copy()
-        settled = np.zeros(len(chosen), dtype=bool)
-        for mhz in table:
-            clock = np.minimum(np.full_like(op.gpu_mhz, mhz), op.gpu_mhz)
-            _, u_gpu, _, _, _ = self.activity(profile, op, clock)
-            take = ~settled & (u_gpu <= gov.load_target) & (mhz <= op.gpu_mhz)
-            chosen = np.where(take, clock, chosen)
-            settled |= take
-        return chosen
+        table = np.array(sorted(float(v) for v in self.space.knobs[self.params.knob_map["gpu_mhz"]].values))
+        n = len(op.gpu_mhz)
+        load = np.column_stack([np.minimum(self.activity(profile, op, np.full(n, f))[1], 1.0) for f in table])
+        cap = op.gpu_mhz
+        top = np.searchsorted(table, cap, side="right") - 1
+        index, rows = top.copy(), np.arange(n)
+        cycles, request_avg, held = np.zeros(n), np.zeros(n), np.zeros(n)
+        for poll in range(GOVERNOR_POLLS):
+            f = table[index]
+            load_now = load[rows, index]
+            cycles = (cycles * gov.smooth + f * load_now) / (gov.smooth + 1)
+            boost = np.minimum(gov.bias * f * (cycles / f - gov.load_target) / gov.load_target, cap / 3)
+            busy = load_now > gov.load_max
+            boost = np.where(busy, cap / 3, boost)
+            damp = np.where(busy, 10, gov.damp)
+            request = f + boost
+            request_avg = (request_avg * gov.smooth + request) / (gov.smooth + 1)
+            request = np.clip((damp * request + (10 - damp) * request_avg) / 10, table[0], cap)
+            index = np.minimum(np.searchsorted(table, request - 1e-9), top)
+            if poll >= GOVERNOR_POLLS - GOVERNOR_TAIL:
+                held += table[index]
+        return held / GOVERNOR_TAIL
 
     def evaluate(self, profile: ModelProfile, configs: list[Config], governed: bool = False) -> TwinResult:
         """Noise-free time per batch and average power for each configuration.
