@@ -61,7 +61,7 @@ GPU_FLOOR_MHZ = 306.0
 # The GPU's devfreq governor at nvpmodel defaults: nvhost_pod_init's defaults (loads in per mille, bias in %).
 PODGOV = {"load_target": 700 / 1000, "load_max": 900 / 1000, "bias": 80 / 100, "smooth": 10, "damp": 7}
 PODGOV_SOURCE = (
-    "nvhost_podgov, the devfreq governor of the Orin GPU (ga10b: devfreq_governor = \"nvhost_podgov\" in "
+    'nvhost_podgov, the devfreq governor of the Orin GPU (ga10b: devfreq_governor = "nvhost_podgov" in '
     "drivers/gpu/nvgpu/os/linux/platform_ga10b_tegra.c of the L4T r35 kernel, github.com/OE4T/linux-tegra-5.10); "
     "nvhost_pod_init's defaults in drivers/devfreq/governor_pod_scaling.c (same tree): p_load_target 700 and "
     "p_load_max 900 per mille, p_bias 80 (%), p_smooth 10, p_damp 7 (of 10), p_block_window 50 ms; the twin runs "
@@ -240,6 +240,7 @@ def check_rows(params: dict) -> list[dict]:
     device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
     configs = [mode_config(device, m) for m in MODES]
     result = device.model.evaluate(resnet152(), configs, governed=True)
+    pinned = device.model.evaluate(resnet152(), configs)
     op = device.model.operating(configs)
     _, u_gpu, _, _, _ = device.model.activity(resnet152(), op, result.gpu_mhz)
     rows = []
@@ -255,6 +256,7 @@ def check_rows(params: dict) -> list[dict]:
             "VDDQ_VDD2_1V8AO": mode in FIT_MEM,
             "VIN_SYS_5V0": ("resnet152", mode) in FIT_SYS,
             "VDD_CPU_CV": mode == FIT_CPU,
+            "VDD_GPU_SOC": mode == FIT_SOC_BUSY,
         }
         rows.append(
             {
@@ -270,6 +272,7 @@ def check_rows(params: dict) -> list[dict]:
                 "fitted": fitted,
                 "sum": r["busy"]["sum_mean"],
                 "twin_sum": float(result.power_w[i]),
+                "twin_sum_pinned": float(pinned.power_w[i]),
                 "energy_ratio": energy / maxn_energy,
                 "twin_energy_ratio": float(result.power_w[i] * result.time_s[i]) / twin_maxn_energy,
                 "power_ratio": r["busy"]["sum_mean"] / run(data, "resnet152", "MAXN")["busy"]["sum_mean"],
@@ -277,6 +280,39 @@ def check_rows(params: dict) -> list[dict]:
             }
         )
     return rows
+
+
+def saturated_rows(params: dict) -> list[dict]:
+    """Depth Anything V2 base on the devkit (GR3D 90-97% busy: the governor at each mode's cap) beside the twin's
+    nearest saturated eager transformer, bert-base at batch 64 on sim:orin at each mode's defaults (not the same
+    network: the twin has no Depth Anything profile), each mode over MAXN."""
+    data = evidence()
+    device = TwinDevice("sim:orin", params=TwinParams.model_validate(params))
+    configs = [mode_config(device, m, 64) for m in MODES]
+    result = device.model.evaluate(load_profile("bert-base"), configs, governed=True)
+    base = run(data, "depth-anything-v2-base", "MAXN")
+    out = []
+    for i, mode in enumerate(MODES):
+        r = run(data, "depth-anything-v2-base", mode)
+        out.append(
+            {
+                "mode": mode,
+                "gr3d": r["busy"]["gr3d_pct"]["mean"] / 100.0,
+                "time_ratio": base["table"]["fps"] / r["table"]["fps"],
+                "power_ratio": r["busy"]["sum_mean"] / base["busy"]["sum_mean"],
+                "energy_ratio": (r["busy"]["sum_mean"] / r["table"]["fps"])
+                / (base["busy"]["sum_mean"] / base["table"]["fps"]),
+                "gpu_w": r["busy"]["VDD_GPU_SOC"]["mean"],
+                "twin_time_ratio": float(result.time_s[i] / result.time_s[0]),
+                "twin_power_ratio": float(result.power_w[i] / result.power_w[0]),
+                "twin_energy_ratio": float(
+                    result.power_w[i] * result.time_s[i] / (result.power_w[0] * result.time_s[0])
+                ),
+                "twin_gpu_w": float(result.rails_w["VDD_GPU_SOC"][i]),
+                "twin_mhz": float(result.gpu_mhz[i]),
+            }
+        )
+    return out
 
 
 def sys_rows(params: dict) -> list[dict]:
@@ -339,9 +375,10 @@ def doc_lines(params: dict) -> list[str]:
         "",
         "ResNet-152 (HuggingFace, PyTorch eager fp32, batch 1) on the scales-hardware devkit, each mode at its "
         "default clocks; the twin runs the same network (resnet50's profile with ResNet-152's block counts) on "
-        "sim:orin at each mode's default clocks. Measured: busy mean of each rail (W), throughput from the "
-        "repository's table. 'fit' marks the rail a closed-form fit used (scripts/twin_rails.py); everything else "
-        "is held out.",
+        "sim:orin at each mode's defaults: the GPU clock where the devfreq governor settles under the mode's cap "
+        "(the logs carry the GR3D load but not the clock). Measured: busy mean of each rail (W), throughput from "
+        "the repository's table. 'fit' marks the rail a closed-form fit used (scripts/twin_rails.py; VDD_GPU_SOC at "
+        "MAXN fixes soc_busy_w); everything else is held out.",
         "",
         "| mode | images/s (twin) | VDD_GPU_SOC | VDD_CPU_CV | VIN_SYS_5V0 | VDDQ_VDD2_1V8AO | module sum |",
         "|---|---|---|---|---|---|---|",
@@ -362,6 +399,20 @@ def doc_lines(params: dict) -> list[str]:
         )
     lines += [
         "",
+        "The governor's clock and the GPU load: the log's GR3D busy mean (at the clock the board ran) against the "
+        "twin's busy share at the governed clock, and the twin's module sum if the GPU were held at the mode's cap "
+        "instead (as the tuner pins clocks):",
+        "",
+        "| mode | cap MHz | governed MHz | GR3D load | twin load | module sum at the cap | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['mode']} | {r['cap_mhz']:.1f} | {r['twin_gpu_mhz']:.1f} | {100 * r['gr3d']:.0f}% | "
+            f"{100 * r['twin_gr3d']:.0f}% | {r['twin_sum_pinned']:.2f} | {pct(r['twin_sum_pinned'], r['sum'])} |"
+        )
+    lines += [
+        "",
         "Mode-to-mode ratios (each mode over MAXN; module rails), measured and twin:",
         "",
         "| mode | power ratio | twin | error | energy per image ratio | twin | error |",
@@ -372,6 +423,22 @@ def doc_lines(params: dict) -> list[str]:
             f"| {r['mode']} | {r['power_ratio']:.3f} | {r['twin_power_ratio']:.3f} | "
             f"{pct(r['twin_power_ratio'], r['power_ratio'])} | {r['energy_ratio']:.3f} | "
             f"{r['twin_energy_ratio']:.3f} | {pct(r['twin_energy_ratio'], r['energy_ratio'])} |"
+        )
+    lines += [
+        "",
+        "A saturated GPU: Depth Anything V2 base (PyTorch eager fp32, batch 1) at each mode's defaults, the GPU "
+        "90-97% busy, so the governor holds each mode's cap; beside it the twin's nearest saturated eager "
+        "transformer, bert-base at batch 64 on sim:orin at each mode's defaults (a comparison, not a replay: "
+        "another network). Each mode over MAXN; VDD_GPU_SOC in W:",
+        "",
+        "| mode | GR3D load | time ratio (twin) | power ratio (twin) | energy ratio (twin) | VDD_GPU_SOC (twin, MHz) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in saturated_rows(params):
+        lines.append(
+            f"| {r['mode']} | {100 * r['gr3d']:.0f}% | {r['time_ratio']:.2f} ({r['twin_time_ratio']:.2f}) | "
+            f"{r['power_ratio']:.2f} ({r['twin_power_ratio']:.2f}) | {r['energy_ratio']:.2f} "
+            f"({r['twin_energy_ratio']:.2f}) | {r['gpu_w']:.1f} ({r['twin_gpu_w']:.1f}, {r['twin_mhz']:.0f}) |"
         )
     lines += [
         "",
