@@ -35,7 +35,7 @@ from twin_calibration import (
     params_with,
     twin_errors,
 )
-from twin_rails import MODULE_LIMIT_W, doc_lines
+from twin_rails import MODULE_LIMIT_W, PODGOV, PODGOV_SOURCE, doc_lines
 from twin_rails import fit as fit_rails
 from twin_rails import sources as rail_sources
 
@@ -240,11 +240,13 @@ def orin_params(previous: dict | None) -> dict:
         "host_ref_mhz": 2201.6,
         "runtimes": {"pytorch": {"description": "eager PyTorch fp32 (as Pagoda measured)"}, "tensorrt-int8": TRT},
         "gpu_vf": {"v_min": 0.6, "v_max": 1.0, "f_knee_mhz": 520.0, "f_max_mhz": 1300.5},
+        "gpu_governor": PODGOV,
         "gpu_leak_w_per_v_tpc": keep.get("gpu_leak_w_per_v_tpc", 0.3),
         "gpu_clock_w_per_v2_ghz": keep.get("gpu_clock_w_per_v2_ghz", 6.0),
         "gpu_dyn_w_per_v2_ghz": keep.get("gpu_dyn_w_per_v2_ghz", 40.0),
         "gpu_compute_activity": keep.get("gpu_compute_activity", 0.6),
         "soc_static_w": keep.get("soc_static_w", 1.0),
+        "soc_busy_w": keep.get("soc_busy_w", 0.0),
         "mem_bg_w": 0.0,
         "mem_bg_curve": keep.get("mem_bg_curve", [[204.0, 0.5], [2133.0, 0.95], [3199.0, 0.95]]),
         "mem_pj_per_byte": keep.get("mem_pj_per_byte", 40.0),
@@ -277,6 +279,7 @@ def orin_params(previous: dict | None) -> dict:
             "gpu_vf": "assumption: 0.6 V flat to 520 MHz (as the first Orin twin assumed), then linear to 1.0 V at "
             "1300.5 MHz (Ampere mobile "
             "curves; not published)",
+            "gpu_governor": PODGOV_SOURCE,
             "gpu_clock_w_per_v2_ghz": FITTED + " (clock-tree power whenever the GPU clock runs)",
             "gpu_dyn_w_per_v2_ghz": FITTED
             + " (with the GPU stress rows of the forum thread: VDD_GPU_SOC at MAXN and 15W)",
@@ -326,6 +329,7 @@ def nano_params(agx: dict) -> dict:
         cpu_vf={"v_min": 0.6, "v_max": 0.9, "f_knee_mhz": 1000.0, "f_max_mhz": 1510.4},
         fixed={"precision": "fp32"},
         soc_static_w=agx["soc_static_w"] * 0.6,
+        soc_busy_w=0.0,
         mem_bg_w=NANO_RAILS["mem_bg_w"],
         mem_bg_curve=[],
         mem_pj_per_byte=NANO_RAILS["mem_pj_per_byte"],
@@ -350,6 +354,7 @@ def nano_params(agx: dict) -> dict:
         cpu_vf="assumption: AGX Orin Cortex-A78AE curve, ending at 1510.4 MHz",
         fixed="PyTorch fp32 (runtime pytorch); no module power limit (the Orin Nano's is not sourced here)",
         soc_static_w="scaled from orin-agx (x0.6, smaller SoC share; assumption)",
+        soc_busy_w="0: the AGX Orin's per-rail evidence is of another module and its rails; not carried over",
         sys_static_w=NANO_RAIL_SOURCE + " (AGX 1.0 W x 0.6; assumption)",
         mem_bg_w=NANO_RAIL_SOURCE + " (AGX 1.2 W at EMC 3199 scaled by bus width, 128 of 256 bit)",
         mem_bg_curve="none: mem_bg_w scaled with the EMC rate",
@@ -405,8 +410,12 @@ def fit(twin: str, params: dict, rows: list, host_values: dict[str, float]) -> t
             for key in ("time_err", "power_err"):
                 if e[key] is not None:
                     r = float(np.log1p(e[key]))
-                    if e["row"] in SOURCE_LIMITED_ROWS and e["source"].startswith("h200_default"):
-                        r *= 0.5  # source-limited (scripts/twin_calibration.py): half weight, no steep penalty
+                    limited = e["row"] in SOURCE_LIMITED_ROWS and e["source"].startswith("h200_default")
+                    # Wall power rests on the stated carrier and supply assumptions and on another devkit, whose
+                    # idle floor the sourced rails already exceed (docs/twin.md): held to 25%, not 15%.
+                    wall = key == "power_err" and e["power_kind"] == "wall"
+                    if limited or wall:
+                        r *= 0.5  # source-limited: half weight, no steep penalty
                         out.append(r)
                         continue
                     out.append(r + 4.0 * np.sign(r) * max(0.0, abs(r) - 0.12))
@@ -593,6 +602,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", action="store_true", help="write fitted parameters back")
+    parser.add_argument(
+        "--orin-only", action="store_true", help="refit the Orin twins only; sim:h200 and the host factors as committed"
+    )
     args = parser.parse_args()
     rows = all_rows()
     previous_hosts = (
@@ -603,10 +615,15 @@ def main() -> None:
     h200 = h200_params(load_previous("h200"))
     orin = orin_params(load_previous("orin-agx"))
     saved = {k: (PARAMS / f"{k}.json").read_text() for k in ("h200", "orin-agx", "orin-nano", "orin-agx-dla")}
-    write_params("h200", h200)
+    if not args.orin_only:
+        write_params("h200", h200)
     write_params("orin-agx", orin)
-    h200, hosts_fit = fit("sim:h200", h200, rows, previous_hosts)
-    write_params("h200", h200)
+    if args.orin_only:
+        h200, hosts_fit = load_previous("h200") or h200, previous_hosts
+    else:
+        h200, hosts_fit = fit("sim:h200", h200, rows, previous_hosts)
+    if not args.orin_only:
+        write_params("h200", h200)
     for _ in range(2):  # the rails fit reads the twin's ResNet-152 runs, whose time depends on the host factor
         orin.update(fit_rails(orin))
         write_params("orin-agx", orin)

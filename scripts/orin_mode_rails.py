@@ -10,11 +10,17 @@ scripts/calibration_data/orin-mode-rails.json, with the blob of every log.
 
 Per run (workload x nvpmodel mode): samples with GR3D above 0 are "busy" (the
 model running), samples after the last busy one are "idle" (the process
-finished, the board left alone); the mean and median of each rail over each,
+finished, the board left alone); the mean and median of each rail and of the
+GR3D load over each,
 the CPU cores online and the highest CPU clock seen, and the busy cores (sum
 of per-core load / 100, median). Throughput per mode is the repository's own
 table (docs/ML_Jetson_Performance.md), which is read and kept beside the rails;
 where its power column disagrees with the log's busy mean it says so.
+
+The logs carry the GR3D load but not the GPU clock it ran at: tegrastats
+prints GR3D_FREQ as "N%" without "@[MHz]" here (the CSV's "GR3D Frequency"
+column is empty), nor EMC_FREQ; the twin derives the clock from the load
+through the devfreq governor (scripts/twin_rails.py).
 """
 
 from __future__ import annotations
@@ -96,6 +102,8 @@ def summary(samples: list[dict]) -> dict:
         values = [s["rails"][rail] for s in samples]
         out[rail] = {"mean": round(statistics.fmean(values), 3), "median": round(statistics.median(values), 3)}
     out["sum_mean"] = round(statistics.fmean(sum(s["rails"].values()) for s in samples), 3)
+    loads = [s["gr3d"] for s in samples]
+    out["gr3d_pct"] = {"mean": round(statistics.fmean(loads), 1), "median": statistics.median(loads)}
     return out
 
 
@@ -148,7 +156,8 @@ def derive(git_dir: str) -> dict:
             "board": "Jetson AGX Orin devkit, 32 GB (RAM total 30698 MB in every log; the authors say 32GB), "
             "12 CPU cores online at MAXN and 50W, 8 at 30W, 4 at 15W: nvpmodel_p3701_0000.conf's modes",
             "runtime": "HuggingFace pipelines (PyTorch, eager fp32), batch 1, nvpmodel defaults (no jetson_clocks)",
-            "sampling": "tegrastats at 1 Hz; instantaneous mW per rail",
+            "sampling": "tegrastats at 1 Hz; instantaneous mW per rail; GR3D load in % without its clock (no "
+            "GR3D or EMC frequency in any log)",
         },
         "derived_by": "python scripts/orin_mode_rails.py GIT_DIR --write",
         "runs": runs,

@@ -3,7 +3,8 @@
 The caches (the roofline in cache-sized blocks, one storage read per proposal, the incumbent's box
 kept, the GP's squared differences computed once per fit) were shown to propose what the code before
 them did, trial for trial, on the twin of that time; the sequence below was recorded again once the
-Orin twin took its per-rail power (the twin's figures steer the proposals), so a cache that changes a
+Orin twin took its per-rail power, and again once it took the GPU/SoC rail's load-time draw (the twin's
+figures steer the proposals), so a cache that changes a
 result still changes a proposal here. With
 ``switch_tie=0`` the strategy has no preference for the board's current mode, as then.
 """
@@ -26,13 +27,13 @@ RECORDED = [
     (8, "MAXN", "816", "665.6", "6", "1190.4", "design"),
     (8, "MAXN", "816", "3199", "2", "1958.4", "gp+roofline"),
     (8, "MAXN", "714", "3199", "2", "1958.4", "local(gp+roofline)"),
-    (8, "MAXN", "510", "3199", "2", "2201.6", "gp+roofline"),
-    (8, "MAXN", "408", "3199", "2", "2201.6", "local(gp+roofline)"),
+    (8, "MAXN", "612", "3199", "2", "2201.6", "gp+roofline"),
+    (8, "MAXN", "510", "3199", "2", "2201.6", "local(gp+roofline)"),
     (8, "MAXN", "510", "3199", "2", "2112.0", "local(gp+roofline)"),
-    (8, "MAXN", "408", "3199", "2", "2112.0", "local(gp+roofline)"),
-    (8, "MAXN", "408", "3199", "2", "1958.4", "local(gp+roofline)"),
+    (8, "MAXN", "612", "3199", "2", "2112.0", "local(gp+roofline)"),
     (8, "MAXN", "510", "3199", "2", "1958.4", "local(gp+roofline)"),
-    (8, "MAXN", "510", "3199", "2", "1804.8", "local(gp+roofline)"),
+    (8, "MAXN", "612", "3199", "2", "1958.4", "local(gp+roofline)"),
+    (8, "MAXN", "408", "3199", "2", "2201.6", "gp+roofline"),
 ]
 
 

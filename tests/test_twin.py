@@ -23,7 +23,7 @@ from twin_checks import (
     mode_ordering,
 )
 from twin_dla_power import power_points
-from twin_rails import MODULE_LIMIT_W, check_rows, stress_rows, sys_rows
+from twin_rails import MODULE_LIMIT_W, PODGOV, check_rows, resnet152, saturated_rows, stress_rows, sys_rows
 
 from runners.profile import load_profile
 from tuner.devices.virtual.twin import TwinDevice, load_params
@@ -37,10 +37,11 @@ EXACT = WindowSettings(noise=False)
 # source's own limit, sqrt(slowest / fastest) - 1 = 19.9%, plus 1% (docs/twin.md).
 KNOWN_MISSES = SOURCE_LIMITED_ROWS
 # MLPerf's wall rows (MaxQ SingleStream power, the idle floor) against the devkit's measured rails: the Orin twin's
-# idle and static rails now come from the scales-hardware devkit's own idle and loaded samples (scripts/twin_rails.py),
-# whose idle sum through the stated carrier and supply assumption is above MLPerf's 6.3 W idle floor (docs/twin.md,
-# 'Power modes at their default clocks'); held to 25% instead of 15%.
-MLPERF_WALL_BOUND = 0.25
+# idle, static and load-time SoC rails come from the scales-hardware devkit's own idle and loaded samples
+# (scripts/twin_rails.py), whose sums through the stated carrier and supply assumption are above MLPerf's devkit at
+# the wall (idle +26%, MaxQ SingleStream +34%: the two devkits disagree by about the load-time SoC draw, docs/twin.md
+# 'Power modes at their default clocks'); held to 35% instead of 15%, and at half weight in the fit.
+MLPERF_WALL_BOUND = 0.35
 
 
 def test_twin_reproduces_every_calibration_row_within_15_percent():
@@ -98,11 +99,13 @@ def test_op_classes_are_the_microbenchmark_fit_not_whole_model_rows():
 @pytest.mark.parametrize("twin", ["sim:orin", "sim:orin-trt"])
 @pytest.mark.parametrize("model", ["resnet50", "bert-base"])
 def test_a_mode_tuned_for_the_model_beats_maxn_at_its_defaults_at_the_wall(twin, model):
-    """The evidence (MaxQ-style tuned clocks): the cheapest configuration of 30W and 50W each uses less energy per
-    query at the wall than MAXN at its default clocks. 15W is not held to it: with the module's measured static
-    rails (scripts/twin_rails.py) most of its power is static, and its best clocks cost about what MAXN costs."""
+    """The evidence (MaxQ-style tuned clocks): a mode tuned for the model uses less energy per query at the wall
+    than MAXN at its default clocks; on both twins and both models 50W's cheapest configuration does. 30W and 15W
+    are not held to it: with the module's measured static and load-time rails (scripts/twin_rails.py) their longer
+    runs pay more static power, and the devkit's saturated eager transformer costs 1.46x (30W) and 2.11x (15W) of
+    MAXN at their defaults (Depth Anything rows, docs/twin.md); eager bert-base's best 30W costs about MAXN's."""
     for batch, ratios in mode_ordering(model, (64,), twin).items():
-        assert ratios["30W"] < 1.0 and ratios["50W"] < 1.0, (batch, ratios)
+        assert ratios["50W"] < 1.0, (batch, ratios)
 
 
 def test_orin_tensor_core_peaks_meet_held_out_orin_figures():
@@ -122,11 +125,11 @@ def test_dla_watts_are_derived_through_the_current_gpu_power_model():
 
 
 def test_mlperf_maxq_settings_save_energy_at_the_wall():
-    """MaxQ's caps against MAXN (GPU only): at least a quarter saved at the wall (46% before the module's static
-    rails were sourced and its 60 W limit modelled: MAXN now throttles and static power is paid over MaxQ's longer
-    run), MLPerf's throughput ratio, and MaxQ's wall power within 20% of MLPerf's 22.66 W (which adds two DLAs)."""
+    """MaxQ's caps against MAXN (GPU only): at least a fifth saved at the wall (24% now; 46% before the module's
+    static and load-time rails were sourced: static power is paid over MaxQ's longer run), MLPerf's throughput
+    ratio, and MaxQ's wall power within 20% of MLPerf's 22.66 W (which adds two DLAs)."""
     q = maxq_saving(64)
-    assert q["saving"] >= 0.25, q
+    assert q["saving"] >= 0.20, q
     assert 0.4 < q["throughput_ratio"] < 0.65  # MLPerf kept 54% of the throughput
     assert q["maxq_wall_w"] == pytest.approx(22.66, rel=0.20)
 
@@ -143,20 +146,84 @@ def test_batch1_energy_against_gpu_clock_has_an_interior_minimum():
 
 def test_orin_rails_meet_the_held_out_rows_of_the_devkit_and_the_forum():
     """scripts/twin_rails.py: every held-out VIN_SYS_5V0 row (busy and idle, three workloads) within 5% through the
-    twin's relation to VDDQ; the twin's own ResNet-152 runs within 10% in throughput and, on the held-out modes,
-    within 10% on VDDQ and VIN_SYS_5V0; the forum's held-out CPU and GPU stress rows within 15%."""
+    twin's relation to VDDQ; the twin's own ResNet-152 runs at each mode's defaults (the governed GPU clock) within
+    12% in throughput, within 10% on VDDQ, VIN_SYS_5V0 and VDD_GPU_SOC and within 15% on the module sum on the
+    held-out modes; the forum's held-out CPU and GPU stress rows within 15%."""
     params = load_params("orin-agx").model_dump()
     held = [r for r in sys_rows(params) if not r["fitted"]]
     assert len(held) >= 15 and all(abs(r["error"]) <= 0.05 for r in held), held
     for r in check_rows(params):
-        assert r["twin_fps"] == pytest.approx(r["fps"], rel=0.10), r
-        for rail in ("VDDQ_VDD2_1V8AO", "VIN_SYS_5V0"):
+        assert r["twin_fps"] == pytest.approx(r["fps"], rel=0.12), r
+        for rail in ("VDDQ_VDD2_1V8AO", "VIN_SYS_5V0", "VDD_GPU_SOC"):
             if not r["fitted"][rail]:
                 assert r["twin_rails"][rail] == pytest.approx(r["rails"][rail], rel=0.10), (rail, r)
+        if r["mode"] != "MAXN":
+            assert r["twin_sum"] == pytest.approx(r["sum"], rel=0.15), r
     for r in stress_rows(params):
         if r["mode"] in ("50W", "30W"):
             assert r["twin_cpu"] == pytest.approx(r["cpu"], rel=0.15), r
             assert r["twin_gpu"] == pytest.approx(r["gpu"], rel=0.15), r
+
+
+def test_held_out_mode_ratios_of_the_devkit_within_15_percent():
+    """The devkit's ResNet-152 runs at each mode's defaults: every lower mode's module power and energy per image
+    over MAXN's within 15% of the measured ratios (-23% to -46% when the twin held each mode at its cap)."""
+    rows = check_rows(load_params("orin-agx").model_dump())
+    for r in rows[1:]:
+        assert r["twin_power_ratio"] == pytest.approx(r["power_ratio"], rel=0.15), r
+        assert r["twin_energy_ratio"] == pytest.approx(r["energy_ratio"], rel=0.15), r
+
+
+def test_the_governor_is_nvhost_podgov_with_its_kernel_defaults():
+    """The Orin twins' GPU governor parameters are nvhost_pod_init's defaults (load_target 700 and load_max 900 per
+    mille, bias 80%, smooth 10, damp 7: scripts/twin_rails.py cites the L4T kernel), with their source."""
+    for kind in ("orin-agx", "orin-nano"):
+        params = load_params(kind)
+        assert params.gpu_governor is not None and params.gpu_governor.model_dump() == PODGOV
+        assert "governor_pod_scaling.c" in params.sources["gpu_governor"]
+
+
+def test_the_governor_drops_a_light_load_to_the_floor_and_holds_a_saturated_one_at_the_cap():
+    """At a mode's defaults the GPU clock follows the load: eager ResNet-152 at batch 1 (the devkit's run, its
+    GPU 50-69% busy in the logs) runs at the 306 MHz floor in every mode, as the source's authors saw MAXN at its
+    minimum clock; TensorRT at batch 64 holds each mode's cap; a middling load settles between them with the GPU
+    near the 70% target. Without the governor the devkit's MAXN module sum would be over 1.3x the measured one."""
+    orin, trt = TwinDevice("sim:orin"), TwinDevice("sim:orin-trt")
+    for r in check_rows(load_params("orin-agx").model_dump()):
+        assert r["twin_gpu_mhz"] == 306.0 and r["twin_gr3d"] < PODGOV["load_target"], r
+        if r["mode"] == "MAXN":
+            assert r["twin_sum_pinned"] > 1.3 * r["sum"] and r["twin_sum"] == pytest.approx(r["sum"], rel=0.05), r
+    modes = ("MAXN", "50W", "30W", "15W")
+    configs = [_mode_default(trt, mode, 64) for mode in modes]
+    saturated = trt.model.evaluate(load_profile("resnet50"), configs, governed=True)
+    assert list(saturated.gpu_mhz) == [float(c.knobs["gpu_mhz"]) for c in configs]
+    config = _mode_default(orin, "MAXN", 4)
+    profile = load_profile("resnet50")
+    middle = orin.model.evaluate(profile, [config], governed=True)
+    assert 306.0 < float(middle.gpu_mhz[0]) < 1300.5
+    op = orin.model.operating([config])
+    busy = float(orin.model.activity(profile, op, middle.gpu_mhz)[1][0])
+    assert 0.6 <= busy <= 0.8, busy
+    resnet = orin.model.evaluate(resnet152(), [_mode_default(orin, "MAXN", 1)], governed=True)
+    assert float(resnet.gpu_mhz[0]) == 306.0
+
+
+def test_a_saturated_eager_transformer_costs_more_in_lower_modes_as_on_the_devkit():
+    """Depth Anything on the devkit (GPU 90-97% busy) costs 1.10x, 1.46x and 2.11x of MAXN's energy per frame at
+    50W, 30W and 15W's defaults; the twin's bert-base at batch 64 slows down as that run does (time ratios within
+    12%) and costs more than MAXN at 15W. Its 50W and 30W ratios stay about 30% low: its MAXN GPU rail is above
+    the devkit's (docs/twin.md)."""
+    rows = saturated_rows(load_params("orin-agx").model_dump())
+    for r in rows[1:]:
+        assert r["energy_ratio"] > 1.0 and r["gr3d"] > 0.9, r
+        assert r["twin_time_ratio"] == pytest.approx(r["time_ratio"], rel=0.12), r
+    assert rows[-1]["twin_energy_ratio"] > 1.0, rows
+
+
+def _mode_default(device: TwinDevice, mode: str, batch: int) -> Config:
+    space = device.space()
+    base = space.default_config(batch)
+    return space.effective(base.model_copy(update={"knobs": {**base.knobs, "nvpmodel": mode}}))
 
 
 def test_tegrastats_lines_parse_into_rails_load_and_cores():
@@ -174,30 +241,33 @@ def test_tegrastats_lines_parse_into_rails_load_and_cores():
     assert sample["busy_cores"] == pytest.approx(1.15) and sample["ram_total_mb"] == 30698
 
 
-def test_the_module_throttles_at_its_60_w_limit_instead_of_drawing_more():
-    """The 64GB module's data-sheet maximum (60 W): a MAXN TensorRT load that would draw more runs at a lower
-    GPU clock, marked throttled; a mode under the limit is untouched."""
+def test_the_module_throttles_at_its_power_limit_instead_of_drawing_more():
+    """The 64GB module's data-sheet maximum (60 W) is the twin's limit; MAXN TensorRT resnet50 at batch 64 draws
+    about 55 W under it on the module's rails (73 W before the rails were sourced). A load over a limit runs at a
+    lower GPU clock, marked throttled (shown at 45 W); a mode under it is untouched."""
     trt = TwinDevice("sim:orin-trt")
+    assert trt.model.params.fixed["power_limit_w"] == MODULE_LIMIT_W == 60.0
     space = trt.space()
     maxn = space.default_config(64)
-    low = space.effective(maxn.model_copy(update={"knobs": {**maxn.knobs, "nvpmodel": "15W"}}))
-    over, under = (trt.measure("resnet50", c, EXACT) for c in (maxn, low))
-    assert over.throttled and over.avg_w == pytest.approx(MODULE_LIMIT_W, abs=0.1)
+    low = _mode_default(trt, "15W", 64)
+    free = trt.measure("resnet50", maxn, EXACT)
+    assert not free.throttled and 50.0 <= free.avg_w <= MODULE_LIMIT_W
+    params = trt.model.params.model_copy(update={"fixed": {**trt.model.params.fixed, "power_limit_w": 45.0}})
+    capped = TwinDevice("sim:orin-trt", params=params)
+    over, under = (capped.measure("resnet50", c, EXACT) for c in (maxn, low))
+    assert over.throttled and over.avg_w == pytest.approx(45.0, abs=0.1)
     assert over.extra["gpu_mhz_effective"] < 1300.5
     assert not under.throttled and under.extra["gpu_mhz_effective"] == 408
 
 
-def test_15w_at_its_defaults_costs_about_maxns_energy_under_tensorrt():
-    """sim:orin-trt resnet50 batch 64: with the module's sourced static rails, 15W at its default clocks costs
-    about MAXN's energy per query on the module's rails (0.69 before) and draws about 10 W (7.6 before; the
-    estimate from the evidence was about 11). 30W and 50W at their defaults stay cheaper than MAXN (docs/twin.md)."""
+def test_15w_at_its_defaults_costs_more_than_maxns_energy_under_tensorrt():
+    """sim:orin-trt resnet50 batch 64: with the module's sourced static and load-time rails, 15W at its default
+    clocks costs more than MAXN's energy per query on the module's rails (1.42; 0.69 before the rails were
+    sourced) and draws about 12 W (7.6 before)."""
     ratios = mode_defaults("resnet50", "sim:orin-trt", 64)
-    assert 0.95 <= ratios["15W"] <= 1.3, ratios
+    assert 1.0 <= ratios["15W"] <= 1.6, ratios
     trt = TwinDevice("sim:orin-trt")
-    space = trt.space()
-    base = space.default_config(64)
-    low = space.effective(base.model_copy(update={"knobs": {**base.knobs, "nvpmodel": "15W"}}))
-    assert 9.0 <= trt.measure("resnet50", low, EXACT).avg_w <= 12.0
+    assert 10.0 <= trt.measure("resnet50", _mode_default(trt, "15W", 64), EXACT).avg_w <= 14.0
 
 
 def test_rails_sum_to_the_reading_and_wall_adds_carrier_and_psu_loss():

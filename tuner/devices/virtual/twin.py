@@ -45,6 +45,9 @@ SWEEP_CHUNK = 4096
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}
 TENSOR_CLASSES = ("conv_dense", "conv_pointwise", "gemm", "attention")
 NORM_OPS = ("batchnorm", "layernorm", "softmax")
+# Polls of the GPU load governor simulated from the cap, and the last of them its clock is averaged over.
+GOVERNOR_POLLS = 400
+GOVERNOR_TAIL = 100
 
 
 class VfCurve(BaseModel):
@@ -95,6 +98,25 @@ class Wall(BaseModel):
     psu_efficiency: float
 
 
+class Governor(BaseModel):
+    """The GPU's devfreq load governor (a mode at its defaults: nothing pinned), polled as the kernel's does.
+
+    Each poll it smooths the GPU's busy cycles (``smooth``), asks for the current
+    clock plus ``bias`` x clock x (busy share - ``load_target``) / ``load_target``
+    (at most a third of the cap; above ``load_max`` that third, undamped),
+    averages and damps the request (``smooth``, ``damp`` of 10), and the clock
+    driver rounds it up to the next table clock within the mode's cap.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    load_target: float
+    load_max: float
+    bias: float
+    smooth: int
+    damp: int
+
+
 class TwinParams(BaseModel):
     """Every constant of one twin; ``sources`` says where each came from (datasheet, microbenchmark, fit, guess)."""
 
@@ -122,11 +144,13 @@ class TwinParams(BaseModel):
     awake_idle_w: float | None = None
     runtimes: dict[str, Runtime]
     gpu_vf: VfCurve
+    gpu_governor: Governor | None = None
     gpu_leak_w_per_v_tpc: float
     gpu_clock_w_per_v2_ghz: float
     gpu_dyn_w_per_v2_ghz: float
     gpu_compute_activity: float
     soc_static_w: float
+    soc_busy_w: float = 0.0
     mem_bg_w: float
     mem_bg_curve: list[tuple[float, float]] = Field(default_factory=list)
     mem_pj_per_byte: float
@@ -351,8 +375,10 @@ class TwinModel:
         volts = p.gpu_vf.volts(gpu_mhz)
         tpc_frac = op.tpcs / p.tpcs_max
         activity = (1 - p.gpu_compute_activity) * u_gpu + p.gpu_compute_activity * u_compute
+        # soc_busy_w: the GPU/SoC rail's draw while a workload runs that does not follow the GPU clock.
         gpu = (
             p.soc_static_w
+            + np.where(u_gpu > 0, p.soc_busy_w, 0.0)
             + p.gpu_leak_w_per_v_tpc * volts * op.tpcs
             + (p.gpu_clock_w_per_v2_ghz + p.gpu_dyn_w_per_v2_ghz * activity) * volts**2 * ghz * tpc_frac
         )
@@ -437,14 +463,45 @@ class TwinModel:
             executed=np.array([0, *sizes]),
         )
 
-    def evaluate(self, profile: ModelProfile, configs: list[Config]) -> TwinResult:
+    def governed_gpu_mhz(self, profile: ModelProfile, op: Operating) -> np.ndarray:
+        """The GPU clock the load governor holds under each configuration's clock as its cap (a mode at its
+        defaults): its mean over the last polls of a run started at the cap, where nvpmodel leaves the clock."""
+        gov = self.params.gpu_governor
+        if gov is None:
+            return op.gpu_mhz.copy()
+        table = np.array(sorted(float(v) for v in self.space.knobs[self.params.knob_map["gpu_mhz"]].values))
+        n = len(op.gpu_mhz)
+        load = np.column_stack([np.minimum(self.activity(profile, op, np.full(n, f))[1], 1.0) for f in table])
+        cap = op.gpu_mhz
+        top = np.searchsorted(table, cap, side="right") - 1
+        index, rows = top.copy(), np.arange(n)
+        cycles, request_avg, held = np.zeros(n), np.zeros(n), np.zeros(n)
+        for poll in range(GOVERNOR_POLLS):
+            f = table[index]
+            load_now = load[rows, index]
+            cycles = (cycles * gov.smooth + f * load_now) / (gov.smooth + 1)
+            boost = np.minimum(gov.bias * f * (cycles / f - gov.load_target) / gov.load_target, cap / 3)
+            busy = load_now > gov.load_max
+            boost = np.where(busy, cap / 3, boost)
+            damp = np.where(busy, 10, gov.damp)
+            request = f + boost
+            request_avg = (request_avg * gov.smooth + request) / (gov.smooth + 1)
+            request = np.clip((damp * request + (10 - damp) * request_avg) / 10, table[0], cap)
+            index = np.minimum(np.searchsorted(table, request - 1e-9), top)
+            if poll >= GOVERNOR_POLLS - GOVERNOR_TAIL:
+                held += table[index]
+        return held / GOVERNOR_TAIL
+
+    def evaluate(self, profile: ModelProfile, configs: list[Config], governed: bool = False) -> TwinResult:
         """Noise-free time per batch and average power for each configuration.
 
-        Where the power limit is exceeded, the GPU clock is bisected down to
-        the highest clock that fits, as the power-capping firmware settles.
+        ``governed``: each configuration's GPU clock is a cap the load governor
+        works under (a mode at its defaults), not a pinned clock. Where the
+        power limit is exceeded, the GPU clock is bisected down to the highest
+        clock that fits, as the power-capping firmware settles.
         """
         op = self.operating(configs)
-        gpu = op.gpu_mhz.copy()
+        gpu = self.governed_gpu_mhz(profile, op) if governed else op.gpu_mhz.copy()
         time_s, rails = self._time_and_power(profile, op, gpu)
         power = sum(rails.values())
         over = power > op.power_limit_w
