@@ -63,7 +63,7 @@ def test_two_windows_that_agree_to_the_interval_settle_the_confirmation():
 class ScriptedTwin(TwinDevice):
     """The H200 twin whose Offline windows read a scripted energy per query and interval, in order."""
 
-    def __init__(self, script: list[tuple[float, float | None]]) -> None:
+    def __init__(self, script: list[tuple]) -> None:
         super().__init__("sim:h200")
         self.script = list(script)
         self.aims: list[float] = []
@@ -73,8 +73,9 @@ class ScriptedTwin(TwinDevice):
         self.aims.append(settings.ci)
         if not self.script:
             return m
-        j_per_query, reached = self.script.pop(0)
-        extra = dict(m.extra)
+        j_per_query, reached, *more = self.script.pop(0)
+        extra = {k: v for k, v in m.extra.items() if k not in ("cut", "stop_rule")}
+        extra.update(*more)
         if reached is not None:
             extra["ci_achieved"] = reached
         return m.model_copy(
@@ -87,11 +88,11 @@ class ScriptedTwin(TwinDevice):
         )
 
 
-def one_trial(tmp_path, script: list[tuple[float, float | None]]):
+def one_trial(tmp_path, script: list[tuple], trials: int = 1):
     device = ScriptedTwin(script)
-    options = RunOptions(model="resnet50", max_latency_ms=1000.0, trials=1, seed=1, sampler="random", out=tmp_path)
+    options = RunOptions(model="resnet50", max_latency_ms=1000.0, trials=trials, seed=1, sampler="random", out=tmp_path)
     study, _ = run_study(device, options)
-    return study.trials[0], device, study
+    return study.trials[trials - 1], device, study
 
 
 def test_a_contender_whose_two_windows_agree_is_confirmed_by_one(tmp_path):
@@ -125,3 +126,16 @@ def test_windows_of_unknown_precision_are_judged_at_their_aim(tmp_path):
     trial, device, _ = one_trial(tmp_path, [(0.10, None), (0.10, None)])
     assert device.aims[0] == pytest.approx(0.01)
     assert trial.user_attrs["measurements"] == 2 and trial.user_attrs["confirmation"] == "agreed"
+
+
+def test_a_window_cut_as_costlier_whose_whole_figure_is_not_is_confirmed_and_may_be_the_best(tmp_path):
+    # The cut judged the blocks read so far; the whole window came out below the best: it contends.
+    costlier = {"cut": STOP_COSTLIER, "stop_rule": STOP_COSTLIER}
+    script = [(0.10, 0.008), (0.10, 0.008), (0.099, 0.009, costlier), (0.0991, 0.01)]
+    trial, device, study = one_trial(tmp_path, script, trials=2)
+    assert len(device.aims) == 4 and "cut" not in trial.user_attrs
+    assert trial.user_attrs["measurements"] == 2 and recommended(study).number == trial.number == 1
+    # one whose whole figure is above the best stays a cut, costlier trial with its one window
+    trial, device, study = one_trial(tmp_path / "again", [(0.10, 0.008), (0.10, 0.008), (0.101, 0.009, costlier)], 2)
+    assert trial.user_attrs["cut"] == STOP_COSTLIER and trial.user_attrs["measurements"] == 1
+    assert recommended(study).number == 0

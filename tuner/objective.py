@@ -148,6 +148,12 @@ class Objective:
         windows = [self._window(trial, effective, 0, None if best is None else float(best.value))]
         note = ""
         first = windows[0]
+        if first.extra.get("cut") == STOP_COSTLIER and best is not None and first.j_per_query <= float(best.value):
+            # Judged costlier on the blocks so far, its whole window came out at or below the best: not costlier
+            # after all (a cut trial must never hold the best value), so it contends as any other window.
+            first = windows[0] = first.model_copy(
+                update={"extra": {k: v for k, v in first.extra.items() if k != "cut"}}
+            )
         if repeat_of is None and not first.extra.get("cut"):
             if first.latency_ms(self.options.window.percentile) <= self.options.max_latency_ms:
                 if best is None or first.j_per_query <= float(best.value):

@@ -36,6 +36,10 @@ T975_SMALL = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447}
 
 STOP_CI = "ci"
 STOP_MAX = "max-duration"
+STOP_UNREACHABLE = "ci-out-of-reach"
+# A window whose interval, extrapolated to the longest window (as 1/sqrt(time)), would still be this many times
+# the target ends at its minimum: the longest window cannot give the precision asked, and running on buys little.
+OUT_OF_REACH = 2.0
 STOP_EXHAUSTED = "queries-exhausted"
 STOP_LOADGEN = "loadgen-end"
 STOP_TAIL = "tail-over-bound"
@@ -159,7 +163,10 @@ class StopRule:
     latest instant the meter knows exactly, or None when the meter cannot be
     read mid-window (then the window runs to ``max_s``). With ``adaptive``
     False the rule is a fixed window of ``max_s`` and the interval is only
-    recorded. ``cut_j_per_query`` ends the window as soon as its energy per
+    recorded. An adaptive window whose interval could not come within
+    :data:`OUT_OF_REACH` times ``ci`` even at ``max_s`` ends from ``min_s`` on
+    (:data:`STOP_UNREACHABLE`, not a cut: its figures are recorded as any
+    window's). ``cut_j_per_query`` ends the window as soon as its energy per
     query is above that figure and not below it by more than ``ci`` at the
     low end of its interval (:func:`costs_more`).
     """
@@ -204,13 +211,12 @@ class StopRule:
             self.achieved = self.interval()
             if costs_more(self.ratio, self.interval(MIN_CUT_BLOCKS), self.cut_j_per_query, self.ci):
                 return STOP_COSTLIER
-            if (
-                self.adaptive
-                and now - self.t0 >= self.min_s
-                and queries >= self.min_queries
-                and self.achieved <= self.ci
-            ):
-                return STOP_CI
+            if self.adaptive and now - self.t0 >= self.min_s and queries >= self.min_queries:
+                if self.achieved <= self.ci:
+                    return STOP_CI
+                reach = self.achieved * math.sqrt((now - self.t0) / self.max_s)
+                if math.isfinite(reach) and reach > OUT_OF_REACH * self.ci:
+                    return STOP_UNREACHABLE
         if now - self.t0 >= self.max_s:
             return STOP_MAX
         return None
