@@ -64,9 +64,9 @@ QPS_MARGIN = 1.2
 RETRY_MARGIN = 3.0
 MAX_ATTEMPTS = 3
 MIN_WARMUP_ITERS = 3
-# Offline hands every sample over at once, and each one costs the SUT and LoadGen a few microseconds to issue and,
-# if not run, to complete: 0.3-0.5 s a window on an H200 when sized for a 10 s window at 12,000 queries/s. Windows
-# there ended within 2-6 s unless launch-bound (where samples are few), so an adaptive window issues for 6 s at most;
+# Offline hands every sample over at once, and each one costs the SUT and LoadGen microseconds to issue
+# and, if not run, to complete (0.2-0.3 s for the 132,000 samples of a 10 s window at 12,000 queries/s,
+# on a 2-core CPU). Windows on an H200 ended within 2-9 s, so an adaptive window issues for 6 s at most;
 # one that runs out first ends with the interval it reached (queries-exhausted).
 OFFLINE_ISSUE_S = 6.0
 # A warm-up whose two halves ran within 2% of each other has settled; it runs at
