@@ -139,3 +139,12 @@ def test_a_window_cut_as_costlier_whose_whole_figure_is_not_is_confirmed_and_may
     trial, device, study = one_trial(tmp_path / "again", [(0.10, 0.008), (0.10, 0.008), (0.101, 0.009, costlier)], 2)
     assert trial.user_attrs["cut"] == STOP_COSTLIER and trial.user_attrs["measurements"] == 1
     assert recommended(study).number == 0
+
+
+def test_a_confirmation_whose_mean_already_costs_more_than_the_best_stops_and_is_not_the_answer(tmp_path):
+    # The first window looked cheaper than the best; the confirming one shows the mean above it beyond the interval.
+    script = [(0.10, 0.008), (0.10, 0.008), (0.099, 0.008), (0.13, 0.008)]
+    trial, device, study = one_trial(tmp_path, script, trials=2)
+    assert len(device.aims) == 4 and trial.user_attrs["confirmation"] == STOP_COSTLIER
+    assert trial.user_attrs["measurements"] == 2 and trial.value > study.trials[0].value
+    assert recommended(study).number == 0
