@@ -193,6 +193,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--samplers", default="auto")
+    parser.add_argument("--runs", default="", help="case:sampler pairs in this order (instead of cases x samplers)")
     parser.add_argument("--first-build", action="store_true")
     parser.add_argument("--remeasure", action="store_true")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tta"))
@@ -203,21 +204,23 @@ def main() -> None:
     DEVICE[0] = args.device
     results: dict = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "runs": []}
     if args.first_build:
-        models = sorted({CASES[c]["model"] for c in args.cases.split(",")})
+        models = sorted({CASES[c]["model"] for c in args.cases.split(",")})  # the cases named, not --runs
         results["first_build"] = [first_build(m) for m in models]
         print("first build:", results["first_build"], flush=True)
     started = time.monotonic()
-    for name in args.cases.split(","):
-        for sampler in args.samplers.split(","):
-            if time.monotonic() - started > args.budget:
-                print(f"budget spent: {name} {sampler} not run", flush=True)
-                continue
-            record = run_case(name, sampler, args.work)
-            if args.remeasure and sampler == "auto" and record.get("summary", {}).get("best"):
-                record["remeasure"] = remeasure(record)
-            results["runs"].append(record)
-            args.out.write_text(json.dumps(results, indent=1))
-            print(line(record), flush=True)
+    runs = [tuple(pair.split(":")) for pair in args.runs.split(",") if pair] or [
+        (name, sampler) for name in args.cases.split(",") for sampler in args.samplers.split(",")
+    ]
+    for name, sampler in runs:
+        if time.monotonic() - started > args.budget:
+            print(f"budget spent: {name} {sampler} not run", flush=True)
+            continue
+        record = run_case(name, sampler, args.work)
+        if args.remeasure and sampler == "auto" and record.get("summary", {}).get("best"):
+            record["remeasure"] = remeasure(record)
+        results["runs"].append(record)
+        args.out.write_text(json.dumps(results, indent=1))
+        print(line(record), flush=True)
     print("case              sampler  wall s  2% s  max trial s  best J/q  cuts  remeasured")
     for record in results["runs"]:
         print(line(record))

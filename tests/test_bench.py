@@ -86,7 +86,7 @@ def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():
 
 @pytest.mark.parametrize("sampler", ["learned", "tpe", "random"])
 def test_the_best_is_judged_on_the_mean_of_its_confirmed_windows(sampler):
-    """Every strategy's answer is a confirmed trial: the mean of three windows, and a margin on its constraint.
+    """Every strategy's answer is a confirmed trial: the mean of its 2-3 windows, and a margin on its constraint.
 
     12 trials: by then each strategy has confirmed its best (seed 3); more trials only cost time."""
     dev = TwinDevice("sim:orin")
@@ -97,11 +97,11 @@ def test_the_best_is_judged_on_the_mean_of_its_confirmed_windows(sampler):
     assert summary.measured == 12
     best = recommended(study)
     windows = best.user_attrs["windows"]
-    assert best.user_attrs["measurements"] == len(windows) == 3
-    # all three windows' energy over all their queries
+    assert best.user_attrs["measurements"] == len(windows) >= 2
+    # all its windows' energy over all their queries
     assert best.value == pytest.approx(sum(w["energy_j"] for w in windows) / sum(w["queries"] for w in windows))
     assert best.value == pytest.approx(best.user_attrs["avg_w"] / best.user_attrs["qps"])
-    mean_p99 = sum(w["p99_ms"] for w in windows) / 3
+    mean_p99 = sum(w["p99_ms"] for w in windows) / len(windows)
     assert best.constraints["latency"] == pytest.approx(mean_p99 * (1 + best.user_attrs["latency_margin"]) - 60)
     assert best.constraints["latency"] > mean_p99 - 60
 
@@ -117,7 +117,7 @@ def test_tune_run_with_another_sampler_reports_optunas_best(tmp_path):
     out = json.loads(r.stdout)
     study = optuna.load_study(study_name=out["study"], storage=f"sqlite:///{tmp_path}/tune.db")
     assert out["measured"] == 24 and out["best_trial"] == study.best_trial.number
-    assert out["best"]["feasible"] and out["best"]["windows"] == 3
+    assert out["best"]["feasible"] and out["best"]["windows"] >= 2
 
 
 def test_every_strategy_is_a_sampler_choice():

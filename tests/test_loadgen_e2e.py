@@ -46,10 +46,9 @@ def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
     logged = [t for t in study.trials if "loadgen_logs" in t.user_attrs]
     summaries = sorted(folder.glob("loadgen/trial-[0-9][0-9][0-9][0-9]/mlperf_log_summary.txt"))
     assert len(summaries) == len(logged) >= 3  # each trial's first window
-    confirmed = [t for t in logged if t.user_attrs.get("measurements") == 3]
-    assert confirmed and len(list(folder.glob("loadgen/trial-*-window[23]/mlperf_log_summary.txt"))) >= 2 * len(
-        confirmed
-    )
+    confirmed = [t for t in logged if t.user_attrs.get("measurements", 1) > 1]
+    more = list(folder.glob("loadgen/trial-*-window[23]/mlperf_log_summary.txt"))
+    assert confirmed and len(more) >= sum(t.user_attrs["measurements"] - 1 for t in confirmed)
     for t in logged:
         text = (Path(t.user_attrs["loadgen_logs"]) / "mlperf_log_summary.txt").read_text()
         if t.state == TrialState.COMPLETE:

@@ -12,7 +12,7 @@ import pytest
 from tuner.devices.host.meters import RaplMeter
 from tuner.devices.jetson.board import Rail
 from tuner.devices.jetson.meters import RailMeter
-from tuner.devices.nvml.meters import NvmlEnergyMeter, interpolate_counter
+from tuner.devices.nvml.meters import EDGES_FOR_PERIOD, NvmlEnergyMeter, interpolate_counter, next_read_delay
 from tuner.errors import UserError
 from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.poller import Poller
@@ -52,6 +52,21 @@ def test_nvml_counter_interpolation_on_short_window(phase):
     assert reading.energy_j == pytest.approx(expected, rel=0.05)
     assert reading.avg_w == pytest.approx(250.0, rel=0.05)
     assert reading.meter == "nvml-energy"
+    assert reading.extra["counter_edge_gap_ms_p50"] > 0  # how precisely the edges were timed
+
+
+def test_counter_reads_turn_fine_only_around_the_next_update_due():
+    """Edges 100 ms apart: 5 ms reads between updates, 0.5 ms from 15 ms before the next is due to 15 ms after."""
+    edges = [0.1 * k for k in range(EDGES_FOR_PERIOD)]
+    last = edges[-1]
+    assert next_read_delay(last + 0.01, edges[:2], 0.005, 0.0005) == 0.005  # period not known yet
+    assert next_read_delay(last + 0.01, edges, 0.005, 0.0005) == 0.005
+    assert next_read_delay(last + 0.083, edges, 0.005, 0.0005) == pytest.approx(0.002)  # up to the fine span
+    assert next_read_delay(last + 0.09, edges, 0.005, 0.0005) == 0.0005
+    assert next_read_delay(last + 0.114, edges, 0.005, 0.0005) == 0.0005
+    assert next_read_delay(last + 0.2, edges, 0.005, 0.0005) == 0.005  # late: the rhythm changed
+    fast = [0.01 * k for k in range(EDGES_FOR_PERIOD)]  # a counter as fast as the reads: nothing to aim at
+    assert next_read_delay(fast[-1] + 0.009, fast, 0.005, 0.0005) == 0.005
 
 
 def test_nvml_counter_that_never_moves_is_an_error():

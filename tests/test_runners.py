@@ -496,8 +496,9 @@ def test_a_users_own_model_is_tuned_from_the_cli(user_models, rapl_at_15w, capsy
     for trial in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         extra = trial.user_attrs["extra"]
         assert extra["stop_rule"] in ("ci", "max-duration", "queries-exhausted", "costs-more")
-        # a confirmed trial's figures end with a confirming window, which aims at sqrt(3) x the interval
-        confirmed = trial.user_attrs["measurements"] == 3
+        # a confirmed trial's figures end with a confirming window, which aims at sqrt(3) x the interval (these
+        # windows are too short to judge their own, so the first is taken at the 1% it aimed at)
+        confirmed = trial.user_attrs["measurements"] > 1
         assert extra["ci_target"] == pytest.approx(0.01 * (3**0.5 if confirmed else 1)) and extra["max_window_s"] == 0.5
 
 

@@ -41,11 +41,11 @@ def test_a_server_study_on_the_cpu_runs_loadgen_server_with_dynamic_batching(tmp
     assert "batch_timeout_ms" in best["config"]
     assert best["qps"] == pytest.approx(150, rel=0.3)  # arrivals at the target rate, not as fast as it can
     folder = out / "cpu" / "tiny-cnn"
-    # one folder per trial's first window, and two more for a trial that confirmed a new best
+    # one folder per trial's first window, and one or two more for a trial that confirmed a new best
     summaries = sorted(folder.glob("loadgen/server-150qps/trial-[0-9][0-9][0-9][0-9]/mlperf_log_summary.txt"))
     assert len(summaries) == 2
     more = sorted(folder.glob("loadgen/server-150qps/trial-*-window[23]/mlperf_log_summary.txt"))
-    assert payload["best"]["windows"] == 3 and len(more) in (2, 4)  # the answer is confirmed; so may be one other
+    assert payload["best"]["windows"] >= 2 and 1 <= len(more) <= 4  # the answer is confirmed; so may be one other
     text = summaries[0].read_text()
     assert "Scenario : Server" in text and "Result is : VALID" in text
     assert (folder / "server-150qps" / "pareto.json").exists()

@@ -35,7 +35,7 @@ def test_study_records_every_metric_and_the_constraint(tmp_path):
         assert t.value == pytest.approx(t.user_attrs["j_per_query"])
         assert t.user_attrs["verdict"].startswith("meets" if t.constraints["latency"] <= 0 else "misses")
     best = recommended(study)
-    assert best is not None and best.number == study.best_trial.number and best.user_attrs["measurements"] == 3
+    assert best is not None and best.number == study.best_trial.number and best.user_attrs["measurements"] >= 2
     assert summary.best["j_per_query"] == min(t.value for t in done if t.constraints["latency"] <= 0)
 
 
@@ -64,7 +64,7 @@ def test_effective_duplicates_are_measured_once(tmp_path):
     study, summary = run_study(device, opts)
     measuring = [t for t in study.trials if "reused_from" not in t.user_attrs]
     assert summary.measured == len(measuring) <= distinct
-    # One window per measuring trial, and two more for each that was confirmed.
+    # One window per measuring trial, and one or two more for each that was confirmed.
     assert Counting.calls == sum(t.user_attrs["measurements"] for t in measuring)
     keys = [t.user_attrs["effective_key"] for t in measuring]
     assert len(keys) == len(set(keys))
@@ -144,7 +144,9 @@ def test_space_size_caps_trials(tmp_path):
 
 @pytest.mark.parametrize("device", ["sim:orin", "sim:h200"])
 def test_a_window_that_would_be_best_is_confirmed_in_its_own_trial(tmp_path, device):
-    """Confirmed (three windows) exactly when the first window meets the bound and costs no more than the best."""
+    """Confirmed (two or three windows) exactly when the first window meets the bound and costs no more than the best.
+
+    Two when they agree and their mean is within the interval asked, three otherwise (tests/test_confirm.py)."""
     study, _ = run_study(TwinDevice(device), options(tmp_path, trials=12, sampler="ours", max_latency_ms=30.0))
     done: list[optuna.trial.FrozenTrial] = []
     for t in sorted(study.trials, key=lambda t: t.number):
@@ -152,8 +154,10 @@ def test_a_window_that_would_be_best_is_confirmed_in_its_own_trial(tmp_path, dev
             first = t.user_attrs["windows"][0]
             best = recommended_of(done)
             contends = first["p99_ms"] <= 30.0 and (best is None or first["j_per_query"] <= best.value)
-            assert (t.user_attrs["measurements"] == 3) == contends, t.number
+            assert (t.user_attrs["measurements"] > 1) == contends, t.number
             assert len(t.user_attrs["windows"]) == t.user_attrs["measurements"]
+            # a confirmation that stopped after one window says why (agreed, or its mean costs more than the best)
+            assert t.user_attrs["measurements"] != 2 or "confirmation" in t.user_attrs, t.number
         done.append(t)
     best = study.best_trial
-    assert best.user_attrs["measurements"] == 3 and recommended(study).number == best.number
+    assert best.user_attrs["measurements"] >= 2 and recommended(study).number == best.number

@@ -308,21 +308,39 @@ def test_stop_rule_waits_for_min_duration_and_min_queries_then_stops_on_the_inte
     assert rule.achieved < 0.01
 
 
-def test_stop_rule_runs_to_the_maximum_when_energy_is_noisy():
+def _noisy(rule, clock, spread: float) -> tuple[str, float]:
+    """Synthetic time: 10 queries every 10 ms whose energy varies uniformly by +-``spread`` around 10 J."""
     import random
 
     rng = random.Random(0)
-    rule, clock = _rule(max_s=3.0, min_queries=1)
     rule.begin(0.0)
     energy, reason, now, i = 0.0, None, 0.0, 0
     while reason is None:
         i += 1
         now = i * 0.01
-        energy += 10.0 * rng.uniform(0.2, 1.8)
+        energy += 10.0 * rng.uniform(1.0 - spread, 1.0 + spread)
         clock["energy"] = (now, energy)
         reason = rule.observe(now, 10 * i)
+    return reason, now
+
+
+def test_stop_rule_runs_to_the_maximum_when_energy_is_noisy():
+    rule, clock = _rule(max_s=3.0, min_queries=1, ci=0.05)
+    reason, now = _noisy(rule, clock, 0.8)
     assert reason == "max-duration" and now == pytest.approx(3.0, abs=0.011)
-    assert rule.achieved > 0.01
+    assert rule.achieved > 0.05
+
+
+def test_stop_rule_ends_at_its_minimum_when_the_longest_window_could_not_reach_the_interval():
+    # About 6% after 2 s, so about 3% after 10 s: three times the 1% asked. Running on would not get there.
+    rule, clock = _rule(max_s=10.0, min_queries=1)
+    reason, now = _noisy(rule, clock, 0.8)
+    assert reason == "ci-out-of-reach" and 2.0 <= now <= 2.0 + rule.check_period_s + 0.011
+    assert rule.achieved * (now / 10.0) ** 0.5 > 2 * 0.01
+    # Within reach (about 1.5% after 2 s): the window runs past its minimum until it gets to 1%.
+    rule, clock = _rule(max_s=10.0, min_queries=1)
+    reason, now = _noisy(rule, clock, 0.15)
+    assert reason == "ci" and now > 2.0 + rule.check_period_s
 
 
 def test_relative_half_width_of_a_ratio():

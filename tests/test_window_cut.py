@@ -67,3 +67,11 @@ def test_tail_proof_counts():
     assert proof.proven(waiting_over=proof.needed - 5)
     assert costs_more(1.2, 0.1, 1.0) and not costs_more(1.05, 0.1, 1.0) and not costs_more(2.0, float("inf"), 1.0)
     assert not costs_more(2.0, 0.01, None)
+
+
+def test_a_window_above_the_best_ends_once_it_cannot_be_cheaper_by_more_than_the_resolution():
+    # 0.5% above the best with a 1.2% interval: it might still be 0.7% cheaper, more than a 1% study could not tell
+    assert not costs_more(1.005, 0.012, 1.0) and costs_more(1.005, 0.012, 1.0, resolution=0.01)
+    assert not costs_more(1.005, 0.02, 1.0, resolution=0.01)  # it might be 1.5% cheaper: measure on
+    # a window at or below the best never ends as costlier, whatever its interval: it would hold a value below the best
+    assert not costs_more(1.0, 0.0, 1.0, resolution=0.01) and not costs_more(0.999, 0.001, 1.0, resolution=0.5)

@@ -7,10 +7,14 @@ own best trial is the study's answer (tuner.records):
 - a window that misses the bound, or costs more than the best so far, stays
   one window: its value and latency are that window's;
 - a window that meets the bound and costs no more than the best so far is
-  confirmed in the same trial by ``CONFIRM_WINDOWS`` more windows; the trial
-  then carries their mean, and its constraint adds a noise margin, so it is
-  feasible only if a fresh window would also meet the bound with about 95%
-  probability. A single lucky window therefore never holds the best value.
+  confirmed in the same trial by up to ``CONFIRM_WINDOWS`` more windows; the
+  trial then carries their mean, and its constraint adds a noise margin, so
+  it is feasible only if a fresh window would also meet the bound with about
+  95% probability. A single lucky window therefore never holds the best value.
+  Confirming stops as soon as its answer is known (:func:`settled`): the
+  windows agree and their mean is as precise as the study asks (or as the
+  first window could get within the longest window), or their mean already
+  costs more than the best.
 
 A window also ends as soon as its verdict cannot change (tuner.measure.stopping):
 its tail is proven past the bound, or its energy per query is above the best
@@ -38,7 +42,7 @@ import optuna
 from tuner import interrupts
 from tuner.devices.base import Device, switch_seconds_of
 from tuner.errors import NeedsReboot
-from tuner.measure.stopping import STOP_TAIL
+from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL
 from tuner.measurement import METRIC_KEYS, Measurement
 from tuner.models import model_slug
 from tuner.records import recommended
@@ -48,7 +52,7 @@ from tuner.space import Config, SearchSpace
 from tuner.storage import named_constraints, set_constraint, set_user_attrs
 
 CONFIRM_WINDOWS = 2
-"""More windows that confirm a first window which would become the best, in the same trial."""
+"""At most this many more windows confirm a first window which would become the best, in the same trial."""
 CONFIRM_CI_CAP = 0.5
 # What a measurement leaves on its trial besides the metrics; a reuse copies exactly these and the metrics.
 ORIGIN_KEYS = ("meter", "rails", "twin", "throttled", "temps_c", "extra")
@@ -144,12 +148,26 @@ class Objective:
         windows = [self._window(trial, effective, 0, None if best is None else float(best.value))]
         note = ""
         first = windows[0]
+        if first.extra.get("cut") == STOP_COSTLIER and best is not None and first.j_per_query <= float(best.value):
+            # Judged costlier on the blocks so far, its whole window came out at or below the best: not costlier
+            # after all (a cut trial must never hold the best value), so it contends as any other window.
+            first = windows[0] = first.model_copy(
+                update={"extra": {k: v for k, v in first.extra.items() if k != "cut"}}
+            )
         if repeat_of is None and not first.extra.get("cut"):
             if first.latency_ms(self.options.window.percentile) <= self.options.max_latency_ms:
                 if best is None or first.j_per_query <= float(best.value):
+                    # The precision the study asks, or what the first window reached within the longest window.
+                    target = max(self.options.window.ci, half_width(first, self.options.window.ci))
+                    aims = [self.options.window.ci]
                     for k in range(1, CONFIRM_WINDOWS + 1):
-                        windows.append(self._window(trial, effective, k, None))
+                        aims.append(min(target * math.sqrt(1 + CONFIRM_WINDOWS), CONFIRM_CI_CAP))
+                        windows.append(self._window(trial, effective, k, None, aims[-1]))
                         if windows[-1].extra.get("cut"):
+                            break
+                        outcome = settled(windows, aims, target, None if best is None else float(best.value))
+                        if outcome:
+                            trial.set_user_attr("confirmation", outcome)
                             break
                 else:
                     note = f"costs more than trial {best.number}, the best so far: not confirmed"
@@ -190,12 +208,15 @@ class Objective:
         if switch is not None:
             trial.set_user_attr("switch_s", round(switch, 4))
 
-    def _window(self, trial: optuna.Trial, effective: Config, k: int, best: float | None) -> Measurement:
+    def _window(
+        self, trial: optuna.Trial, effective: Config, k: int, best: float | None, ci: float | None = None
+    ) -> Measurement:
         """Window ``k`` of this trial (the configuration is applied): its own noise seed and log folder.
 
         Every window may end once its tail is proven past the study's bound;
         a first window also once it costs more than ``best`` (the best
-        feasible energy per query so far) beyond its interval.
+        feasible energy per query so far) beyond its interval. ``ci``: the
+        interval a confirming window aims at.
         """
         seed = trial_seed(self.options.seed, trial.number)
         update: dict = {
@@ -213,10 +234,8 @@ class Objective:
                 trial.set_user_attr("loadgen_logs", str(folder))
         hardware, serving = split(effective)
         settings = self.options.window
-        if k:
-            # The trial carries the mean of its windows: confirming ones to sqrt(n) times the interval keep that
-            # mean's interval within the study's (the first window's own, and two at sqrt(3) times: 0.88 x).
-            update["ci"] = min(settings.ci * math.sqrt(1 + CONFIRM_WINDOWS), CONFIRM_CI_CAP)
+        if ci is not None:
+            update["ci"] = ci
         settings = settings.model_copy(update={**update, "options": {**settings.options, **serving}})
         called = time.monotonic()
         try:
@@ -334,6 +353,45 @@ class Objective:
         for key, value in named_constraints(earlier.system_attrs).items():
             set_constraint(trial, key, value)
         return float(earlier.value)
+
+
+def half_width(m: Measurement, aimed: float) -> float:
+    """A window's relative 95% half-width of energy per query: what it reached, or what it aimed at if unknown.
+
+    Hardware Offline windows record the interval they reached; a window that
+    cannot judge its own (no mid-window meter reading, a twin) is taken at
+    its aim.
+    """
+    reached = m.extra.get("ci_achieved")
+    if isinstance(reached, int | float) and math.isfinite(reached) and reached > 0:
+        return float(reached)
+    return aimed
+
+
+def settled(windows: list[Measurement], aims: list[float], target: float, best: float | None) -> str:
+    """Why a contender's confirmation may stop after these windows, or "" to measure another.
+
+    ``agreed``: every confirming window agrees with the first within their
+    combined intervals, and the pooled energy per query (:func:`pooled`) is
+    within ``target`` (its half-width, from the windows' own, weighted by
+    their queries). ``costs-more``: the pooled figure is above ``best`` beyond
+    that half-width, so more windows cannot make the trial the best.
+    """
+    widths = [half_width(m, aim) for m, aim in zip(windows, aims, strict=True)]
+    queries = sum(m.queries for m in windows)
+    if queries <= 0:
+        return ""
+    ratio = sum(m.energy_j for m in windows) / queries
+    spread = math.sqrt(sum((w * m.j_per_query * m.queries) ** 2 for w, m in zip(widths, windows, strict=True)))
+    width = spread / queries / ratio if ratio > 0 else math.inf
+    if best is not None and ratio * (1.0 - width) > best:
+        return STOP_COSTLIER
+    first = windows[0]
+    agree = all(
+        abs(m.j_per_query - first.j_per_query) <= math.hypot(w * m.j_per_query, widths[0] * first.j_per_query)
+        for w, m in zip(widths[1:], windows[1:], strict=True)
+    )
+    return "agreed" if agree and width <= target else ""
 
 
 def pooled(windows: list[dict[str, float]]) -> dict[str, float]:

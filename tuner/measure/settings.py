@@ -30,8 +30,8 @@ class WindowSettings(BaseModel):
     ``bound_ms`` (the study's latency bound on ``percentile``) lets the window
     end as soon as enough queries are past it that the percentile is proven
     over; ``cut_j_per_query`` (the best feasible figure so far) lets it end
-    once its energy per query is above that by more than its interval
-    (tuner.measure.stopping). Either cut is recorded as ``stop_rule``.
+    once its energy per query is above that and its interval rules out its
+    being cheaper by more than ``ci`` (tuner.measure.stopping). Either cut is recorded as ``stop_rule``.
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -12,8 +12,9 @@ shows up as spread and keeps the window running.
 A window also ends once its verdict cannot change (a cut, :data:`CUT_REASONS`):
 the latency percentile is proven over the bound (:class:`TailProof`: more
 queries are already past it than the whole window may hold there), or the
-energy per query is above the best feasible figure by more than its interval
-(:func:`costs_more`). Hardware windows and twins use these same rules.
+energy per query is above the best feasible figure and its interval rules out
+its being cheaper by more than the window's own target (:func:`costs_more`).
+Hardware windows and twins use these same rules.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ T975_SMALL = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447}
 
 STOP_CI = "ci"
 STOP_MAX = "max-duration"
+STOP_UNREACHABLE = "ci-out-of-reach"
+# A window whose interval, extrapolated to the longest window (as 1/sqrt(time)), would still be this many times
+# the target ends at its minimum: the longest window cannot give the precision asked, and running on buys little.
+OUT_OF_REACH = 2.0
 STOP_EXHAUSTED = "queries-exhausted"
 STOP_LOADGEN = "loadgen-end"
 STOP_TAIL = "tail-over-bound"
@@ -108,9 +113,18 @@ def wilson_low(k: int, n: int, z: float) -> float:
     return (centre - spread) / (1 + z * z / n)
 
 
-def costs_more(ratio: float, half_width: float, best: float | None) -> bool:
-    """True once energy per query ``ratio`` is above ``best`` even at the low end of its interval."""
-    return best is not None and math.isfinite(half_width) and half_width < 1.0 and ratio * (1.0 - half_width) > best
+def costs_more(ratio: float, half_width: float, best: float | None, resolution: float = 0.0) -> bool:
+    """True once energy per query ``ratio`` is above ``best`` and, at the low end of its interval, not below it
+    by more than ``resolution`` (a share of ``best``).
+
+    With ``resolution`` the study's own interval, a window above the best
+    ends once it can no longer prove itself cheaper by more than a
+    confirmation could resolve; it still holds a value above the best, so it
+    can never become the best.
+    """
+    if best is None or not math.isfinite(half_width) or half_width >= 1.0 or ratio <= best:
+        return False
+    return ratio * (1.0 - half_width) > best * (1.0 - resolution)
 
 
 def relative_half_width(energy: list[float], queries: list[float], z: float | None = None) -> float:
@@ -149,8 +163,12 @@ class StopRule:
     latest instant the meter knows exactly, or None when the meter cannot be
     read mid-window (then the window runs to ``max_s``). With ``adaptive``
     False the rule is a fixed window of ``max_s`` and the interval is only
-    recorded. ``cut_j_per_query`` ends the window as soon as its energy per
-    query is proven above that figure (:func:`costs_more`).
+    recorded. An adaptive window whose interval could not come within
+    :data:`OUT_OF_REACH` times ``ci`` even at ``max_s`` ends from ``min_s`` on
+    (:data:`STOP_UNREACHABLE`, not a cut: its figures are recorded as any
+    window's). ``cut_j_per_query`` ends the window as soon as its energy per
+    query is above that figure and not below it by more than ``ci`` at the
+    low end of its interval (:func:`costs_more`).
     """
 
     min_s: float
@@ -191,15 +209,14 @@ class StopRule:
             self._next_check = now + self.check_period_s
             self._add_point()
             self.achieved = self.interval()
-            if costs_more(self.ratio, self.interval(MIN_CUT_BLOCKS), self.cut_j_per_query):
+            if costs_more(self.ratio, self.interval(MIN_CUT_BLOCKS), self.cut_j_per_query, self.ci):
                 return STOP_COSTLIER
-            if (
-                self.adaptive
-                and now - self.t0 >= self.min_s
-                and queries >= self.min_queries
-                and self.achieved <= self.ci
-            ):
-                return STOP_CI
+            if self.adaptive and now - self.t0 >= self.min_s and queries >= self.min_queries:
+                if self.achieved <= self.ci:
+                    return STOP_CI
+                reach = self.achieved * math.sqrt((now - self.t0) / self.max_s)
+                if math.isfinite(reach) and reach > OUT_OF_REACH * self.ci:
+                    return STOP_UNREACHABLE
         if now - self.t0 >= self.max_s:
             return STOP_MAX
         return None

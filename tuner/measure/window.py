@@ -64,10 +64,17 @@ QPS_MARGIN = 1.2
 RETRY_MARGIN = 3.0
 MAX_ATTEMPTS = 3
 MIN_WARMUP_ITERS = 3
+# Offline hands every sample over at once, and each one costs the SUT and LoadGen microseconds to issue
+# and, if not run, to complete (0.2-0.3 s for the 132,000 samples of a 10 s window at 12,000 queries/s,
+# on a 2-core CPU). Windows on an H200 ended within 2-9 s, so an adaptive window issues for 6 s at most;
+# one that runs out first ends with the interval it reached (queries-exhausted).
+OFFLINE_ISSUE_S = 6.0
 # A warm-up whose two halves ran within 2% of each other has settled; it runs at
-# least a quarter of its length and MIN_SETTLE_S (or all of a shorter one).
+# least MIN_SETTLE_S (or all of a shorter one). A prepared runner on a GPU that
+# just ran the previous trial settles at once: 0.25 s (a quarter of the default)
+# was 8 s of a 30-trial study on an H200.
 SETTLED = 0.02
-MIN_SETTLE_S = 0.25
+MIN_SETTLE_S = 0.1
 QSL_SIZE = 1024
 # LoadGen's early-stopping rule declares a Server run INVALID below about 460
 # queries even when every one met the latency target (p99 at 99% confidence).
@@ -207,10 +214,9 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
 
     The first iteration is left out of the estimate: it carries one-off costs
     (allocation, kernel selection) that would undersize the LoadGen run. The
-    warm-up ends early, after a quarter of ``warmup_s``, once the two halves
-    of what it ran agree within :data:`SETTLED` (never before
-    :data:`MIN_SETTLE_S`): a prepared runner on a busy
-    GPU is settled at once, and the rest would only repeat it.
+    warm-up ends early once the two halves of what it ran agree within
+    :data:`SETTLED` (never before :data:`MIN_SETTLE_S`): a prepared runner on
+    a busy GPU is settled at once, and the rest would only repeat it.
     Every iteration is a safe point for a recorded Ctrl-C or SIGTERM.
     """
     lanes = lanes_of(runner, batch_size)
@@ -219,7 +225,7 @@ def warm_up(runner: Runner, batch_size: int, warmup_s: float) -> float:
         infer()
         start = time.monotonic()
         span = max(warmup_s, 0.0) / len(lanes)
-        deadline, earliest = start + span, start + min(span, max(span / 4, MIN_SETTLE_S))
+        deadline, earliest = start + span, start + min(span, MIN_SETTLE_S)
         ends: list[float] = []
         while len(ends) < MIN_WARMUP_ITERS - 1 or time.monotonic() < deadline:
             interrupts.check()
@@ -575,8 +581,9 @@ def _test_settings(
 
     An adaptive Offline window asks LoadGen for ``min_window_s`` and its
     minimum query count, but issues enough samples to keep the runner busy for
-    the whole ``window_s``: the worker ends the window once the interval is
-    narrow enough, and the samples left over complete without being run.
+    up to :data:`OFFLINE_ISSUE_S` (or ``window_s``, if shorter): the worker
+    ends the window once the interval is narrow enough, and the samples left
+    over complete without being run.
     """
     ts = lg.TestSettings()
     ts.mode = lg.TestMode.PerformanceOnly
@@ -587,7 +594,8 @@ def _test_settings(
         if settings.adaptive:
             assert settings.min_window_s is not None
             ts.min_duration_ms = int(settings.min_window_s * 1000)
-            ts.offline_expected_qps = qps * QPS_MARGIN * window_s / settings.min_window_s
+            horizon_s = min(window_s, max(settings.min_window_s, OFFLINE_ISSUE_S))
+            ts.offline_expected_qps = qps * QPS_MARGIN * horizon_s / settings.min_window_s
             ts.min_query_count = max(1, settings.min_queries)
         else:
             ts.min_duration_ms = int(window_s * 1000)
@@ -749,8 +757,12 @@ def _run_once(
     if freeze:
         # A full collection walks every object the process holds (torch and the
         # tuner: about a million) and stops every Python thread while it does.
-        # Collected and frozen here, the window's own garbage is all it meets.
-        gc.collect()
+        # Frozen here, they are out of the collector's reach for the window, so
+        # the window's own garbage is all it meets. Only the young generations
+        # are collected first (the last trial's garbage): a full collection
+        # took 0.17 s with torch imported on a 2-core CPU, every window; older
+        # garbage goes with Python's own full collections between windows.
+        gc.collect(1)
         gc.freeze()
     sut_state.run()
     with interrupts.listening(sut_state.abort):

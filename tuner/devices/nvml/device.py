@@ -16,11 +16,12 @@ reinstated (read_state records the clock-event reasons that hint at them).
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 from tuner.devices.host.meters import RaplMeter
 from tuner.devices.meters.registry import device_meter
-from tuner.devices.nvml.meters import NvmlEnergyMeter
+from tuner.devices.nvml.meters import EDGES_FOR_PERIOD, NvmlEnergyMeter
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, SampledPowerMeter
@@ -175,6 +176,7 @@ class NvmlDevice:
         self.slug = self.kind
         self._space: SearchSpace | None = None
         self.runners = RunnerCache(self.name)
+        self._counter_rhythm: deque[float] = deque(maxlen=EDGES_FOR_PERIOD)
 
     def _call(self, fn: str, *args: Any) -> Any:
         return getattr(self.nvml, fn)(self.handle, *args)
@@ -388,7 +390,9 @@ class NvmlDevice:
             raise UserError(f"unknown meter {choice!r} for {self.name}: choose one of {', '.join(METERS)}")
         if choice in (None, "nvml-energy"):
             if self._try("nvmlDeviceGetTotalEnergyConsumption") is not None:
-                return NvmlEnergyMeter(self.nvml, self.handle, rails=[f"{self.name} total energy counter"])
+                return NvmlEnergyMeter(
+                    self.nvml, self.handle, rails=[f"{self.name} total energy counter"], rhythm=self._counter_rhythm
+                )
             if choice == "nvml-energy":
                 raise UserError(f"{self.gpu_name} has no NVML energy counter (Volta or newer): use --meter nvml-power")
         if choice in (None, "nvml-power"):

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, reading_of
+
+# Edges that give the counter's update period, and how early (a share of it) reads turn fine before the next is due.
+EDGES_FOR_PERIOD = 5
+LEAD = 0.15
 
 
 class NvmlEnergyMeter:
@@ -17,10 +23,16 @@ class NvmlEnergyMeter:
 
     The counter only moves at about 10 Hz, so reading it at the window's
     bounds would be off by up to one update (100 ms, 10% of a 1 s window). A
-    polling thread (``poll_s``, 5 ms by default) records every update edge:
-    the pair (time the new value was first seen less half a poll period, new
-    value). The counter between two edges is interpolated linearly, which is
-    exact when power is constant over that ~100 ms interval. ``start()``
+    polling thread records every update edge: the pair (midway between the
+    read that first saw the new value and the read before, new value). Its
+    timing error is uniform over the gap between those reads, and it enters
+    the energy of the blocks on both sides of the edge with opposite signs,
+    so it widens a window's interval (tuner.measure.stopping) without moving
+    its total. The thread therefore reads every ``poll_s`` (5 ms), and every
+    ``fine_s`` (0.5 ms) around the time the next update is due once it knows
+    the counter's period (:func:`next_read_delay`). The counter between two
+    edges is interpolated linearly, which is exact when power is constant
+    over that ~100 ms interval. ``start()``
     returns only once an edge has been seen, so the window begins right after
     a known point of the counter; ``stop()`` keeps polling until the first
     edge after the window's end and interpolates the end between the last edge
@@ -38,18 +50,24 @@ class NvmlEnergyMeter:
         handle: Any,
         poll_s: float = 0.005,
         name: str = "nvml-energy",
+        fine_s: float = 0.0005,
         rails: list[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         edge_timeout_s: float = 1.0,
+        rhythm: deque[float] | None = None,
     ) -> None:
         self.nvml = nvml
         self.handle = handle
         self.poll_s = poll_s
+        self.fine_s = min(fine_s, poll_s)
         self.name = name
         self.rails = rails if rails is not None else ["gpu-total-energy"]
         self.clock = clock
         self.edge_timeout_s = edge_timeout_s
         self._edges: list[tuple[float, float]] = []
+        self._gaps: list[float] = []
+        # The latest update times; a device passes one deque to each window's meter, as the rhythm outlives a window.
+        self._rhythm: deque[float] = rhythm if rhythm is not None else deque(maxlen=EDGES_FOR_PERIOD)
         self._polls = 0
         self._lock = threading.Lock()
         self._first_edge = threading.Event()
@@ -63,15 +81,23 @@ class NvmlEnergyMeter:
     def _read_mj(self) -> float:
         return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
 
+    def _read(self) -> tuple[float, float]:
+        """(the read's midpoint on ``clock``, counter value in mJ)."""
+        before = self.clock()
+        value = self._read_mj()
+        return (before + self.clock()) / 2, value
+
     def _poll(self) -> None:
-        last_t, last_v = self.clock(), self._read_mj()
+        last_t, last_v = self._read()
         while not self._done.is_set():
-            time.sleep(self.poll_s)
-            now, value = self.clock(), self._read_mj()
+            time.sleep(next_read_delay(self.clock(), list(self._rhythm), self.poll_s, self.fine_s))
+            now, value = self._read()
             with self._lock:
                 self._polls += 1
                 if value != last_v:
                     self._edges.append(((last_t + now) / 2, value))
+                    self._gaps.append(now - last_t)
+                    self._rhythm.append((last_t + now) / 2)
                     self._first_edge.set()
                     if self._stop_after is not None and last_t >= self._stop_after:
                         self._done.set()
@@ -81,6 +107,7 @@ class NvmlEnergyMeter:
 
     def start(self) -> None:
         self._edges = []
+        self._gaps = []
         self._polls = 0
         self._stop_after = None
         self._first_edge.clear()
@@ -122,13 +149,34 @@ class NvmlEnergyMeter:
             raise UserError("the NVML energy counter stopped updating during the window; use --meter nvml-power")
         energy_mj = interpolate_counter(edges, t1) - interpolate_counter(edges, self._t0)
         inside = sum(1 for t, _ in edges if self._t0 <= t <= t1)
-        return reading_of(
-            self,
-            energy_mj / 1e3,
-            t1 - self._t0,
-            inside + 2,
-            extra={"counter_edges": float(len(edges)), "counter_polls": float(self._polls)},
-        )
+        gaps = sorted(self._gaps)
+        extra = {"counter_edges": float(len(edges)), "counter_polls": float(self._polls)}
+        if gaps:
+            # How precisely the edges were timed: the gap between the reads around each (the error is uniform over it).
+            extra["counter_edge_gap_ms_p50"] = round(gaps[len(gaps) // 2] * 1e3, 3)
+            extra["counter_edge_gap_ms_max"] = round(gaps[-1] * 1e3, 3)
+        return reading_of(self, energy_mj / 1e3, t1 - self._t0, inside + 2, extra=extra)
+
+
+def next_read_delay(now: float, edges: list[float], poll_s: float, fine_s: float) -> float:
+    """Seconds until the counter's next read: ``fine_s`` around the next update's due time, else ``poll_s``.
+
+    ``edges`` are the latest update times seen. Once :data:`EDGES_FOR_PERIOD`
+    of them give a period (their median spacing), reads come every ``fine_s``
+    from :data:`LEAD` of a period before the next update is due to as long
+    after it; elsewhere, before the period is known, or when updates are
+    late (their rhythm changed), every ``poll_s`` as before.
+    """
+    if len(edges) < EDGES_FOR_PERIOD:
+        return poll_s
+    spacings = sorted(b - a for a, b in itertools.pairwise(edges))
+    period = spacings[len(spacings) // 2]
+    if period <= 4 * poll_s:
+        return poll_s
+    opens = edges[-1] + (1.0 - LEAD) * period
+    if now < opens:
+        return max(fine_s, min(poll_s, opens - now))
+    return fine_s if now <= edges[-1] + (1.0 + LEAD) * period else poll_s
 
 
 def interpolate_counter(edges: list[tuple[float, float]], t: float) -> float:

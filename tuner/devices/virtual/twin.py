@@ -574,8 +574,9 @@ def offline_cut(m: Measurement, config: Config, settings: WindowSettings) -> Mea
     Every batch of a twin's window takes its median latency, so when that is
     past the bound each batch is, and the tail is proven after the same few
     batches a hardware window needs; a window whose energy per query is above
-    ``cut_j_per_query`` by more than the interval it aims for (``ci``) ends
-    once it has the blocks that interval needs. Both keep the window's
+    ``cut_j_per_query`` (it reaches the interval it aims for, ``ci``, so it
+    can then no longer be cheaper by more than that) ends once it has the
+    blocks that interval needs. Both keep the window's
     figures per query and scale its length, queries and energy down.
     """
     batch = max(config.batch_size, 1)
@@ -590,7 +591,7 @@ def offline_cut(m: Measurement, config: Config, settings: WindowSettings) -> Mea
             length += 1
         cut = STOP_TAIL if proof.proven() else ""
         extra = {"tail_over_queries": float(proof.over), "tail_over_needed": float(proof.needed)}
-    elif costs_more(m.j_per_query, settings.ci, settings.cut_j_per_query):
+    elif costs_more(m.j_per_query, settings.ci, settings.cut_j_per_query, settings.ci):
         blocks_s = CHECK_PERIOD_S * (MIN_CUT_BLOCKS + 1)
         cut, length = STOP_COSTLIER, max(1, min(batches, int(blocks_s / (m.duration_s / batches)) + 1))
     if not cut or length >= batches:
