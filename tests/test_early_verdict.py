@@ -20,6 +20,7 @@ from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.space import Config
+from tuner.storage import CONSTRAINTS_KEY
 from tuner.study import run_study
 
 
@@ -78,6 +79,8 @@ def test_cut_trials_are_complete_misses_or_costlier_and_never_recommended(tmp_pa
         if t.number not in cuts:
             continue
         assert t.user_attrs["measurements"] == 1 and len(t.intermediate_values) == 1
+        # the list optuna-dashboard reads (and Optuna's GP sampler counts) is there for a cut trial too
+        assert t.system_attrs[CONSTRAINTS_KEY] == [t.constraints["latency"]]
         if cuts[t.number] == STOP_TAIL:
             assert t.constraints["latency"] > 0 and t.user_attrs["verdict"].startswith("misses the bound")
         else:
@@ -120,3 +123,20 @@ def test_tune_run_says_where_the_time_went_and_which_trials_were_cut(tmp_path):
     assert {"cut", "setup_s", "windows_s", "search_s"} <= set(rows[0])
     assert {row["cut"] for row in rows} >= {STOP_TAIL}
     assert all(row["recommended"] == "no" for row in rows if row["cut"])
+
+
+def test_every_constraint_is_set_through_the_one_mirror():
+    """Only tuner/storage.py calls Optuna's set_constraint: every other writer uses storage.set_constraint,
+    which keeps the list optuna-dashboard reads (a cut trial once had the named form only, and Optuna's
+    GP sampler then refused the study for its uneven constraint counts)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    callers = []
+    for path in sorted((root / "tuner").rglob("*.py")) + sorted((root / "runners").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "set_constraint":
+                    callers.append(str(path.relative_to(root)))
+    assert set(callers) == {"tuner/storage.py"}

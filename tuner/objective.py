@@ -323,7 +323,7 @@ class Objective:
             )
         own = [{k: float(getattr(m, k)) for k in METRIC_KEYS}]
         record_measurement(trial, m, windows=own, measurements=1, cut=reason)
-        trial.set_constraint("latency", constraint)
+        set_constraint(trial, "latency", constraint)
         trial.set_user_attr("verdict", line)
         return m.j_per_query
 
