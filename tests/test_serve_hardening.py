@@ -292,10 +292,11 @@ def test_plan_holds_the_device_lock_for_the_whole_plan(board, tmp_path, monkeypa
 def test_plan_refuses_to_reuse_a_study_tuned_over_another_space(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     base = ("plan", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--rates", "30", "--trials", "2", "--seed", "0")
-    first = run_cli(*base, "--knobs", "gpu_mhz", "--batch-sizes", "2", "--refine", "0", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    code, _, err = in_process(*base, "--knobs", "gpu_mhz", "--batch-sizes", "2", "--refine", "0")
+    assert code == 0, err
     policy = (tmp_path / "policy.yaml").read_bytes()
-    line = one_error(run_cli(*base, "--knobs", "emc_mhz", "--batch-sizes", "1", cwd=tmp_path))
+    refused = in_process(*base, "--knobs", "emc_mhz", "--batch-sizes", "1")  # in-process: the message is the point
+    line = one_error(subprocess.CompletedProcess(base, *refused))
     assert "tuned over another space" in line and "--knobs gpu_mhz" in line
     assert (tmp_path / "policy.yaml").read_bytes() == policy
 
