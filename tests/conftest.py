@@ -2,6 +2,7 @@ import fcntl
 import hashlib
 import os
 import pickle
+import re
 import shutil
 import sys
 import threading
@@ -16,6 +17,18 @@ import pytest
 # The twin's calibration tooling (scripts/twin_calibration.py, scripts/twin_checks.py) is not in the package.
 # Appended, not prepended: the installed tuner still comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m "not slow"``, a module marked slow as a whole (``pytestmark = pytest.mark.slow``) is not imported.
+
+    Every test in it would be deselected anyway; importing it costs each xdist worker torch and LoadGen.
+    """
+    if config.getoption("markexpr", "") != "not slow" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix != ".py" or not collection_path.is_file():
+        return None
+    return True if re.search(r"^pytestmark = pytest\.mark\.slow\b", collection_path.read_text(), re.M) else None
 
 
 @pytest.fixture(autouse=True)
