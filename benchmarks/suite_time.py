@@ -4,9 +4,10 @@ Runs ``pytest -m "not slow"`` (or the whole suite with ``--all``) as the README 
 pytest-xdist workers that pyproject.toml's ``addopts`` asks for (``-n auto``: one per core), with this
 file loaded as a pytest plugin in every worker, and writes benchmarks/results/suite-time[-all].md: the
 date, the machine, its load average before and after, the wall time, the CPU time of the run (pytest,
-its workers and every process they started), and the 25 tests that cost the most CPU. On a machine
-that others share the wall time follows the load; the CPU time is what an idle machine of the same
-speed would spend, give or take the seconds spent waiting on windows, sockets and sleeps.
+its workers and every process they started), the 25 tests that cost the most CPU and the 10 that
+waited the most. On a machine that others share the wall time follows the load; the CPU time is what
+an idle machine of the same speed would spend, give or take the seconds spent waiting on windows,
+sockets and sleeps.
 
     python benchmarks/suite_time.py          # the fast subset, as the README offers it
     python benchmarks/suite_time.py --all    # the whole suite
@@ -95,6 +96,7 @@ def main(argv: list[str]) -> None:
         processes[path.name.removeprefix("rows.")] = float(lines[0].split("\t")[1])
         rows += [line.split("\t") for line in lines[1:]]
     rows.sort(key=lambda r: float(r[0]), reverse=True)
+    waits = sorted(((float(r[1]) - float(r[0]), r) for r in rows), key=lambda x: x[0], reverse=True)
     outcomes = Path(rows_file + ".outcomes")
     said = outcomes.read_text() if outcomes.exists() else proc.stdout[-300:] + proc.stderr[-300:]
     workers = sorted(k for k in processes if k != "main")
@@ -122,6 +124,13 @@ def main(argv: list[str]) -> None:
         "| CPU s | wall s | test |",
         "|---:|---:|---|",
         *(f"| {r[0]} | {r[1]} | {r[2]} |" for r in rows[:25]),
+        "",
+        "The tests that waited the most (wall minus CPU: windows, sockets, sleeps, subprocesses' exits, a",
+        "study another worker was building): a worker that waits runs nothing else meanwhile.",
+        "",
+        "| wait s | CPU s | test |",
+        "|---:|---:|---|",
+        *(f"| {w:.2f} | {r[0]} | {r[2]} |" for w, r in waits[:10]),
         "",
     ]
     (ROOT / "benchmarks" / "results" / name).write_text("\n".join(lines))
