@@ -1,8 +1,13 @@
+import fcntl
+import hashlib
 import os
+import pickle
+import re
 import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +17,18 @@ import pytest
 # The twin's calibration tooling (scripts/twin_calibration.py, scripts/twin_checks.py) is not in the package.
 # Appended, not prepended: the installed tuner still comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m "not slow"``, a module marked slow as a whole (``pytestmark = pytest.mark.slow``) is not imported.
+
+    Every test in it would be deselected anyway; importing it costs each xdist worker torch and LoadGen.
+    """
+    if config.getoption("markexpr", "") != "not slow" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix != ".py" or not collection_path.is_file():
+        return None
+    return True if re.search(r"^pytestmark = pytest\.mark\.slow\b", collection_path.read_text(), re.M) else None
 
 
 @pytest.fixture(autouse=True)
@@ -58,18 +75,47 @@ class TwinStudy:
 
 
 @pytest.fixture(scope="session")
-def _twin_study_cache(tmp_path_factory) -> dict:
-    """Studies already run this session, by their options: each is run once, then only copied."""
-    return {}
+def made_once(tmp_path_factory) -> Callable[[str, Callable[[Path], Any]], tuple[Path, Any]]:
+    """``made_once(name, build)``: ``build(folder)`` runs once per test run, whichever xdist worker asks first.
+
+    The tests run in one pytest-xdist worker per core (pyproject.toml's addopts), each a process of its own,
+    so a session fixture alone would be built once per worker. This one builds into a folder every worker
+    of the run sees (the parent of the workers' base temp folders; the base temp folder itself without
+    xdist), under an flock, and hands back the folder and what ``build`` returned (pickled beside it).
+    A worker that asks while another builds waits for it; a build that raised is tried again by the next
+    asker. The folder is shared: copy it before writing to it (``twin_study`` does).
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "made-once"
+    root.mkdir(exist_ok=True)
+
+    def get(name: str, build: Callable[[Path], Any]) -> tuple[Path, Any]:
+        folder, done = root / name, root / f"{name}.pickle"
+        fd = os.open(root / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not done.exists():
+                if folder.exists():
+                    shutil.rmtree(folder)  # what a build that raised left behind
+                folder.mkdir()
+                made = build(folder)
+                done.with_suffix(".tmp").write_bytes(pickle.dumps(made))
+                os.replace(done.with_suffix(".tmp"), done)
+            return folder, pickle.loads(done.read_bytes())
+        finally:
+            os.close(fd)  # drops the flock
+
+    return get
 
 
 @pytest.fixture
-def twin_study(_twin_study_cache, tmp_path_factory, tmp_path):
-    """Factory for a study run once per session with ``run_study`` on a twin, handed out as a private copy.
+def twin_study(made_once, tmp_path):
+    """Factory for a study run once per test run with ``run_study`` on a twin, handed out as a private copy.
 
     ``twin_study(device="sim:orin", model="resnet50", max_latency_ms=50.0, trials=14, seed=0, **RunOptions)``
     returns a TwinStudy under ``tmp_path``; tests that ask for the same options share one run (a few CPU
-    seconds for the default) and may write to their copy (pareto files, a resume) without affecting each other.
+    seconds for the default), in whichever xdist worker they run, and may write to their copy (pareto files,
+    a resume) without affecting each other.
     """
     from tuner.devices.registry import open_device
     from tuner.run_options import RunOptions
@@ -80,14 +126,15 @@ def twin_study(_twin_study_cache, tmp_path_factory, tmp_path):
     def make(device: str = "sim:orin", **kw: Any) -> TwinStudy:
         nonlocal made
         settings = {"model": "resnet50", "max_latency_ms": 50.0, "trials": 14, "seed": 0, **kw}
-        key = (device, tuple(sorted((k, repr(v)) for k, v in settings.items())))
-        if key not in _twin_study_cache:
-            folder = tmp_path_factory.mktemp("twin-study")
+        key = repr((device, sorted((k, repr(v)) for k, v in settings.items())))
+
+        def build(folder: Path) -> tuple[str, Any]:
             study, summary = run_study(open_device(device), RunOptions(**settings, out=folder))
             storage = study._storage
             getattr(storage, "_backend", storage).engine.dispose()  # closed: the copies are whole files
-            _twin_study_cache[key] = (folder, study.study_name, summary)
-        folder, name, summary = _twin_study_cache[key]
+            return study.study_name, summary
+
+        folder, (name, summary) = made_once(f"twin-study-{hashlib.sha1(key.encode()).hexdigest()[:16]}", build)
         made += 1
         out = tmp_path / f"twin-study-{made}"
         shutil.copytree(folder, out)

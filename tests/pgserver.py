@@ -114,8 +114,18 @@ def running_server() -> Iterator[PgServer]:
             "UTF8",
             "--no-locale",
         )
-        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {base} -c max_connections=200 -c fsync=off"
-        run(find_bin("pg_ctl") or "pg_ctl", "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start")
+        pg_ctl = find_bin("pg_ctl") or "pg_ctl"
+        for attempt in range(5):
+            # Another process (an xdist worker starting its own cluster) may take the free port first: take another.
+            options = f"-p {port} -c listen_addresses=127.0.0.1 -k {base} -c max_connections=200 -c fsync=off"
+            try:
+                run(pg_ctl, "-D", str(data), "-o", options, "-l", str(base / "log"), "-w", "start")
+                break
+            except RuntimeError as exc:
+                if attempt == 4 or "already in use" not in str(exc):
+                    raise
+                (base / "log").unlink(missing_ok=True)
+                port = free_port()
         yield PgServer(port=port, base=base)
     finally:
         if (data / "postmaster.pid").exists():

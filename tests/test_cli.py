@@ -22,7 +22,7 @@ def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
         "--max-latency",
         "50ms",
         "--trials",
-        "12",
+        "8",
         "--seed",
         "3",
         "--out",
@@ -32,7 +32,7 @@ def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "digital twin" in r.stdout
     assert "recommended for resnet50 on sim:orin" in r.stdout
-    assert "finished (12/12)" in r.stderr  # a line per trial: stderr is not a terminal here
+    assert "finished (8/8)" in r.stderr  # a line per trial: stderr is not a terminal here
     folder = out / "sim-orin" / "resnet50"
     for name in ("pareto.json", "pareto.csv", "pareto.png", "trials.csv"):
         assert (folder / name).exists()
@@ -74,7 +74,7 @@ def test_json_output_is_one_object_and_resume_adds_trials(tmp_path):
         "--max-latency",
         "0.005s",
         "--trials",
-        "6",
+        "3",
         "--seed",
         "1",
         "--sampler",
@@ -85,9 +85,9 @@ def test_json_output_is_one_object_and_resume_adds_trials(tmp_path):
     )
     first = json.loads(run_cli(*args).stdout)  # a process: stdout is the one object a shell sees
     second = json.loads(in_process(*args)[1])  # the resume, in-process
-    assert first["twin"] is True and first["measured"] == 6
+    assert first["twin"] is True and first["measured"] == 3
     assert second["study"] == first["study"]
-    assert second["total_trials"] >= first["total_trials"] + 6
+    assert second["total_trials"] >= first["total_trials"] + 3
 
 
 def test_sweep_reports_the_ground_truth(tmp_path):

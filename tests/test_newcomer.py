@@ -36,6 +36,11 @@ def small_run(out: Path, **kw) -> tuple[optuna.Study, object]:
     return run_study(TwinDevice("sim:orin"), RunOptions(**base))
 
 
+def gpu_run(twin_study) -> Path:
+    """small_run(knobs=["gpu_mhz"])'s study, run once for every test that only reads it (twin_study's private copy)."""
+    return twin_study(model="resnet50", max_latency_ms=50.0, trials=3, seed=2, sampler="random", knobs=["gpu_mhz"]).out
+
+
 def test_version_and_plain_help():
     code, out, _ = cli("--version")
     assert code == 0 and out.strip() == f"powertune {__version__}"
@@ -66,9 +71,8 @@ def test_resuming_with_another_space_is_refused_and_the_same_flags_resume(tmp_pa
     assert summary.total_trials >= 6
 
 
-def test_provenance_in_study_results_and_export(tmp_path):
-    out = tmp_path / "studies"
-    small_run(out, knobs=["gpu_mhz"])
+def test_provenance_in_study_results_and_export(tmp_path, twin_study):
+    out = gpu_run(twin_study)
     code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "--out", str(out))
     assert code == 0, err
     pareto = json.loads((out / "sim-orin" / "resnet50" / "pareto.json").read_text())
@@ -99,11 +103,11 @@ def test_trials_csv_says_where_numbers_come_from_and_why_infeasible(tmp_path):
         assert (r["reused_from"] != "") == r["source"].startswith("copied from trial")
 
 
-def test_pareto_with_a_bound_never_shows_another_study(tmp_path):
-    small_run(tmp_path, knobs=["gpu_mhz"])
-    code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "-l", "20ms", "--out", str(tmp_path))
+def test_pareto_with_a_bound_never_shows_another_study(twin_study):
+    studies = gpu_run(twin_study)
+    code, _, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "-l", "20ms", "--out", str(studies))
     assert code == 2 and "pick one with --scenario offline --max-latency 50ms" in err
-    code, out, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "-l", "50 ms", "--out", str(tmp_path))
+    code, out, err = cli("pareto", "-m", "resnet50", "-d", "sim:orin", "-l", "50 ms", "--out", str(studies))
     assert code == 0 and "p99 <= 50 ms" in out
 
 
@@ -116,11 +120,11 @@ def test_pareto_table_shows_pinned_knobs_once(tmp_path):
     assert "emc_mhz" not in table and "nvpmodel" not in table
 
 
-def test_apply_dry_run_of_a_twin_export_uses_the_files_device(tmp_path):
-    small_run(tmp_path, knobs=["gpu_mhz"])
+def test_apply_dry_run_of_a_twin_export_uses_the_files_device(tmp_path, twin_study):
+    studies = gpu_run(twin_study)
     best = tmp_path / "best.yaml"
     assert (
-        cli("export", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-o", str(best), "--out", str(tmp_path))[0] == 0
+        cli("export", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-o", str(best), "--out", str(studies))[0] == 0
     )
     code, out, err = cli("apply", str(best), "--dry-run")
     assert code == 0, err

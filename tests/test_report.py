@@ -46,9 +46,9 @@ def test_report_of_two_twins_is_one_self_contained_folder(tmp_path):
 
 def test_report_refuses_an_unknown_mode_and_writes_nothing(tmp_path):
     out = tmp_path / "rep"
-    result = run_cli("report", "--model", "resnet50", "--device", "sim:orin", "--modes", "MAXN,16W", "--out", str(out))
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "16W" in result.stderr and "15W" in result.stderr
+    code, _, err = in_process("report", "-m", "resnet50", "-d", "sim:orin", "--modes", "MAXN,16W", "--out", str(out))
+    assert code == 2
+    assert err.count("\n") == 1 and "16W" in err and "15W" in err
     assert not out.exists()
 
 
@@ -61,7 +61,7 @@ def test_runner_knobs_make_the_groups_of_a_device_without_modes():
 
 
 def test_a_study_s_trials_are_reused_not_measured_again(twin_study, tmp_path):
-    """In-process (the two tests above run tune report as a process)."""
+    """In-process (the test above runs tune report as a process)."""
     study = twin_study(knobs=["nvpmodel"], batch_sizes=[1, 8], max_latency_ms=1000.0, trials=8, seed=3).out
     out = tmp_path / "rep"
     code, _, err = in_process(

@@ -47,6 +47,11 @@ def one_error(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def in_cli(*args: str) -> subprocess.CompletedProcess:
+    """``tune ARGS`` in this process, as a CompletedProcess for one_error: where the message is the point."""
+    return subprocess.CompletedProcess(args, *in_process(*args))
+
+
 def govern(tmp_path: Path, policy: Path, source: str, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "tuner", "govern", str(policy), "--device", "orin", "--rate-source", source]
     cmd += ["--interval", "0.05", "--min-dwell", "0", *extra]
@@ -82,11 +87,11 @@ def test_a_journal_folder_another_user_owns_is_refused_and_the_board_untouched(b
     os.chown(planted, 65534, 65534)
     line = one_error(run_cli("govern", str(policy), "-d", "orin", "--rate-source", str(rate), "--duration", "1"))
     assert "refusing the state folder" in line and "owned by another user" in line
-    assert "cannot be trusted" in one_error(run_cli("restore"))  # never "nothing to restore"
-    assert "refusing the state folder" in one_error(run_cli("restore", "-d", "orin"))
+    assert "cannot be trusted" in one_error(in_cli("restore"))  # never "nothing to restore"
+    assert "refusing the state folder" in one_error(in_cli("restore", "-d", "orin"))
     assert board.snapshot() == original
     os.chown(folder, 0, 0)  # the folder is root's again, but the journal in it is not
-    assert "cannot be trusted" in one_error(run_cli("restore"))
+    assert "cannot be trusted" in one_error(in_cli("restore"))
     assert board.snapshot() == original
 
 
@@ -292,10 +297,10 @@ def test_plan_holds_the_device_lock_for_the_whole_plan(board, tmp_path, monkeypa
 def test_plan_refuses_to_reuse_a_study_tuned_over_another_space(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     base = ("plan", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--rates", "30", "--trials", "2", "--seed", "0")
-    first = run_cli(*base, "--knobs", "gpu_mhz", "--batch-sizes", "2", "--refine", "0", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    code, _, err = in_process(*base, "--knobs", "gpu_mhz", "--batch-sizes", "2", "--refine", "0")
+    assert code == 0, err
     policy = (tmp_path / "policy.yaml").read_bytes()
-    line = one_error(run_cli(*base, "--knobs", "emc_mhz", "--batch-sizes", "1", cwd=tmp_path))
+    line = one_error(in_cli(*base, "--knobs", "emc_mhz", "--batch-sizes", "1"))
     assert "tuned over another space" in line and "--knobs gpu_mhz" in line
     assert (tmp_path / "policy.yaml").read_bytes() == policy
 

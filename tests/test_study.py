@@ -58,8 +58,9 @@ def test_effective_duplicates_are_measured_once(tmp_path):
             return super().measure(model, config, settings)
 
     device = Counting("sim:orin")
-    # random: the reuse is the objective's, whatever proposes; TPE's model over 200 trials only cost time
-    opts = options(tmp_path, knobs=["nvpmodel", "gpu_mhz"], batch_sizes=[4], trials=200, sampler="random")
+    # random: the reuse is the objective's, whatever proposes. 12 of the 23 distinct configurations take 19
+    # proposals at seed 0 (7 reused); more trials only repeat the same check.
+    opts = options(tmp_path, knobs=["nvpmodel", "gpu_mhz"], batch_sizes=[4], trials=12, sampler="random")
     distinct = device.space().narrow(knobs=["nvpmodel", "gpu_mhz"], batch_sizes=[4]).size()
     study, summary = run_study(device, opts)
     measuring = [t for t in study.trials if "reused_from" not in t.user_attrs]
@@ -69,7 +70,7 @@ def test_effective_duplicates_are_measured_once(tmp_path):
     keys = [t.user_attrs["effective_key"] for t in measuring]
     assert len(keys) == len(set(keys))
     reused = [t for t in study.trials if "reused_from" in t.user_attrs]
-    assert reused
+    assert len(reused) >= 3
     for t in reused:
         source = study.trials[t.user_attrs["reused_from"]]
         written = measurement_attrs_of(source)
