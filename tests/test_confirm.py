@@ -18,7 +18,7 @@ from tuner.devices.virtual.twin import TwinDevice
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import STOP_COSTLIER
 from tuner.measurement import Measurement
-from tuner.objective import CONFIRM_WINDOWS, half_width, settled
+from tuner.objective import CONFIRM_WINDOWS, engine_rates, half_width, pooled, settled
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.study import run_study
@@ -148,3 +148,19 @@ def test_a_confirmation_whose_mean_already_costs_more_than_the_best_stops_and_is
     assert len(device.aims) == 4 and trial.user_attrs["confirmation"] == STOP_COSTLIER
     assert trial.user_attrs["measurements"] == 2 and trial.value > study.trials[0].value
     assert recommended(study).number == 0
+
+
+def test_a_confirmed_trial_s_engines_add_up_to_its_pooled_throughput():
+    """GPU and DLA lanes of several windows: each engine's share of their queries at the pooled rate."""
+    first = window(1.0, queries=10_000).model_copy(
+        update={"extra": {"engine_gpu_qps": 3000.0, "engine_dla0_qps": 2000.0}}
+    )
+    second = window(1.0, queries=12_000).model_copy(
+        update={"duration_s": 3.0, "qps": 4000.0, "extra": {"engine_gpu_qps": 3000.0, "engine_dla0_qps": 1000.0}}
+    )
+    qps = pooled([m.model_dump() for m in (first, second)])["qps"]
+    rates = engine_rates([first, second], qps)
+    assert sum(rates.values()) == pytest.approx(qps)
+    # 6000 + 9000 GPU queries and 4000 + 3000 DLA queries served in the two windows
+    assert rates["engine_gpu_qps"] / rates["engine_dla0_qps"] == pytest.approx(15 / 7)
+    assert engine_rates([window(1.0)], qps) == {}  # one lane: nothing per engine

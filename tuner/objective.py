@@ -291,7 +291,10 @@ class Objective:
         lats = [w[lat_key] for w in windows]
         spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
         margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
-        record_measurement(trial, new[-1], **mean, windows=own, measurements=len(windows), latency_margin=margin)
+        extra = {**new[-1].extra, **engine_rates(new, mean["qps"])}
+        record_measurement(
+            trial, new[-1], **mean, extra=extra, windows=own, measurements=len(windows), latency_margin=margin
+        )
         set_constraint(trial, "latency", mean[lat_key] * (1 + margin) - bound)
         trial.set_user_attr("verdict", _verdict_line(mean[lat_key], bound, len(windows), margin, ""))
         return mean["j_per_query"]
@@ -407,6 +410,22 @@ def pooled(windows: list[dict[str, float]]) -> dict[str, float]:
     if queries > 0 and seconds > 0:
         mean.update(j_per_query=energy / queries, qps=queries / seconds, avg_w=energy / seconds)
     return mean
+
+
+def engine_rates(windows: list[Measurement], qps: float) -> dict[str, float]:
+    """Per-engine throughput of several windows (GPU and DLA lanes sharing a queue), at the pooled rate.
+
+    Each engine's share of the queries these windows completed, times the
+    trial's pooled ``qps``: the engines of a confirmed trial add up to its
+    throughput as one window's do (the last window's rates would not).
+    """
+    served: dict[str, float] = {}
+    for m in windows:
+        for key, value in m.extra.items():
+            if key.startswith("engine_") and key.endswith("_qps"):
+                served[key] = served.get(key, 0.0) + float(value) * m.duration_s
+    total = sum(served.values())
+    return {key: qps * count / total for key, count in served.items()} if total > 0 else {}
 
 
 def rel_std(values: list[float]) -> float:
