@@ -13,7 +13,14 @@ model running), samples after the last busy one are "idle" (the process
 finished, the board left alone); the mean and median of each rail and of the
 GR3D load over each,
 the CPU cores online and the highest CPU clock seen, and the busy cores (sum
-of per-core load / 100, median). Throughput per mode is the repository's own
+of per-core load / 100, median). A log can hold a second run at another mode:
+depth_maxn.txt's MAXN run (CPU clocks up to 2201 MHz, 186 busy samples) is
+followed after 7 idle minutes by 260 busy samples with the CPU capped at 1497
+MHz (the 50W mode's cap, drawing what depth_50W.txt's run draws), and
+resnet_test.txt's MAXN run by a 650-sample run at 1497 MHz. The log is cut
+where a busy stretch of at least RUN_GAP_S samples starts, after an idle gap of
+more than RUN_GAP_S, with a highest CPU clock other than the first stretch's
+(short GR3D blips and repeated runs at the same mode stay as they were). Throughput per mode is the repository's own
 table (docs/ML_Jetson_Performance.md), which is read and kept beside the rails;
 where its power column disagrees with the log's busy mean it says so.
 
@@ -26,6 +33,7 @@ through the devfreq governor (scripts/twin_rails.py).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import statistics
@@ -57,6 +65,9 @@ RAIL_RE = re.compile(r"(VDD_GPU_SOC|VDD_CPU_CV|VIN_SYS_5V0|VDDQ_VDD2_1V8AO) (\d+
 GR3D_RE = re.compile(r"GR3D_FREQ (\d+)%")
 CPU_RE = re.compile(r"CPU \[([^\]]*)\]")
 RAM_RE = re.compile(r"RAM \d+/(\d+)MB")
+# Seconds (1 Hz samples): an idle gap that long separates runs, a busy stretch that long is a run (the longest
+# pause inside one run of these logs is 21 s).
+RUN_GAP_S = 60
 
 
 def git_show(git_dir: str, path: str) -> str:
@@ -107,6 +118,21 @@ def summary(samples: list[dict]) -> dict:
     return out
 
 
+def own_run(samples: list[dict]) -> list[dict]:
+    """The log up to where a later run at another mode starts (see the module docstring)."""
+    busy_at = [i for i, s in enumerate(samples) if s["gr3d"] > 0]
+    stretches = [[busy_at[0]]]
+    for prev, i in itertools.pairwise(busy_at):
+        if i - prev > RUN_GAP_S:
+            stretches.append([])
+        stretches[-1].append(i)
+    first_mhz = max(samples[i]["cpu_mhz_max"] for i in stretches[0])
+    for stretch in stretches[1:]:
+        if len(stretch) >= RUN_GAP_S and max(samples[i]["cpu_mhz_max"] for i in stretch) != first_mhz:
+            return samples[: stretch[0]]
+    return samples
+
+
 def table_rows(doc: str) -> dict[tuple[str, str], dict]:
     """The repository's summary tables: FPS and power per mode (the runs' throughput comes from here)."""
     rows: dict[tuple[str, str], dict] = {}
@@ -126,7 +152,7 @@ def derive(git_dir: str) -> dict:
     table = table_rows(doc)
     runs = []
     for (workload, mode), path in LOGS.items():
-        samples = parse(git_show(git_dir, path))
+        samples = own_run(parse(git_show(git_dir, path)))
         busy_at = [i for i, s in enumerate(samples) if s["gr3d"] > 0]
         busy = [samples[i] for i in busy_at]
         idle = samples[busy_at[-1] + 1 :]
