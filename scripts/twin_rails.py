@@ -284,7 +284,7 @@ def check_rows(params: dict) -> list[dict]:
 
 
 def saturated_rows(params: dict) -> list[dict]:
-    """The devkit's Depth Anything V2 base runs (GR3D 90-97% busy: the governor at each mode's cap) replayed on
+    """The devkit's Depth Anything V2 base runs (GR3D 87-97% busy: the governor at each mode's cap) replayed on
     sim:orin as the source ran them (batch 1, eager fp32, 518 x 518, each mode's defaults, the governed clock):
     per-rail busy means, throughput and each mode over MAXN. No fit uses these rows' GPU and CPU rails or
     throughput (VIN_SYS_5V0 at MAXN and 15W enters the 5 V line's fit)."""
