@@ -55,12 +55,18 @@ COMMANDS: dict[str, str] = {
 
 
 def command(name: str) -> TyperCommand:
-    """The Click command of ``tune NAME``, its module imported now."""
-    from tuner.cli.options import CheckedCommand
+    """The Click command of ``tune NAME``, its module imported now.
 
-    module, function = COMMANDS[name].rsplit(".", 1)
+    A signal during the import is held and raised once it is complete (as
+    tuner.launch does for this module), never inside a library's C import.
+    """
+    with interrupts.held():
+        from tuner.cli.options import CheckedCommand
+
+        module, function = COMMANDS[name].rsplit(".", 1)
+        callback = getattr(importlib.import_module(f"tuner.cli.{module}"), function)
     one = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-    one.command(name, cls=CheckedCommand)(getattr(importlib.import_module(f"tuner.cli.{module}"), function))
+    one.command(name, cls=CheckedCommand)(callback)
     built = typer.main.get_command(one)
     assert isinstance(built, TyperCommand)
     return built
