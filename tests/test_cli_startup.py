@@ -1,7 +1,10 @@
-"""``tune --version`` and ``tune --help`` answer without importing the heavy libraries."""
+"""``tune --version`` and ``tune --help`` answer without importing the heavy libraries; other
+commands import their own module only (no plotting, no twins where none is used)."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import typer.main
 
@@ -10,6 +13,9 @@ from tuner.cli import app
 from tuner.cli.catalog import COMMANDS, SUMMARY, root_help
 
 HEAVY = ("optuna", "numpy", "typer", "click", "rich", "pydantic", "yaml", "torch", "scipy", "matplotlib")
+EXTRAS = ("matplotlib", "PIL", "torch", "onnxruntime", "scipy", "psycopg", "optuna_dashboard")
+# What ``tune status`` has no use for: the twins, Jetson boards, serving policies, reports, other commands.
+UNUSED_BY_STATUS = ("tuner.devices.virtual", "tuner.devices.jetson", "tuner.serve", "tuner.report", "tuner.cli.serve")
 
 
 def _imported(*args: str) -> tuple[str, set[str]]:
@@ -49,3 +55,33 @@ def test_help_wraps_summaries_instead_of_cutting_them():
     flat = " ".join(text.split())
     for _, summary in COMMANDS:
         assert summary in flat
+
+
+def _modules_after(code: str, cwd: Path) -> tuple[str, set[str]]:
+    """The last line CODE prints and every module imported by then, in a fresh interpreter in CWD."""
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *said, modules = proc.stdout.strip().splitlines()
+    return "\n".join(said), set(json.loads(modules))
+
+
+def test_importing_the_cli_imports_no_command_and_no_library(tmp_path):
+    _, modules = _modules_after("import tuner.cli.root", tmp_path)
+    assert not {m.split(".")[0] for m in modules} & (set(HEAVY) - {"typer", "click"})
+    commands = sorted(m for m in modules if m.startswith("tuner.cli.") and m != "tuner.cli.root")
+    assert not commands, f"tuner.cli.root imported command modules: {commands}"
+
+
+def test_status_imports_neither_plotting_nor_extras_nor_the_twins(tmp_path):
+    run_status = (
+        "sys.argv = ['tune', 'status']\n"
+        "from tuner.launch import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code)"
+    )
+    said, modules = _modules_after(run_status, tmp_path)
+    assert said.endswith("exit 2")  # no study here: the one-line error, after the command's imports
+    assert "tuner.cli.fleet" in modules and "optuna" in modules
+    assert not {m.split(".")[0] for m in modules} & set(EXTRAS)
+    unused = sorted(m for m in modules if m.startswith(UNUSED_BY_STATUS))
+    assert not unused, f"tune status imported {unused}"

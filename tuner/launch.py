@@ -1,9 +1,10 @@
 """The ``tune`` console script and ``python -m tuner``: signal handlers first, then the CLI.
 
-Importing the CLI (Typer, Rich, Optuna, pydantic) takes about a second; a
+Importing the CLI (Typer here; the command's module, with Optuna, pydantic and
+NumPy, once Typer looks the command up) takes up to a second; a
 Ctrl-C, SIGTERM, SIGHUP or SIGQUIT in that second, in a process that inherited SIGINT as
 ignored, would otherwise be dropped, and the run would go on as if asked to.
-One that lands during the import ends the process before anything was done.
+One that lands during either import ends the process before anything was done.
 (A signal that arrives before the interpreter runs this, in its first few
 hundred milliseconds, is out of reach: an inherited "ignored" SIGINT is
 discarded by the kernel then.)

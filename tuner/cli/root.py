@@ -2,7 +2,10 @@
 
 Each command is a plain function in the module of its kind (tuning, results,
 deploy, verify, fleet, search, serve, report, meters); COMMANDS names them all, in the
-order ``tune --help`` lists them (tuner.cli.catalog).
+order ``tune --help`` lists them (tuner.cli.catalog). A command's module is
+imported when the command is looked up, not before: ``tune status`` loads what
+status needs, not the twins, the serving planner or the report (each command
+module imports a different part of the library, a third of a second together).
 
 Every command calls a library function; user mistakes surface as one line on
 stderr and exit code 2, never a traceback. That includes Click's own usage
@@ -12,22 +15,101 @@ one line with the fix, not as a usage box.
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import typer
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
 from tuner import __version__, interrupts
-from tuner.cli import deploy, fleet, meters, options, report, results, search, serve, tuning, verify
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
 TERMINATED = 128 + signal.SIGTERM
 
+COMMANDS: dict[str, str] = {
+    "run": "tuning.run",
+    "sweep": "tuning.sweep",
+    "measure": "tuning.measure",
+    "pareto": "results.pareto",
+    "export": "results.export",
+    "dashboard": "results.dashboard",
+    "apply": "deploy.apply",
+    "restore": "deploy.restore",
+    "verify": "verify.verify",
+    "status": "fleet.status",
+    "bench": "search.bench",
+    "roofline": "search.roofline",
+    "devices": "search.devices",
+    "plan": "serve.plan",
+    "govern": "serve.govern",
+    "replay": "serve.replay_cmd",
+    "report": "report.report",
+    "meter-serve": "meters.meter_serve",
+}
+"""Each command's function, as ``module.function`` under tuner.cli."""
+
+
+def command(name: str) -> TyperCommand:
+    """The Click command of ``tune NAME``, its module imported now.
+
+    A signal during the import is held and raised once it is complete (as
+    tuner.launch does for this module), never inside a library's C import.
+    """
+    with interrupts.held():
+        from tuner.cli.options import CheckedCommand
+
+        module, function = COMMANDS[name].rsplit(".", 1)
+        callback = getattr(importlib.import_module(f"tuner.cli.{module}"), function)
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    one.command(name, cls=CheckedCommand)(callback)
+    built = typer.main.get_command(one)
+    assert isinstance(built, TyperCommand)
+    return built
+
+
+class _Commands(MutableMapping[str, TyperCommand]):
+    """The group's commands by name, in COMMANDS' order; each is built the first time it is looked up."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, TyperCommand] = {}
+
+    def __getitem__(self, name: str) -> TyperCommand:
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = command(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, value: TyperCommand) -> None:
+        self._built[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*COMMANDS, *(name for name in self._built if name not in COMMANDS)])
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._built))
+
+
+class _Group(TyperGroup):
+    """Typer's group with the lazily built commands: listing them (and "Did you mean") imports nothing."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = _Commands()
+
+
 app = typer.Typer(
     name="tune",
     help="Find the power mode and batch size that minimise energy per query under a latency bound.",
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -47,30 +129,6 @@ Version = typer.Option(False, "--version", callback=_version, is_eager=True, hel
 @app.callback()
 def _root(version: bool = Version) -> None:
     """Find the power mode and batch size that minimise energy per query under a latency bound."""
-
-
-COMMANDS: dict[str, Callable[..., None]] = {
-    "run": tuning.run,
-    "sweep": tuning.sweep,
-    "measure": tuning.measure,
-    "pareto": results.pareto,
-    "export": results.export,
-    "dashboard": results.dashboard,
-    "apply": deploy.apply,
-    "restore": deploy.restore,
-    "verify": verify.verify,
-    "status": fleet.status,
-    "bench": search.bench,
-    "roofline": search.roofline,
-    "devices": search.devices,
-    "plan": serve.plan,
-    "govern": serve.govern,
-    "replay": serve.replay_cmd,
-    "report": report.report,
-    "meter-serve": meters.meter_serve,
-}
-for _name, _command in COMMANDS.items():
-    app.command(_name, cls=options.CheckedCommand)(_command)
 
 
 def usage_line(exc: Exception) -> str:
