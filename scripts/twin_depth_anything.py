@@ -22,7 +22,8 @@ pipeline's CPU pre- and post-processing (PIL resize to 518, normalisation, the d
 size) is not counted: the twin has no model of it.
 
 The replay itself (each mode's defaults on sim:orin against the devkit's rows) is
-scripts/twin_rails.py:saturated_rows; this script prints it:
+scripts/twin_rails.py:saturated_rows, whose table docs/twin.md carries; this script prints the layer
+table's totals against the model card:
 
     python scripts/twin_depth_anything.py
 """
@@ -172,26 +173,11 @@ def depth_anything_v2_base() -> ModelProfile:
 
 
 def main() -> None:
-    from twin_rails import saturated_rows
-
-    from tuner.devices.virtual.twin import load_params
-
-    params = load_params("orin-agx").model_dump()
     profile = depth_anything_v2_base()
     print(
         f"{profile.model}: {profile.flops_per_sample / 1e9:.1f} GFLOP/frame, {len(profile.layers)} layers,"
-        f" {profile.weight_bytes / F32 / 1e6:.1f} M parameters"
+        f" {profile.weight_bytes / F32 / 1e6:.1f} M parameters (the model card: 97.5 M)"
     )
-    print(
-        f"{'mode':5} {'fps':>5} {'twin':>5} {'GR3D':>5} {'twin':>5} {'MHz':>6} "
-        f"{'GPU_W':>6} {'twin':>6} {'sum_W':>6} {'twin':>6} {'E/MAXN':>6} {'twin':>6}"
-    )
-    for r in saturated_rows(params):
-        print(
-            f"{r['mode']:5} {r['fps']:5.2f} {r['twin_fps']:5.2f} {r['gr3d']:5.2f} {r['twin_gr3d']:5.2f}"
-            f" {r['twin_mhz']:6.0f} {r['rails']['VDD_GPU_SOC']:6.1f} {r['twin_rails']['VDD_GPU_SOC']:6.1f}"
-            f" {r['sum']:6.1f} {r['twin_sum']:6.1f} {r['energy_ratio']:6.2f} {r['twin_energy_ratio']:6.2f}"
-        )
 
 
 if __name__ == "__main__":
