@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from clirun import folder_state  # noqa: E402
-from fakeboard import make_fake_board  # noqa: E402
+from fakeboard import board_export, make_fake_board  # noqa: E402
 from policies import two_band_policy  # noqa: E402
 
 OTHER = 12345
@@ -312,23 +312,7 @@ def _board_export(how: str | None) -> Callable[[Path], None]:
     def setup(work: Path) -> None:
         import yaml
 
-        from tuner.devices.registry import open_device
-
-        knobs = open_device("orin").space().default_config().knobs
-        data = {
-            "version": 1,
-            "device_kind": "orin-agx",
-            "device": "orin",
-            "twin": False,
-            "model": "resnet50",
-            "batch_size": 8,
-            "knobs": knobs,
-            "max_latency_ms": 50.0,
-            "percentile": "p99",
-            "metrics": {},
-            "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
-        }
-        (work / "best.yaml").write_text(yaml.safe_dump(data))
+        (work / "best.yaml").write_text(yaml.safe_dump(board_export()))
         if how is not None:
             _untrust("best.yaml", how)(work)
 

@@ -906,3 +906,28 @@ def quick_measure(self: Any, model: str, config: Config, settings: WindowSetting
         meter=reading.meter,
         rails=reading.rails,
     )
+
+
+def board_export(knobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `tune export` file for the real AGX Orin backend (``--device orin``) as a mapping to dump as YAML.
+
+    ``knobs`` default to the installed fake board's default configuration; a
+    test that needs another value (a frequency the board lacks) passes its own.
+    """
+    if knobs is None:
+        from tuner.devices.registry import open_device
+
+        knobs = open_device("orin").space().default_config().knobs
+    return {
+        "version": 1,
+        "device_kind": "orin-agx",
+        "device": "orin",
+        "twin": False,
+        "model": "resnet50",
+        "batch_size": 8,
+        "knobs": knobs,
+        "max_latency_ms": 50.0,
+        "percentile": "p99",
+        "metrics": {},
+        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
+    }

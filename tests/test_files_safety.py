@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import folder_state, in_process, run_cli
-from fakeboard import make_fake_board
+from fakeboard import board_export, make_fake_board
 from policies import two_band_policy
 
 from tuner import atomicfile, readfile, trust
@@ -345,23 +345,7 @@ def board(tmp_path, monkeypatch):
 
 
 def _board_export(path: Path) -> None:
-    from tuner.devices.registry import open_device
-
-    config = open_device("orin").space().default_config()
-    data = {
-        "version": 1,
-        "device_kind": "orin-agx",
-        "device": "orin",
-        "twin": False,
-        "model": "resnet50",
-        "batch_size": 8,
-        "knobs": config.knobs,
-        "max_latency_ms": 50.0,
-        "percentile": "p99",
-        "metrics": {},
-        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
-    }
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(board_export()))
     path.chmod(0o644)
 
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 from clirun import run_cli, wait_while_running
-from fakeboard import make_fake_board, quick_measure, tiny_run
+from fakeboard import board_export, make_fake_board, quick_measure, tiny_run
 from journals import pending_journals
 from typer.testing import CliRunner
 
@@ -89,23 +89,8 @@ def test_run_export_apply_restore(board, tmp_path):
 def test_unsupported_frequency_in_an_export_writes_nothing(board, tmp_path):
     original = board.snapshot()
     best = tmp_path / "best.yaml"
-    best.write_text(
-        yaml.safe_dump(
-            {
-                "version": 1,
-                "device_kind": "orin-agx",
-                "device": "orin",
-                "twin": False,
-                "model": "resnet50",
-                "batch_size": 8,
-                "knobs": {"nvpmodel": "MAXN", "gpu_mhz": 1234.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6},
-                "max_latency_ms": 50.0,
-                "percentile": "p99",
-                "metrics": {},
-                "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
-            }
-        )
-    )
+    knobs = {"nvpmodel": "MAXN", "gpu_mhz": 1234.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6}
+    best.write_text(yaml.safe_dump(board_export(knobs)))
     r = run_cli("apply", str(best))
     assert r.returncode == 2
     assert "gpu_mhz=1234.5 is not supported" in r.stderr and "Traceback" not in r.stderr
