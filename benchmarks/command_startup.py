@@ -18,16 +18,13 @@ load; the table gives medians of each and their ratio.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from tune_process import machine_line, run_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ["--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms"]
@@ -38,23 +35,11 @@ COMMANDS: dict[str, tuple[list[str], str, int]] = {
 }
 
 
-def tune_command() -> list[str]:
-    """The ``tune`` console script of this environment (``python -m tuner`` without one)."""
-    script = Path(sys.executable).with_name("tune")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tuner"]
-
-
 def one_run(code: Path, args: list[str], cwd: Path, expected: int) -> tuple[float, float]:
     """Wall and CPU seconds (user + system) of ``tune ARGS`` in CWD with the tuner of CODE."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    began = time.monotonic()
-    done = subprocess.run([*tune_command(), *args], cwd=cwd, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - began
-    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done, wall, cpu = run_tune(args, cwd, {**os.environ, "PYTHONPATH": str(code)})
     if done.returncode != expected:
         raise SystemExit(f"tune {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-300:]}")
-    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     return wall, cpu
 
 
@@ -92,10 +77,7 @@ def main() -> int:
         "each command a new process with this environment's `tune` script; before (the baseline's code) and "
         "now run in turn, one pair per command per round",
         "",
-        f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}); "
-        f"load average before {load_before[0]:.1f} / {load_before[1]:.1f} / {load_before[2]:.1f}, "
-        f"after {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
+        machine_line(load_before, load),
         "",
         f"note: {args.note or '-'}",
         "",

@@ -28,28 +28,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import optuna
+from tune_process import machine_line, run_tune, tune_command
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ["run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms"]
 STUDY = "resnet50|sim-orin|offline|50ms"
 FIRST_TRIAL_TARGET_S = 2.0
 QUICK_START_TARGET_S = 20.0
-
-
-def tune_command() -> list[str]:
-    """The ``tune`` console script of this environment, as the README runs it (``python -m tuner`` without one)."""
-    script = Path(sys.executable).with_name("tune")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tuner"]
 
 
 def one_run(root: Path = ROOT) -> tuple[float, float, float, float]:
@@ -64,12 +55,7 @@ def one_run(root: Path = ROOT) -> tuple[float, float, float, float]:
         env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
         env["PYTHONPATH"] = str(root)
         began_wall = dt.datetime.now()
-        began = time.monotonic()
-        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run([*tune_command(), *COMMAND], cwd=tmp, env=env, capture_output=True, text=True)
-        total = time.monotonic() - began
-        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+        done, total, cpu = run_tune(COMMAND, tmp, env)
         if done.returncode != 0:
             raise SystemExit(f"tune run failed: {done.stderr.strip().splitlines()[-1:]}")
         storage = optuna.storages.RDBStorage(f"sqlite:///{Path(tmp) / 'studies' / 'tune.db'}")
@@ -122,10 +108,7 @@ def main() -> int:
         f"measured: `{' '.join(Path(c).name for c in tune_command()[:1])} {' '.join(COMMAND)}` in a fresh empty "
         "folder, as the README runs it (a twin: no hardware is measured)",
         "",
-        f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
-        f"({platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}); "
-        f"load average before {load_before[0]:.1f} / {load_before[1]:.1f} / {load_before[2]:.1f}, "
-        f"after {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}",
+        machine_line(load_before, load),
         "",
         f"note: {args.note or '-'}",
         "",
