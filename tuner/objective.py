@@ -42,7 +42,7 @@ import optuna
 from tuner import interrupts
 from tuner.devices.base import Device, switch_seconds_of
 from tuner.errors import NeedsReboot
-from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL
+from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL, costs_more
 from tuner.measurement import METRIC_KEYS, Measurement
 from tuner.models import model_slug
 from tuner.records import recommended
@@ -387,7 +387,7 @@ def settled(windows: list[Measurement], aims: list[float], target: float, best: 
     ratio = sum(m.energy_j for m in windows) / queries
     spread = math.sqrt(sum((w * m.j_per_query * m.queries) ** 2 for w, m in zip(widths, windows, strict=True)))
     width = spread / queries / ratio if ratio > 0 else math.inf
-    if best is not None and ratio * (1.0 - width) > best:
+    if costs_more(ratio, width, best):
         return STOP_COSTLIER
     first = windows[0]
     agree = all(
