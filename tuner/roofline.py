@@ -44,9 +44,9 @@ PRECISION_BYTES = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
 SMOOTH_SQUARINGS = 3
 """The fit's smooth maximum is the p-norm of the three times with p = 2 ** SMOOTH_SQUARINGS = 8 (powers by squaring)."""
 CHUNK = 256
+"""Rows per block of the per-layer time arithmetic (see _time)."""
 TimeTerms = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
 """Per-layer compute, memory and launch times at unit coefficients, and the run mask (see _terms)."""
-"""Rows per block of the per-layer time arithmetic (see _time)."""
 
 
 @dataclass
