@@ -271,9 +271,8 @@ def _terms(layers: LayerTable, f: Features, rows: slice) -> TimeTerms:
     mop *= scale
     mop /= f.mem[rows][:, None]
     launch = (1.0 / f.cpu[rows])[:, None]
-    min_batch = layers.min_batch[kinds]
     batch = f.batch[rows]
-    runs = (batch[:, None] >= min_batch[None, :]).astype(float) if min_batch.max(initial=1) > batch.min() else None
+    runs = layers.runs(batch)[:, kinds] if layers.min_batch.max(initial=1) > batch.min() else None
     return flop, mop, launch, runs
 
 
