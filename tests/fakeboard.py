@@ -908,23 +908,30 @@ def quick_measure(self: Any, model: str, config: Config, settings: WindowSetting
     )
 
 
-def board_export(knobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A `tune export` file for the real AGX Orin backend (``--device orin``) as a mapping to dump as YAML.
+def board_export(
+    knobs: dict[str, Any] | None = None,
+    model: str = "resnet50",
+    batch_size: int = 8,
+    device: str = "orin",
+    device_kind: str = "orin-agx",
+) -> dict[str, Any]:
+    """A `tune export` file for a real Jetson backend (``--device orin`` by default) as a mapping to dump as YAML.
 
     ``knobs`` default to the installed fake board's default configuration; a
     test that needs another value (a frequency the board lacks) passes its own.
+    It carries no digest, as an export from before digests: apply accepts it.
     """
     if knobs is None:
         from tuner.devices.registry import open_device
 
-        knobs = open_device("orin").space().default_config().knobs
+        knobs = open_device(device).space().default_config().knobs
     return {
         "version": 1,
-        "device_kind": "orin-agx",
-        "device": "orin",
+        "device_kind": device_kind,
+        "device": device,
         "twin": False,
-        "model": "resnet50",
-        "batch_size": 8,
+        "model": model,
+        "batch_size": batch_size,
         "knobs": knobs,
         "max_latency_ms": 50.0,
         "percentile": "p99",

@@ -180,13 +180,8 @@ def test_apply_then_restore_leaves_the_board_as_it_was(tmp_path, monkeypatch, st
     gpu = sorted(int(f) for f in (fake.gpu_dir / "available_frequencies").read_text().split())[2]
     mhz = gpu / 1e6 if gpu % 1_000_000 else gpu // 1_000_000
     best = tmp_path / "best.yaml"
-    export = {
-        "version": 1, "device_kind": "orin-agx", "device": "orin", "twin": False, "model": "tiny-cnn", "batch_size": 4,
-        "knobs": {"nvpmodel": "MAXN", "gpu_mhz": mhz, "emc_mhz": 2133, "cpu_cores": 12, "cpu_mhz": 1344},
-        "max_latency_ms": 50.0, "percentile": "p99", "metrics": {},
-        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
-    }  # fmt: skip
-    best.write_text(yaml.safe_dump(export))
+    knobs = {"nvpmodel": "MAXN", "gpu_mhz": mhz, "emc_mhz": 2133, "cpu_cores": 12, "cpu_mhz": 1344}
+    best.write_text(yaml.safe_dump(board_export(knobs, model="tiny-cnn", batch_size=4)))
     invoke("apply", str(best))
     assert fake.read("sys/devices/system/cpu/cpu8/online") == "1"
     assert int((fake.gpu_dir / "max_freq").read_text()) == gpu
@@ -223,13 +218,8 @@ def tune(capsys, monkeypatch, *args):
 def test_a_partial_restore_keeps_the_journal_and_says_how_to_finish(board, tmp_path, capsys, monkeypatch):
     original = board.snapshot()
     best = tmp_path / "best.yaml"
-    export = {
-        "version": 1, "device_kind": "orin-agx", "device": "orin", "twin": False, "model": "tiny-cnn", "batch_size": 4,
-        "knobs": {"nvpmodel": "15W", "gpu_mhz": 318.75, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1113.6},
-        "max_latency_ms": 50.0, "percentile": "p99", "metrics": {},
-        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
-    }  # fmt: skip
-    best.write_text(yaml.safe_dump(export))
+    knobs = {"nvpmodel": "15W", "gpu_mhz": 318.75, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1113.6}
+    best.write_text(yaml.safe_dump(board_export(knobs, model="tiny-cnn", batch_size=4)))
     assert tune(capsys, monkeypatch, "apply", str(best))[0] == 0
     board.set_nvpmodel_fails()  # nvpmodel -m fails, as when a release's conf names a missing devfreq node
     code, err = tune(capsys, monkeypatch, "restore")

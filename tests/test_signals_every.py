@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import in_process, wait_while_running
-from fakeboard import make_fake_board, tiny_run
+from fakeboard import board_export, make_fake_board, tiny_run
 from journals import pending_journals
 
 from tuner import interrupts
@@ -73,19 +73,9 @@ def test_each_signal_during_an_apply_puts_back_what_was_there(board, sig):
 
 def _export(path: Path, dev: JetsonDevice) -> Path:
     config = other_config(dev)
-    data = {
-        "version": 1,
-        "device_kind": "orin-nano",
-        "device": "orin-nano",
-        "twin": False,
-        "model": "tiny-cnn",
-        "batch_size": config.batch_size,
-        "knobs": config.knobs,
-        "max_latency_ms": 50.0,
-        "percentile": "p99",
-        "metrics": {},
-        "provenance": {"study": "s", "storage": "x", "trial": 0, "exported_at": "now"},
-    }
+    data = board_export(
+        config.knobs, model="tiny-cnn", batch_size=config.batch_size, device="orin-nano", device_kind="orin-nano"
+    )
     path.write_text(yaml.safe_dump(data))
     os.chmod(path, 0o600)
     return path
