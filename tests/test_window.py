@@ -11,7 +11,7 @@ import pytest
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading
 from tuner.measure.settings import WindowSettings
-from tuner.measure.stopping import StopRule, relative_half_width
+from tuner.measure.stopping import StopRule, TailProof, relative_half_width, within_needed
 from tuner.measure.window import parse_logs, run_window
 
 
@@ -257,6 +257,16 @@ def test_adaptive_window_stops_once_the_interval_is_narrow(tmp_path):
     assert result.batches == -(-result.queries // 4)
 
 
+def test_an_adaptive_window_whose_tail_is_known_within_the_bound_needs_fewer_queries(tmp_path):
+    # One query a batch: the tail is known within 500 ms once 299 batches met it, long before 100,000 queries.
+    settings = WindowSettings(
+        window_s=60.0, min_window_s=0.2, ci=0.5, min_queries=100_000, warmup_s=0.05, bound_ms=500.0
+    )
+    result = run_window(SleepyRunner(), 1, settings, tmp_path, meter=SteadyMeter())
+    assert result.stop["stop_rule"] == "ci"
+    assert within_needed(0.99) <= result.queries < 100_000 and result.stop["tail_over_queries"] == 0
+
+
 def test_fixed_window_ends_at_its_duration_and_records_the_interval(tmp_path):
     settings = WindowSettings(window_s=0.6, warmup_s=0.05)
     result = run_window(SleepyRunner(), 2, settings, tmp_path, meter=SteadyMeter())
@@ -306,6 +316,37 @@ def test_stop_rule_waits_for_min_duration_and_min_queries_then_stops_on_the_inte
     # 3000 queries take 3 s: the interval is exact long before, the query count decides.
     assert first[1] == "ci" and 3.0 <= first[0] <= 3.0 + rule.check_period_s + 0.02
     assert rule.achieved < 0.01
+
+
+def test_stop_rule_waits_for_fewer_queries_once_the_tail_is_known_within_the_bound():
+    rule, clock = _rule(min_queries=3000)
+    rule.begin(0.0)
+    first = None
+    for i in range(1, 1001):
+        now = i * 0.01
+        clock["energy"] = (now - 0.005, 10.0 * (i - 0.5))
+        if rule.observe(now, 10 * i, tail_within=True) is not None:
+            first = now
+            break
+    # The interval is exact: the window ends at its 2 s minimum, not at 3000 queries (3 s).
+    assert first is not None and 2.0 <= first <= 2.0 + rule.check_period_s + 0.02
+
+
+def test_the_tail_is_known_within_the_bound_after_enough_batches_none_past_it():
+    assert within_needed(0.99) == 299 and within_needed(0.9) == 29 and within_needed(0.5) == 5
+    proof = TailProof(0.01, 0.99, 0, alike=True)
+    for _ in range(298):
+        proof.add([0.005])
+    assert not proof.within()
+    proof.add([0.005])
+    assert proof.within() and not proof.proven()
+    proof.add([0.02])  # one batch past the bound: the count rule (min_queries) decides again
+    assert not proof.within()
+    # Server queries are not alike batches: never known within this way.
+    server = TailProof(0.01, 0.99, 0, alike=False)
+    for _ in range(1000):
+        server.add([0.005])
+    assert not server.within()
 
 
 def _noisy(rule, clock, spread: float) -> tuple[str, float]:

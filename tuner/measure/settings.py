@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # is within +-1% of the estimate (and never before min_window_s).
 DEFAULT_CI = 0.01
 DEFAULT_MIN_WINDOW_S = 2.0
-# LoadGen's minimum query count for an adaptive window: one pass over the 1024-sample QSL.
+# LoadGen's minimum query count for an adaptive window: one pass over the 1024-sample QSL (fewer once the
+# window's tail is known within the study's bound: tuner.measure.stopping.TailProof.within).
 DEFAULT_MIN_QUERIES = 1024
 
 
@@ -24,7 +25,7 @@ class WindowSettings(BaseModel):
     ``window_s`` is the longest window. With ``min_window_s`` below it the
     window is adaptive: it ends once the 95% confidence interval of energy per
     query is within ``ci`` (relative half-width) and at least ``min_queries``
-    queries completed, but never before ``min_window_s`` nor after
+    queries completed (or fewer once its tail is known within ``bound_ms``), but never before ``min_window_s`` nor after
     ``window_s``. ``min_window_s`` None (or equal to ``window_s``) is a fixed window.
 
     ``bound_ms`` (the study's latency bound on ``percentile``) lets the window

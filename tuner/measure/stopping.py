@@ -50,6 +50,9 @@ CUT_REASONS = (STOP_TAIL, STOP_COSTLIER)
 # is above 1 - quantile, after at least this many batches.
 MIN_TAIL_BATCHES = 5
 TAIL_Z = 3.09
+# The tail is known within the bound once this many alike batches all met it: with none of n past it, the share
+# past it is below 1 - quantile at this confidence when quantile ** n <= 1 - confidence (p99: 299 batches).
+TAIL_WITHIN_CONFIDENCE = 0.95
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
@@ -101,6 +104,15 @@ class TailProof:
         if not self.alike or self.batches < MIN_TAIL_BATCHES:
             return False
         return wilson_low(self.batches_over, self.batches, TAIL_Z) > 1.0 - self.quantile
+
+    def within(self) -> bool:
+        """The percentile is known within the bound: enough alike batches, none past it (:func:`within_needed`)."""
+        return self.alike and self.batches_over == 0 and self.batches >= within_needed(self.quantile)
+
+
+def within_needed(quantile: float) -> int:
+    """Alike batches, none past the bound, that put the ``quantile`` within it (:data:`TAIL_WITHIN_CONFIDENCE`)."""
+    return max(MIN_TAIL_BATCHES, math.ceil(math.log(1.0 - TAIL_WITHIN_CONFIDENCE) / math.log(quantile)))
 
 
 def wilson_low(k: int, n: int, z: float) -> float:
@@ -166,7 +178,10 @@ class StopRule:
     recorded. An adaptive window whose interval could not come within
     :data:`OUT_OF_REACH` times ``ci`` even at ``max_s`` ends from ``min_s`` on
     (:data:`STOP_UNREACHABLE`, not a cut: its figures are recorded as any
-    window's). ``cut_j_per_query`` ends the window as soon as its energy per
+    window's). Either adaptive end waits for ``min_queries``, or for fewer
+    once the tail is known within the bound (``tail_within`` in :meth:`observe`):
+    the query count is for the tail, the interval comes from the meter's
+    blocks. ``cut_j_per_query`` ends the window as soon as its energy per
     query is above that figure and not below it by more than ``ci`` at the
     low end of its interval (:func:`costs_more`).
     """
@@ -201,8 +216,12 @@ class StopRule:
         qa, qb = self._done_q[i - 1], self._done_q[i]
         return qa + (qb - qa) * (t - ta) / (tb - ta) if tb > ta else float(qb)
 
-    def observe(self, now: float, queries: int) -> str | None:
-        """Record a batch completion; return why the window ends here, or None to go on."""
+    def observe(self, now: float, queries: int, tail_within: bool = False) -> str | None:
+        """Record a batch completion; return why the window ends here, or None to go on.
+
+        ``tail_within``: the window's latency percentile is already known within
+        the study's bound (:meth:`TailProof.within`), so ``min_queries`` no longer holds it.
+        """
         self._done_t.append(now)
         self._done_q.append(queries)
         if now >= self._next_check:
@@ -211,7 +230,7 @@ class StopRule:
             self.achieved = self.interval()
             if costs_more(self.ratio, self.interval(MIN_CUT_BLOCKS), self.cut_j_per_query, self.ci):
                 return STOP_COSTLIER
-            if self.adaptive and now - self.t0 >= self.min_s and queries >= self.min_queries:
+            if self.adaptive and now - self.t0 >= self.min_s and (queries >= self.min_queries or tail_within):
                 if self.achieved <= self.ci:
                     return STOP_CI
                 reach = self.achieved * math.sqrt((now - self.t0) / self.max_s)

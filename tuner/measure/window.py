@@ -562,7 +562,8 @@ class _BatchingSUT:
                 self.tail.add([done - (issued if self.offline else t) for t in arrivals])
                 reason = STOP_TAIL if self.tail.proven() else None
             if reason is None and self.rule is not None:
-                reason = self.rule.observe(done, self.queries)
+                within = self.tail is not None and self.tail.within()
+                reason = self.rule.observe(done, self.queries, within)
             if reason is None and self.drained and self.running == 0 and self.offline:
                 reason = STOP_EXHAUSTED
             if reason is not None:
