@@ -17,7 +17,9 @@ model build and every trial included). From the study's storage:
 and times it: the first model build on a freshly started machine (CUDA and
 cuDNN initialisation, kernel selection), reported apart from the studies.
 ``--remeasure`` measures each default-sampler study's recommended configuration
-again in three fixed 5 s windows (`tune measure --repeat 3`). ``--budget``
+again in three fixed 5 s windows (`tune measure --repeat 3`); ``--reference``
+measures the whole-space optimum of each Offline case named (``REFERENCE``)
+the same way, after the studies. ``--budget``
 seconds: no new study starts after that (a device call has a time limit).
 
 Nothing on the card is changed: `cuda:0` is observe-only, and the card's
@@ -52,6 +54,14 @@ WITHIN = 0.02
 # The knobs an observe-only H200 tunes besides batch size (its clocks and power limit stay as found).
 RUNNER_KNOBS = ("precision", "channels_last", "graph")
 TUNE = [sys.executable, "-m", "tuner"]
+# The cheapest feasible configuration of the whole observe-only space, measured point by point on this card's
+# kind (benchmarks/results/h200-observe/observe-*.log: resnet50 0.03724 J/query at 4.26 ms, bert-base 0.05454 at
+# 2.92 ms). ``--reference`` measures it again in the same call as the studies' answers, so an answer's ratio to the
+# optimum does not depend on which H200 a call was lent.
+REFERENCE = {
+    "resnet50-offline": (64, {"precision": "fp16", "channels_last": True, "graph": "cudagraphs"}),
+    "bert-offline": (32, {"precision": "bf16", "channels_last": False, "graph": "cudagraphs"}),
+}
 DEVICE = ["cuda:0"]  # --device sim:h200 tries the script on a twin
 
 
@@ -142,30 +152,18 @@ def study_figures(folder: Path, name: str, launched: dt.datetime) -> dict:
 def remeasure(record: dict) -> dict:
     """The recommended configuration in three fixed 5 s windows, as `tune measure` runs it."""
     best = record["summary"]["best"]
-    model = CASES[record["case"]]["model"]
-    knobs = best["config"]
+    return measure_again(record["case"], best["batch_size"], best["config"])
+
+
+def measure_again(case: str, batch_size: int, knobs: dict) -> dict:
+    """One configuration in three fixed 5 s windows (`tune measure --repeat 3`): its median J/query."""
+    model = CASES[case]["model"]
     sets = [arg for k in RUNNER_KNOBS if k in knobs for arg in ("--set", f"{k}={str(knobs[k]).lower()}")]
     if "batch_timeout_ms" in knobs:
         sets += ["--batch-timeout", str(knobs["batch_timeout_ms"])]
-    command = [
-        *TUNE,
-        "measure",
-        "--model",
-        model,
-        "--device",
-        DEVICE[0],
-        "--batch-size",
-        str(best["batch_size"]),
-        *sets,
-        "--repeat",
-        "3",
-        "--window",
-        "5",
-        "--min-window",
-        "5",
-        "--json",
-    ]
-    if record["case"].endswith("server"):
+    command = [*TUNE, "measure", "--model", model, "--device", DEVICE[0], "--batch-size", str(batch_size), *sets]
+    command += ["--repeat", "3", "--window", "5", "--min-window", "5", "--json"]
+    if case.endswith("server"):
         command += ["--scenario", "server", "--target-qps", "3000"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -196,6 +194,7 @@ def main() -> None:
     parser.add_argument("--runs", default="", help="case:sampler pairs in this order (instead of cases x samplers)")
     parser.add_argument("--first-build", action="store_true")
     parser.add_argument("--remeasure", action="store_true")
+    parser.add_argument("--reference", default="", help="Offline cases whose whole-space optimum is measured again")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tta"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default=DEVICE[0])
@@ -221,6 +220,13 @@ def main() -> None:
         results["runs"].append(record)
         args.out.write_text(json.dumps(results, indent=1))
         print(line(record), flush=True)
+    results["reference"] = {}
+    for name in filter(None, args.reference.split(",")):
+        batch_size, knobs = REFERENCE[name]
+        again = measure_again(name, batch_size, knobs)
+        results["reference"][name] = {"batch_size": batch_size, "config": knobs, **again}
+        args.out.write_text(json.dumps(results, indent=1))
+        print(f"reference {name}: {results['reference'][name].get('median')}", flush=True)
     print("case              sampler  wall s  2% s  max trial s  best J/q  cuts  remeasured")
     for record in results["runs"]:
         print(line(record))
