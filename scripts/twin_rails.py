@@ -60,8 +60,8 @@ FIT_CPU = "MAXN"
 # The CPU floor clock of every mode (nvpmodel_p3701_0000.conf: CPU_A78_* MIN_FREQ 729600): where the logs show idle
 # clusters (729 MHz) after every run, so the clock of the idle row that fixes the leakage per online core.
 CPU_FLOOR_MHZ = 729.6
-# The INA3221 step of VDD_GPU_SOC and VDD_CPU_CV in these logs (every reading is a multiple of 397-398 mW: 40 uV
-# of shunt voltage over the 2 mOhm shunt of tegra234-p3701.dtsi is 20 mA, at the module's ~19.9 V input).
+# The step of VDD_GPU_SOC and VDD_CPU_CV in these logs (every reading a multiple of 397-398 mW: the INA3221's 40 uV
+# of shunt voltage over the 2 mOhm shunt of tegra234-p3701.dtsi is 20 mA, 0.397 W at a ~19.9 V bus).
 SENSOR_STEP_W = 0.397
 FIT_SOC = ("MAXN", "15W")
 FIT_SOC_BUSY = "MAXN"
