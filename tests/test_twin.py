@@ -280,6 +280,19 @@ def test_the_idle_rows_that_fix_the_soc_floor_are_whole_sensor_steps():
         assert abs(float(twin) - idle[mode]) < 1.5 * SENSOR_STEP_W, (mode, float(twin))
 
 
+def test_the_orin_modes_are_nvpmodel_p3701_0000s_tpc_masks_and_caps():
+    """NVIDIA's nvpmodel_p3701_0000.conf: TPC_PG_MASK 0, 0, 240, 248 (8, 8, 4, 3 of 8 TPCs on), GPU MAX_FREQ
+    1300.5 (no cap), 816, 612, 408 MHz, EMC MAX_FREQ capped at 2133 MHz at 15W only. The twin's modes are these, so
+    neither the TPC count nor the EMC cap explains its fast GPU at 30W and 15W under Depth Anything (docs/twin.md)."""
+    masks = {"MAXN": 0, "50W": 0, "30W": 240, "15W": 248}
+    gpu = {"MAXN": 1300.5, "50W": 816, "30W": 612, "15W": 408}
+    emc = {"MAXN": 3199, "50W": 3199, "30W": 3199, "15W": 2133}
+    modes = TwinDevice("sim:orin").space().modes
+    for name, mask in masks.items():
+        assert modes[name].properties["tpcs"] == 8 - bin(mask).count("1")
+        assert modes[name].caps["gpu_mhz"] == gpu[name] and modes[name].caps["emc_mhz"] == emc[name]
+
+
 def test_a_lone_busy_thread_costs_what_the_logs_per_core_loads_say():
     """tegrastats logs each core's load and clock: over every segment of the devkit's logs the CPU rail is 1.01 W per
     V^2 GHz of busy core (least squares, no fit uses it). The twin's launch thread (a busy core with a cluster to
