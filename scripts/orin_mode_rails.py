@@ -12,8 +12,8 @@ Per run (workload x nvpmodel mode): samples with GR3D above 0 are "busy" (the
 model running), samples after the last busy one are "idle" (the process
 finished, the board left alone); the mean and median of each rail and of the
 GR3D load over each,
-the CPU cores online and the highest CPU clock seen, and the busy cores (sum
-of per-core load / 100, median). A log can hold a second run at another mode:
+the CPU cores online and the highest CPU clock seen, the busy cores (sum
+of per-core load / 100, median) and the mean busy cores at each CPU clock. A log can hold a second run at another mode:
 depth_maxn.txt's MAXN run (CPU clocks up to 2201 MHz, 186 busy samples) is
 followed after 7 idle minutes by 260 busy samples with the CPU capped at 1497
 MHz (the 50W mode's cap, drawing what depth_50W.txt's run draws), and
@@ -101,6 +101,7 @@ def parse(text: str) -> list[dict]:
                 "cores_online": len(cores),
                 "cpu_mhz_max": max(float(c.split("@")[1]) for c in cores),
                 "busy_cores": sum(int(c.split("%")[0]) for c in cores) / 100.0,
+                "core_loads": [(int(c.split("%")[0]) / 100.0, float(c.split("@")[1])) for c in cores],
                 "ram_total_mb": int(ram.group(1)) if ram else None,
             }
         )
@@ -115,7 +116,19 @@ def summary(samples: list[dict]) -> dict:
     out["sum_mean"] = round(statistics.fmean(sum(s["rails"].values()) for s in samples), 3)
     loads = [s["gr3d"] for s in samples]
     out["gr3d_pct"] = {"mean": round(statistics.fmean(loads), 1), "median": statistics.median(loads)}
+    out["busy_cores_by_mhz"] = busy_cores_by_mhz(samples)
     return out
+
+
+def busy_cores_by_mhz(samples: list[dict]) -> dict[str, float]:
+    """Mean busy cores (per-core load / 100) at each CPU clock the samples show, so the CPU rail can be held to
+    the cores' own activity at their own clocks (a cluster idles at its floor while another runs at the cap)."""
+    by_mhz: dict[str, float] = {}
+    for s in samples:
+        for load, mhz in s["core_loads"]:
+            key = f"{mhz:g}"
+            by_mhz[key] = by_mhz.get(key, 0.0) + load
+    return {k: round(v / len(samples), 4) for k, v in sorted(by_mhz.items(), key=lambda kv: float(kv[0])) if v > 0}
 
 
 def own_run(samples: list[dict]) -> list[dict]:

@@ -54,7 +54,15 @@ FIT_SYS = (
     ("depth-anything-v2-base", "MAXN"),
     ("depth-anything-v2-base", "15W"),
 )
+# The mode whose ResNet-152 idle mean (leakage per online core) and busy mean with the forum's stress row (per busy
+# core and per busy cluster) fix the CPU rail.
 FIT_CPU = "MAXN"
+# The CPU floor clock of every mode (nvpmodel_p3701_0000.conf: CPU_A78_* MIN_FREQ 729600): where the logs show idle
+# clusters (729 MHz) after every run, so the clock of the idle row that fixes the leakage per online core.
+CPU_FLOOR_MHZ = 729.6
+# The step of VDD_GPU_SOC and VDD_CPU_CV in these logs (every reading a multiple of 397-398 mW: the INA3221's 40 uV
+# of shunt voltage over the 2 mOhm shunt of tegra234-p3701.dtsi is 20 mA, 0.397 W at a ~19.9 V bus).
+SENSOR_STEP_W = 0.397
 FIT_SOC = ("MAXN", "15W")
 FIT_SOC_BUSY = "MAXN"
 MODE_TPCS = {"MAXN": 8, "50W": 8, "30W": 4, "15W": 3}
@@ -155,17 +163,31 @@ def fit(params: dict) -> dict:
     x = np.array([run(data, w, m)["busy"]["VDDQ_VDD2_1V8AO"]["mean"] for w, m in FIT_SYS])
     y = np.array([run(data, w, m)["busy"]["VIN_SYS_5V0"]["mean"] for w, m in FIT_SYS])
     slope, intercept = np.polyfit(x, y, 1)
-    # CPU rail: leakage per online core x V, dynamic per busy core x V^2 f. The harness row uses the twin's own
-    # busy cores for ResNet-152; the stress row has every online core busy at the mode's cap.
+    # CPU rail: leakage per online core x V; per busy core and per busy cluster x V^2 f. Leakage from the idle
+    # samples after the MAXN run (12 cores online, every cluster at the 729.6 MHz floor, nothing running: the mean,
+    # as a median of 0.4 W steps is a step). Then two rows, two unknowns, each less that leakage at its own clock:
+    # the busy mean at MAXN (the twin's own busy cores, a launch thread with a cluster to itself) and the forum's CPU
+    # stress at MAXN (12 busy cores sharing 3 clusters).
     curve = params["cpu_vf"]
-    cores, cap = MODE_CPU[FIT_CPU]
     hm = h[FIT_CPU]
+    maxn = run(data, "resnet152", FIT_CPU)
+    leak = maxn["idle"]["VDD_CPU_CV"]["mean"] / (maxn["cores_online"] * _volts(curve, CPU_FLOOR_MHZ))
+    cores, cap = MODE_CPU[FIT_CPU]
     v_h, v_s = _volts(curve, hm["cpu_mhz"]), _volts(curve, cap)
+    clusters = cores / params["cpu_cluster_cores"]
     a = np.array(
-        [[hm["cores"] * v_h, v_h**2 * hm["cpu_mhz"] / 1000 * hm["u_cpu"]], [cores * v_s, v_s**2 * cap / 1000 * cores]]
+        [
+            [hm["u_cpu"], min(hm["u_cpu"], clusters)],
+            [cores, clusters],
+        ]
+    ) * np.array([[v_h**2 * hm["cpu_mhz"] / 1000], [v_s**2 * cap / 1000]])
+    b = np.array(
+        [
+            maxn["busy"]["VDD_CPU_CV"]["mean"] - leak * hm["cores"] * v_h,
+            STRESS_W[FIT_CPU]["VDD_CPU_CV"] - leak * cores * v_s,
+        ]
     )
-    b = np.array([run(data, "resnet152", FIT_CPU)["busy"]["VDD_CPU_CV"]["mean"], STRESS_W[FIT_CPU]["VDD_CPU_CV"]])
-    leak, dyn = np.linalg.solve(a, b)
+    dyn, cluster = np.linalg.solve(a, b)
     # VDD_GPU_SOC idle (the GPU at its lowest clock, 306 MHz on the grid, powered TPCs leaking): SoC floor plus
     # leakage per powered TPC, from the idle samples after the MAXN (8 TPCs) and 15W (3 TPCs) ResNet-152 runs.
     gv = _volts(params["gpu_vf"], GPU_FLOOR_MHZ)
@@ -192,6 +214,7 @@ def fit(params: dict) -> dict:
         "sys_per_mem_w": round(float(slope), 3),
         "cpu_leak_w_per_core_v": round(float(leak), 4),
         "cpu_dyn_w_per_v2_ghz": round(float(dyn), 4),
+        "cpu_cluster_w_per_v2_ghz": round(float(cluster), 4),
     }
 
 
@@ -224,11 +247,23 @@ def sources() -> dict[str, str]:
         "sys_emc_w": "0: VIN_SYS_5V0 follows the memory rail (sys_per_mem_w), which carries the EMC dependence",
         "sys_per_mem_w": "fitted by scripts/twin_rails.py: slope of VIN_SYS_5V0 against VDDQ_VDD2_1V8AO (as "
         "sys_static_w): the 5 V system rail feeds the memory controller and DRAM-side supplies and rises with them",
-        "cpu_leak_w_per_core_v": f"fitted by scripts/twin_rails.py (with cpu_dyn_w_per_v2_ghz, two rows, two "
-        f"unknowns): VDD_CPU_CV of ResNet-152 at MAXN ({ev}, the twin's own busy cores) and under CPU stress at MAXN "
-        f"({FORUM}: 15.2 W, 12 cores at 2201.6 MHz); per online core",
-        "cpu_dyn_w_per_v2_ghz": "fitted by scripts/twin_rails.py (see cpu_leak_w_per_core_v); per busy core; the other "
-        "modes' harness and stress rows are held out (docs/twin.md)",
+        "cpu_leak_w_per_core_v": "fitted by scripts/twin_rails.py (one row, one unknown): VDD_CPU_CV idle after the "
+        f"ResNet-152 run at MAXN ({ev}: mean 0.075 W, median 0, with 12 cores "
+        "online and every cluster at the 729.6 MHz floor of nvpmodel_p3701_0000.conf's CPU_A78_* MIN_FREQ); per "
+        "online core per volt. Idle online cores draw less than one 0.4 W step of the sensor after every run (4, 8 "
+        "and 12 cores online), so it is small; the 30W, 50W and 15W idle rows are held out (docs/twin.md)",
+        "cpu_dyn_w_per_v2_ghz": "fitted by scripts/twin_rails.py (with cpu_cluster_w_per_v2_ghz, two rows, two "
+        f"unknowns, each less the leakage at its clock): VDD_CPU_CV of ResNet-152 at MAXN ({ev}, busy mean, the twin's "
+        "own busy cores: its launch thread, with a cluster to itself) and under CPU stress at MAXN "
+        f"({FORUM}: 15.2 W, 12 cores at 2201.6 MHz sharing 3 clusters); per busy core x V^2 f. The two rows alone "
+        "disagree by 1.9x per busy core (1.09 and 0.57 W per V^2 GHz); the logs' own per-core loads at their "
+        "clocks give about 1.0 over every segment of the logs (docs/twin.md). The other modes' harness, Depth "
+        "Anything and stress rows are held out",
+        "cpu_cluster_w_per_v2_ghz": "fitted by scripts/twin_rails.py (see cpu_dyn_w_per_v2_ghz): per busy cluster x "
+        "V^2 f, the cluster's own draw beside its busy cores (shared cache and interconnect); a busy thread takes a "
+        "cluster to itself until every cluster is busy",
+        "cpu_cluster_cores": "nvpmodel_p3701_0000.conf: the twelve Cortex-A78AE cores are three clock domains "
+        "(CPU_A78_0, _1, _2 at cpu0, cpu4, cpu8: clusters of four)",
         "fixed": "PyTorch fp32 as in the Pagoda calibration rows (runtime pytorch); power_limit_w: the module data "
         f"sheet's maximum module power, 'JAO 64GB Maximum Module Power: Up to 60W', quoted by NVIDIA in {FORUM}; "
         "over it the module throttles its clocks (hardware over-current throttling, BPMP firmware; docs/twin.md)",
@@ -348,6 +383,34 @@ def sys_rows(params: dict) -> list[dict]:
                 }
             )
     return out
+
+
+def cpu_rows(params: dict) -> list[dict]:
+    """VDD_CPU_CV of every run segment (busy and idle means) beside its cores' own activity in the logs: busy cores
+    at each CPU clock x V(f)^2 f on the twin's CPU curve (V^2 GHz of busy core), and the watts per unit of it that
+    one least squares through the origin gives over every segment (no fit uses it: a check on the per-core term)."""
+    curve = params["cpu_vf"]
+    rows = []
+    for r in evidence()["runs"]:
+        for part in ("busy", "idle"):
+            if r[part] is None:
+                continue
+            by_mhz = {float(k): v for k, v in r[part]["busy_cores_by_mhz"].items()}
+            rows.append(
+                {
+                    "run": f"{r['workload']} {r['mode']} {part}",
+                    "cores_online": r["cores_online"],
+                    "busy_cores": sum(by_mhz.values()),
+                    "activity": sum(v * _volts(curve, f) ** 2 * f / 1000 for f, v in by_mhz.items()),
+                    "measured": r[part]["VDD_CPU_CV"]["mean"],
+                }
+            )
+    x = np.array([r["activity"] for r in rows])
+    y = np.array([r["measured"] for r in rows])
+    per_activity = float(x @ y / (x @ x))
+    for r in rows:
+        r["per_activity"] = per_activity
+    return rows
 
 
 def stress_rows(params: dict) -> list[dict]:
@@ -502,6 +565,24 @@ def doc_lines(params: dict) -> list[str]:
         lines.append(
             f"| {mode} | {measured:.2f} | {twin:.2f} | {pct(twin, measured)} | "
             f"{'fitted' if mode in FIT_SOC else 'held out'} |"
+        )
+    cpu = cpu_rows(params)
+    lines += [
+        "",
+        "VDD_CPU_CV of every segment (busy and idle means) against the cores' own activity in the logs: tegrastats "
+        "prints each core's load and clock (a cluster of four shares one), so the busy cores at each clock x V(f)^2 "
+        f"f on the twin's CPU curve; one least squares through the origin over every segment gives "
+        f"{cpu[0]['per_activity']:.2f} W per V^2 GHz of busy core (no fit uses it). The sensor reads this rail in "
+        f"steps of {SENSOR_STEP_W:.3f} W (every reading a multiple of it), so a segment's mean below one step is "
+        "resolved only by averaging.",
+        "",
+        "| segment | cores online | busy cores | activity V^2 GHz | VDD_CPU_CV W | at the least squares W |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in cpu:
+        lines.append(
+            f"| {r['run']} | {r['cores_online']} | {r['busy_cores']:.2f} | {r['activity']:.3f} | "
+            f"{r['measured']:.3f} | {r['per_activity'] * r['activity']:.3f} |"
         )
     lines += [
         "",

@@ -160,6 +160,8 @@ class TwinParams(BaseModel):
     cpu_vf: VfCurve | None = None
     cpu_leak_w_per_core_v: float = 0.0
     cpu_dyn_w_per_v2_ghz: float = 0.0
+    cpu_cluster_w_per_v2_ghz: float = 0.0
+    cpu_cluster_cores: int = 4
     cpu_metered: bool = True
     wall: Wall | None = None
     rails: list[str]
@@ -399,7 +401,11 @@ class TwinModel:
         if p.cpu_vf is not None and p.cpu_metered:
             cv = p.cpu_vf.volts(op.cpu_mhz)
             busy = np.minimum(u_cpu, op.cores)
-            cpu = p.cpu_leak_w_per_core_v * cv * op.cores + p.cpu_dyn_w_per_v2_ghz * cv**2 * (op.cpu_mhz / 1000) * busy
+            # A busy cluster draws on its own (its shared cache and interconnect) beside its busy cores; busy threads
+            # take a cluster each before two share one, so a single launch thread keeps one cluster busy with it.
+            clusters = np.minimum(busy, np.ceil(op.cores / p.cpu_cluster_cores))
+            switching = p.cpu_dyn_w_per_v2_ghz * busy + p.cpu_cluster_w_per_v2_ghz * clusters
+            cpu = p.cpu_leak_w_per_core_v * cv * op.cores + switching * cv**2 * (op.cpu_mhz / 1000)
             add(p.rails[1], cpu)
         # The module's 5 V system rail feeds the memory controller and DRAM-side supplies too: it follows the
         # memory rail (sys_per_mem_w W per W of it) on top of its floor.
