@@ -7,7 +7,7 @@ run back to back at each delay, so both see the same load. A run that ended
 before its signal is counted as finished, not timed. The exit code and the
 last line of stderr are recorded with each time.
 
-    nice -n 10 python benchmarks/bench_sigterm.py --baseline /tmp/base --delays 1-13 --note "shared"
+    nice -n 10 python benchmarks/bench_sigterm.py --baseline /tmp/base --delays 1-7 --step 0.5 --note "shared"
 """
 
 from __future__ import annotations
@@ -52,21 +52,23 @@ def one_run(code: Path, delay: float, out: Path) -> tuple[float | None, int, str
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="a checkout of earlier code")
-    parser.add_argument("--delays", default="1-13", help="whole seconds after the start, LOW-HIGH")
+    parser.add_argument("--delays", default="1-7", help="seconds after the start, LOW-HIGH")
+    parser.add_argument("--step", type=float, default=0.5, help="seconds between two delays")
     parser.add_argument("--note", default="", help="e.g. whether the machine was shared with other work")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench-sigterm.md")
     args = parser.parse_args()
-    low, high = (int(x) for x in args.delays.split("-"))
+    low, high = (float(x) for x in args.delays.split("-"))
+    delays = [low + k * args.step for k in range(round((high - low) / args.step) + 1)]
     codes = {"before": args.baseline.resolve(), "now": ROOT}
     load_before = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-sigterm-") as tmp:
-        for delay in range(low, high + 1):
+        for delay in delays:
             row = {"delay": delay}
             for name, code in codes.items():
-                row[name] = one_run(code, delay, Path(tmp) / f"{name}-{delay}")
+                row[name] = one_run(code, delay, Path(tmp) / f"{name}-{delay:g}")
             rows.append(row)
-            print(f"delay {delay} s: " + "; ".join(f"{n} {row[n]}" for n in codes), flush=True)
+            print(f"delay {delay:g} s: " + "; ".join(f"{n} {row[n]}" for n in codes), flush=True)
     load = os.getloadavg()
 
     def timed(name: str) -> list[float]:
@@ -95,7 +97,7 @@ def main() -> int:
         if lags:
             lines.append(f"| {name} | {len(lags)} | {statistics.median(lags):.2f} | {max(lags):.2f} |")
     lines += ["", "| delay s | before | now |", "|---|---|---|"]
-    lines += [f"| {row['delay']} | {cell(row['before'])} | {cell(row['now'])} |" for row in rows]
+    lines += [f"| {row['delay']:g} | {cell(row['before'])} | {cell(row['now'])} |" for row in rows]
     lines.append("")
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
