@@ -1,11 +1,11 @@
 """Wall and CPU time of light ``tune`` commands, each a new process, against earlier code in turn.
 
-The commands a user types between runs: ``tune --help`` and ``tune status``
+The commands a user types between runs: ``tune --help``, ``tune status``
 in an empty folder (the one-line "no study storage" error, exit code 2, after
-the command's imports), and ``tune export`` of a small twin study made once at
-the start (8 trials on sim:orin, by this code; both versions read the same
-file). Their cost is almost all Python imports, so the figures measure what
-each code version imports.
+the command's imports), and ``tune status`` and ``tune export`` of a small
+twin study made once at the start (8 trials on sim:orin, by this code; both
+versions read the same file). Their cost is almost all Python imports, so
+the figures measure what each code version imports.
 
 ``--baseline DIR`` (a ``git archive`` of earlier code) runs the same command
 with that code just before each run of this one, with the same ``tune``
@@ -31,6 +31,7 @@ STUDY = ["--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms"]
 COMMANDS: dict[str, tuple[list[str], str, int]] = {
     "tune --help": (["--help"], "empty", 0),
     "tune status (empty folder)": (["status"], "empty", 2),
+    "tune status (8-trial twin study)": (["status", *STUDY], "study", 0),
     "tune export (8-trial twin study)": (["export", *STUDY, "-o", "best.yaml"], "study", 0),
 }
 

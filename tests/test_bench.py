@@ -2,12 +2,19 @@
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
-from clirun import in_process, run_cli
+from clirun import in_process, run_cli, wait_while_running
 
+import tuner.bench
+from tuner import interrupts
 from tuner.bench import (
     BenchSettings,
     build_landscapes,
@@ -18,7 +25,7 @@ from tuner.bench import (
     text_rows,
 )
 from tuner.devices.virtual.twin import TwinDevice
-from tuner.errors import UserError
+from tuner.errors import Terminated, UserError
 from tuner.measure.settings import WindowSettings
 from tuner.records import recommended
 from tuner.run_options import RunOptions
@@ -191,3 +198,100 @@ def test_a_generated_board_runs_once_per_board_run_each_at_its_own_seed():
         by_suite.setdefault(report.landscapes[run.landscape].suite, []).append(run.seed)
     assert sorted(by_suite["tune boards"]) == [0, 1, 2] and by_suite["twins"] == [0]
     assert next(r for r in report.summary if r["scope"] == "tune boards")["runs"] == 3
+
+
+HERE = Path(__file__).parent
+REPO = HERE.parent
+SIGNALLED = BenchSettings(
+    devices=["sim:orin-nano"],
+    models=["mobilenet_v2"],
+    bounds=["loose"],
+    strategies=["random"],
+    seeds=3,
+    trials=3,
+    random_trials=3,
+    tune_boards=[0],
+    judge_boards=[],
+)
+
+
+@pytest.mark.parametrize(
+    ("stage", "jobs"), [("sweeps", 1), ("runs", 1), ("runs", 2)], ids=["sweeps", "runs", "runs-in-a-pool"]
+)
+def test_a_signal_ends_the_bench_before_its_next_sweep_or_run(stage, jobs, monkeypatch):
+    """Recorded (as tune bench holds signals), a SIGTERM ends the benchmark before its next sweep or run starts."""
+    seen, started = [], []
+    for name in ("_landscapes", "run_one"):  # in this process: the sweeps, and the runs without a pool
+        original = getattr(tuner.bench, name)
+        monkeypatch.setattr(tuner.bench, name, lambda *a, _o=original, _n=name: started.append(_n) or _o(*a))
+
+    def progress(done: int, total: int, at: str) -> None:
+        seen.append((at, done))
+        if at == stage and done == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(Terminated), interrupts.held():
+        run_bench(SIGNALLED.model_copy(update={"jobs": jobs}), progress)
+    assert seen[-1] == (stage, 1), seen
+    if stage == "sweeps":
+        assert started == ["_landscapes"]
+    elif jobs == 1:
+        assert started.count("run_one") == 1, started
+
+
+def _children(pid: int) -> set[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return {int(c) for c in path.read_text().split()} if path.exists() else set()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--quick"],
+        [
+            *("--devices", "sim:orin-nano", "--models", "resnet50", "--bounds", "medium", "--strategies", "random"),
+            *("--seeds", "4", "--trials", "6", "--random-trials", "6", "--jobs", "2"),
+        ],
+    ],
+    ids=["quick", "two-workers"],
+)
+def test_sigterm_ends_tune_bench_with_143_and_says_nothing_was_changed(tmp_path, args):
+    """SIGTERM once a run is measuring: exit code 143 and the one line, no results, no worker left behind.
+
+    The runs' windows wait for a file the test never writes before the signal
+    (tests/blocking_bench.py), so only the signal can end the command; nothing
+    is timed (the timeouts only bound a hung test)."""
+    marker, release = tmp_path / "measuring", tmp_path / "release"
+    env = {**os.environ, "BENCH_MARKER": str(marker), "BENCH_RELEASE": str(release), "PYTHONPATH": str(REPO)}
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with stdout.open("w") as out, stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "blocking_bench.py"), "bench", *args, "--out", str(tmp_path / "results")],
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        wait_while_running(marker.exists, proc, timeout=300)
+        workers = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=300)
+    finally:
+        release.write_text("go")
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = stderr.read_text()
+    assert proc.returncode == 128 + signal.SIGTERM, said
+    assert said.strip().splitlines()[-1] == "terminated: no hardware was changed", said
+    assert "bench: sweeps" in said and "Traceback" not in said and stdout.read_text() == ""
+    assert not (tmp_path / "results" / "bench").exists()
+    assert all(_gone(pid) for pid in workers), workers

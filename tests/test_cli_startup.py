@@ -14,8 +14,22 @@ from tuner.cli.catalog import COMMANDS, SUMMARY, root_help
 
 HEAVY = ("optuna", "numpy", "typer", "click", "rich", "pydantic", "yaml", "torch", "scipy", "matplotlib")
 EXTRAS = ("matplotlib", "PIL", "torch", "onnxruntime", "scipy", "psycopg", "optuna_dashboard")
-# What ``tune status`` has no use for: the twins, Jetson boards, serving policies, reports, other commands.
-UNUSED_BY_STATUS = ("tuner.devices.virtual", "tuner.devices.jetson", "tuner.serve", "tuner.report", "tuner.cli.serve")
+# What ``tune status`` has no use for: the twins, Jetson boards, serving policies, reports, other commands,
+# the search loop (tuner.study, its samplers, strategies and objective), exports and Pareto fronts.
+UNUSED_BY_STATUS = (
+    "tuner.devices.virtual",
+    "tuner.devices.jetson",
+    "tuner.serve",
+    "tuner.report",
+    "tuner.cli.serve",
+    "tuner.cli.results",
+    "tuner.study",
+    "tuner.sampling",
+    "tuner.strategies",
+    "tuner.objective",
+    "tuner.deploy",
+    "tuner.pareto",
+)
 
 
 def _imported(*args: str) -> tuple[str, set[str]]:
@@ -73,15 +87,34 @@ def test_importing_the_cli_imports_no_command_and_no_library(tmp_path):
     assert not commands, f"tuner.cli.root imported command modules: {commands}"
 
 
-def test_status_imports_neither_plotting_nor_extras_nor_the_twins(tmp_path):
+def _status_modules(cwd: Path, *args: str) -> tuple[str, set[str]]:
     run_status = (
-        "sys.argv = ['tune', 'status']\n"
+        f"sys.argv = ['tune', 'status', *{list(args)!r}]\n"
         "from tuner.launch import main\n"
-        "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code)"
+        "try:\n    main()\nexcept SystemExit as exc:\n    print('exit', exc.code or 0)\nelse:\n    print('exit', 0)"
     )
-    said, modules = _modules_after(run_status, tmp_path)
+    return _modules_after(run_status, cwd)
+
+
+def _unused(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.startswith(UNUSED_BY_STATUS) or m.split(".")[0] in EXTRAS)
+
+
+def test_status_imports_neither_plotting_nor_extras_nor_the_twins_nor_the_search(tmp_path):
+    said, modules = _status_modules(tmp_path)
     assert said.endswith("exit 2")  # no study here: the one-line error, after the command's imports
     assert "tuner.cli.fleet" in modules and "optuna" in modules
-    assert not {m.split(".")[0] for m in modules} & set(EXTRAS)
-    unused = sorted(m for m in modules if m.startswith(UNUSED_BY_STATUS))
-    assert not unused, f"tune status imported {unused}"
+    assert not _unused(modules), f"tune status imported {_unused(modules)}"
+
+
+def test_status_of_one_study_reads_it_without_the_search_machinery(tmp_path):
+    from tuner.study import open_study
+
+    study = open_study("resnet50-sim-orin", f"sqlite:///{tmp_path / 'studies' / 'tune.db'}")
+    for key, value in {"model": "resnet50", "device": "sim:orin", "device_slug": "sim-orin"}.items():
+        study.set_user_attr(key, value)
+    said, modules = _status_modules(tmp_path, "-m", "resnet50", "-d", "sim-orin", "--json")
+    assert said.endswith("exit 0"), said
+    assert json.loads(said.rsplit("\n", 1)[0])["studies"][0]["study"] == "resnet50-sim-orin"
+    assert "tuner.lookup" in modules
+    assert not _unused(modules), f"tune status -m -d imported {_unused(modules)}"

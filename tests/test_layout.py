@@ -119,3 +119,109 @@ def test_benchmarks_and_scripts_write_nothing_into_product_objects():
                 if isinstance(target, ast.Attribute) and _root(target) not in libraries:
                     writes.append(f"{source.relative_to(REPO)}:{node.lineno} assigns {ast.unparse(target)}")
     assert writes == []
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(module: str, package: str, text: str, modules: set[str]) -> set[str]:
+    """The tuner modules a module's text imports anywhere: typing-only, relative and in-function imports too.
+
+    ``from tuner.a import b`` names the submodule tuner.a.b when there is one,
+    else tuner.a; a relative import is resolved against ``package``.
+    """
+
+    def known(name: str) -> str:
+        while name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    targets = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            targets |= {known(a.name) for a in node.names if a.name.split(".")[0] == "tuner"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            if base.split(".")[0] == "tuner":
+                targets |= {known(f"{base}.{a.name}") for a in node.names}
+    return targets - {module}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module under tuner/ with the tuner modules it imports."""
+    files = {_module(p): p for p in (REPO / "tuner").rglob("*.py")}
+    return {
+        module: _imports(
+            module, module if path.name == "__init__.py" else module.rpartition(".")[0], path.read_text(), set(files)
+        )
+        for module, path in files.items()
+    }
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_import_circle_between_any_two_modules_of_tuner():
+    """Imports flow one way inside a package too; an import only for typing still counts."""
+    assert _circles(_module_graph()) == []
+
+
+def test_the_circle_check_sees_typing_only_relative_and_in_function_imports():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+    graph = _module_graph()
+    assert "tuner.devices.jetson.persist" in graph["tuner.devices.jetson.device"]
+    persist, package = "tuner.devices.jetson.persist", "tuner.devices.jetson"
+    for text in (
+        "if TYPE_CHECKING:\n    from tuner.devices.jetson.device import JetsonDevice",
+        "from .device import JetsonDevice",
+        "from . import device",
+        "def f():\n    import tuner.devices.jetson.device",
+    ):
+        graph[persist] = _imports(persist, package, text, set(graph))
+        assert graph[persist] == {"tuner.devices.jetson.device"}, text
+        assert _circles(graph) == [["tuner.devices.jetson.device", "tuner.devices.jetson.persist"]], text

@@ -1,6 +1,8 @@
 import ast
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,19 @@ def test_without_pytorch_the_fallback_is_tpe_and_gp_says_what_to_install(monkeyp
     assert "gp" not in sampling.available_samplers() and "tpe" in sampling.available_samplers()
     with pytest.raises(UserError, match=r"powertune\[torch\]"):
         sampling.make_sampler("gp", 0)
+
+
+@pytest.mark.skipif(not sampling.has_torch(), reason="needs PyTorch")
+def test_gp_samplers_import_pytorch_when_built_the_learned_one_never():
+    """gp and two-phase import PyTorch when built, not inside their first GP proposal (a trial a signal waits for);
+    the default learned sampler leaves it out (a quick start never loads it)."""
+    loaded = {}
+    for name in ("learned", "gp", "two-phase"):
+        code = f"import sys, tuner.sampling\ntuner.sampling.make_sampler({name!r}, 0)\nprint('torch' in sys.modules)"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        loaded[name] = done.stdout.strip()
+    assert loaded == {"learned": "False", "gp": "True", "two-phase": "True"}
 
 
 def test_unknown_sampler():

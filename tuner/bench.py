@@ -17,6 +17,11 @@ Suites, reported separately: the twins, measured boards (``measured:h200``,
 a real card's windows replayed; bounds q25/q50/q75) and generated boards
 (``gen:SEED``, tuner/devices/virtual/generated.py), split into the boards the strategy was
 tuned on and the boards it is judged on. docs/search.md has the figures.
+
+A signal (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT) is only recorded while the
+benchmark runs (tuner.interrupts, as in ``tune run``) and acted on at the next
+safe point: between sweep chunks, between trials of a run (run_study), between
+runs and between re-measurements; parallel workers are then terminated.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import signal
 import time
 from collections.abc import Callable
 
@@ -31,6 +37,7 @@ import numpy as np
 import optuna
 from pydantic import BaseModel, Field
 
+from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.devices.virtual.generated import WORKLOADS
@@ -59,6 +66,7 @@ DEVICE_SUITES = ("twins", "measured")
 TARGETS = (0.02, 0.05)
 REGRET_AT = (10, 20, 40)
 RECHECKS = 10
+POLL_S = 0.2  # how often the parent looks for a signal while its workers run
 
 _TRUTH: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
 _DEVICES: dict[str, Device] = {}
@@ -147,6 +155,7 @@ def build_landscapes(settings: BenchSettings, progress: Callable[[int, int], Non
             plan.append((suite, f"gen:{seed}", WORKLOADS[seed % len(WORKLOADS)], [GEN_BOUNDS[(seed // 3) % 3]]))
     out = []
     for done, (suite, name, model, bounds) in enumerate(plan):
+        interrupts.check()
         out += _landscapes(suite, name, model, bounds, settings.percentile)
         if progress:
             progress(done + 1, len(plan))
@@ -245,6 +254,7 @@ def _violation(dev: Device, landscape: Landscape, trial: optuna.trial.FrozenTria
     config = Config(knobs=trial.user_attrs["effective"], batch_size=trial.user_attrs["batch_size"])
     over = 0
     for k in range(RECHECKS):
+        interrupts.check()
         settings = WindowSettings(seed=10_000 + seed * 100 + k, percentile=percentile)
         m = dev.measure(landscape.model, config, settings)
         over += m.latency_ms(percentile) > landscape.max_latency_ms
@@ -271,6 +281,7 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
         raise UserError(f"unknown strategy {', '.join(unknown)}: choose from {', '.join(STRATEGIES)}")
     for strategy in settings.strategies:
         make_sampler(strategy, 0)
+    interrupts.check()
     started = time.monotonic()
     landscapes = build_landscapes(settings, None if progress is None else lambda d, t: progress(d, t, "sweeps"))
     tasks = []
@@ -283,13 +294,20 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
                 tasks.append((land, i, strategy, seed, trials, settings.percentile))
     runs: list[RunResult] = []
     if settings.jobs > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods():
-        with multiprocessing.get_context("fork").Pool(settings.jobs, initializer=_single_thread) as pool:
-            for result in pool.imap_unordered(_task, tasks):
-                runs.append(result)
+        # Leaving the block on a signal terminates the pool: its workers die at once (_worker).
+        with multiprocessing.get_context("fork").Pool(settings.jobs, initializer=_worker) as pool:
+            results = pool.imap_unordered(_task, tasks)
+            while len(runs) < len(tasks):
+                interrupts.check()
+                try:
+                    runs.append(results.next(timeout=POLL_S))
+                except multiprocessing.TimeoutError:
+                    continue
                 if progress:
                     progress(len(runs), len(tasks), "runs")
     else:
         for task in tasks:
+            interrupts.check()
             runs.append(_task(task))
             if progress:
                 progress(len(runs), len(tasks), "runs")
@@ -303,8 +321,17 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
     )
 
 
-def _single_thread() -> None:
-    """Workers share two cores: one torch thread each keeps the GP sampler from oversubscribing."""
+def _worker() -> None:
+    """A pool worker: signals are the parent's to act on, and one torch thread.
+
+    The parent records a signal and terminates the pool at its next check, so
+    a worker dies at once on SIGTERM, SIGHUP and SIGQUIT (the defaults, in
+    place of the parent's recording handlers it was forked with) and ignores
+    Ctrl-C, which a terminal sends to the whole process group. Workers share
+    two cores: one torch thread each keeps the GP sampler from oversubscribing.
+    """
+    for sig in interrupts.SIGNALS:
+        signal.signal(sig, signal.SIG_IGN if sig == signal.SIGINT else signal.SIG_DFL)
     try:
         import torch
 

@@ -7,6 +7,8 @@ default) was called ``ours`` before; the old name is still accepted.
 
 from __future__ import annotations
 
+import importlib
+
 import optuna
 
 from tuner.errors import UserError
@@ -14,6 +16,8 @@ from tuner.indexed import IndexedSampler
 from tuner.strategies import LearnedSampler, TwoPhaseSampler, has_torch
 
 SAMPLERS = ("auto", "learned", "gp", "tpe", "random", "two-phase")
+# The samplers that fit Optuna's GP (on PyTorch) once their first trials are in.
+GP_SAMPLERS = ("gp", "two-phase")
 ALIASES = {"ours": "learned"}
 
 
@@ -36,6 +40,10 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     name = canonical(name)
     if name == "auto":
         name = "learned"
+    if name in GP_SAMPLERS and has_torch():
+        # Optuna imports PyTorch inside the first GP proposal: seconds of a trial that a signal waits
+        # for (tuner.interrupts). Here, before any trial, the import is paid once where a run starts.
+        importlib.import_module("torch")
     if name == "tpe":
         return IndexedSampler(optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True))
     if name == "random":

@@ -215,6 +215,12 @@ def pinned_knobs(configs: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in first.items() if all(c.get(k) == v for c in configs[1:])}
 
 
+def clock(seconds: float) -> str:
+    """Elapsed time or an ETA in a progress line: h:mm:ss."""
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
 def count_progress(label: str, unit: str, quiet: bool) -> Progress:
     """A transient progress bar on stderr that counts ``unit`` done out of a total, with ETA."""
     return Progress(

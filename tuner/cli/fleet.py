@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 
 from tuner.cli import common, options
-from tuner.cli.results import find_study
 from tuner.errors import UserError
 from tuner.fleet import FleetStatus, StudyStatus, all_statuses, fleet_summary, study_status
+from tuner.lookup import find_study
 
 StatusModel = typer.Option(None, "--model", "-m", help="the study's model (default: every study)")
 Fleet = typer.Option(

@@ -10,11 +10,10 @@ import typer
 from tuner.cli import common, options
 from tuner.deploy import export_config
 from tuner.deploy.formats import FORMATS, export_paths, write_exports
-from tuner.errors import UserError, did_you_mean
+from tuner.errors import UserError
+from tuner.lookup import find_study, study_label
 from tuner.pareto import build_pareto, completed_records, out_of_bound, results_dir, summary_points, write_results
-from tuner.scenario import format_rate
-from tuner.storage import dashboard_storage, open_storage, redact, scrub, storage_errors
-from tuner.study import open_study
+from tuner.storage import dashboard_storage, redact, storage_errors
 
 ExportBound = typer.Option(
     None, "--max-latency", "-l", help="the study's bound (which study, when several bounds were tuned)"
@@ -39,66 +38,6 @@ def study_folder(out: Path, study: optuna.Study) -> Path:
     folder = results_dir(out, attrs["device_slug"], attrs["model"])
     label = study_label(attrs)
     return folder if label == "offline" else folder / label.replace("@", "-")
-
-
-def study_label(attrs: dict) -> str:
-    """A study's scenario as ``tune run`` names it: offline, singlestream, server@300qps."""
-    scenario = str(attrs.get("scenario", "offline"))
-    if scenario == "server":
-        return f"server@{format_rate(float(attrs.get('target_qps', 0.0)))}qps"
-    return scenario
-
-
-def find_study(
-    storage: str, model: str, device: str, bound_ms: float | None, scenario: str | None = None
-) -> optuna.Study:
-    """The study of a model on a device, picked by scenario and bound when several exist.
-
-    ``device`` may be what was typed at ``tune run`` (sim:orin, cuda:0), the
-    results folder name (sim-orin, h200) or the device kind, so reading
-    results never needs the hardware present. ``scenario`` is ``offline``,
-    ``singlestream``, ``server`` (any rate) or ``server@300qps``. Where more
-    than one study is left, the error lists each with the flags that pick it.
-    """
-    try:
-        with storage_errors(storage):
-            summaries = optuna.get_all_study_summaries(
-                storage=open_storage(storage, None, readonly=True), include_best_trial=False
-            )
-    except UserError:
-        raise
-    except Exception as exc:
-        raise UserError(
-            f"cannot read study storage {redact(storage)}: {scrub(str(exc).splitlines()[0], storage)}"
-        ) from None
-    matches = [
-        s
-        for s in summaries
-        if s.user_attrs.get("model") == model
-        and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
-    ]
-    if not matches:
-        models = {str(s.user_attrs.get("model")) for s in summaries}
-        devices = {str(s.user_attrs.get(k)) for s in summaries for k in ("device", "device_slug", "device_kind")}
-        hint = did_you_mean(model, models) if model not in models else did_you_mean(device, devices)
-        raise UserError(
-            f"no study of {model} on {device} in {redact(storage)}{hint}: run tune run first, or pass --storage/--out"
-        )
-    picked = matches
-    if scenario is not None:
-        picked = [s for s in picked if scenario in (study_label(s.user_attrs), s.user_attrs.get("scenario", "offline"))]
-    if bound_ms is not None:
-        picked = [s for s in picked if abs(float(s.user_attrs.get("max_latency_ms", -1)) - bound_ms) < 1e-9]
-    if len(picked) == 1:
-        return open_study(picked[0].study_name, storage, readonly=True)
-    pool = picked or matches
-    choices = "; ".join(
-        f"--scenario {study_label(s.user_attrs)} --max-latency {float(s.user_attrs.get('max_latency_ms', 0)):g}ms"
-        for s in sorted(pool, key=lambda s: (study_label(s.user_attrs), s.user_attrs.get("max_latency_ms", 0)))
-    )
-    what = "no study" if not picked else f"{len(picked)} studies"
-    verb = "matches" if not picked else "match"
-    raise UserError(f"{what} of {model} on {device} {verb}: pick one with {choices}")
 
 
 def pareto(

@@ -4,6 +4,7 @@ what can be measured here."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from tuner.space import Config
 from tuner.units import check_count, check_seconds
 
 if TYPE_CHECKING:
-    from tuner.bench import BenchReport
+    from tuner.bench import BenchReport, BenchSettings
 
 
 def _names(text: str | None, default: list[str]) -> list[str]:
@@ -65,6 +66,7 @@ Points = typer.Option(12, "--points", help="configurations to measure for the fi
 RooflineSeed = typer.Option(0, "--seed", help="seed of the measured design (and of the twins' noise)")
 
 
+@interrupts.deferring
 def bench(
     devices: str | None = BenchDevices,
     models: str | None = BenchModels,
@@ -81,8 +83,11 @@ def bench(
     out: Path = options.Out,
     as_json: bool = options.Json,
 ) -> None:
-    """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%)."""
-    from tuner.bench import BenchSettings, default_strategies, quick_settings, run_bench
+    """Benchmark search strategies against the noise-free sweep optimum (trials to within 2%/5%).
+
+    Ctrl-C, SIGTERM or SIGHUP ends it within about a trial, with exit code 128 + the signal.
+    """
+    from tuner.bench import BenchSettings, default_strategies, quick_settings
     from tuner.devices.virtual.generated import board_seeds
 
     check_count(seeds, "--seeds", 3, maximum=1000)
@@ -107,14 +112,32 @@ def bench(
     settings = base.model_copy(update=update)
     for model in settings.models:
         check_model(model)
-    with common.count_progress("bench", "", as_json) as bar:
+    report = _run_with_progress(settings, as_json)
+    _bench_results(report, out / "bench", as_json)
+
+
+def _run_with_progress(settings: BenchSettings, as_json: bool) -> BenchReport:
+    """run_bench with progress on stderr: a bar on a terminal, otherwise a line per sweep and per run with an ETA."""
+    from tuner.bench import run_bench
+
+    lines = not as_json and not common.err_console.is_terminal
+    current, began, last = "", time.monotonic(), time.monotonic()
+    with common.count_progress("bench", "", as_json or lines) as bar:
         task = bar.add_task("bench: starting", total=None)
 
         def progress(done: int, total: int, stage: str) -> None:
+            nonlocal current, began, last
             bar.update(task, completed=done, total=total, description=f"bench: {stage}")
+            if not lines:
+                return
+            if stage != current:  # a stage begins where the one before ended
+                current, began = stage, last
+            last = time.monotonic()
+            spent = last - began
+            left = common.clock(spent / done * (total - done))
+            typer.echo(f"bench: {stage} {done}/{total}, elapsed {common.clock(spent)}, ETA {left}", err=True)
 
-        report = run_bench(settings, progress=progress)
-    _bench_results(report, out / "bench", as_json)
+        return run_bench(settings, progress=progress)
 
 
 def _bench_results(report: BenchReport, folder: Path, as_json: bool) -> None:

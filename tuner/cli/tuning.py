@@ -441,24 +441,19 @@ class trial_progress:
     def line(self, trial: optuna.trial.FrozenTrial, done: int, best: str) -> str:
         """One finished trial: its number, value and verdict, the best so far, elapsed time and ETA."""
         elapsed = time.monotonic() - self.started
-        left = "-" if done == 0 else _clock(elapsed / done * (self.total - done))
+        left = "-" if done == 0 else common.clock(elapsed / done * (self.total - done))
         if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
             outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
         else:
             outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
         return (
             f"trial {trial.number} finished ({done}/{self.total}): {outcome}; best {best}; "
-            f"elapsed {_clock(elapsed)}, ETA {left}"
+            f"elapsed {common.clock(elapsed)}, ETA {left}"
         )
 
     def __exit__(self, *exc: object) -> None:
         if self.task is not None:
             self.progress.__exit__(*exc)
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def resumed_line(summary: RunSummary) -> str:

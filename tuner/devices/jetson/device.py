@@ -333,7 +333,7 @@ class JetsonDevice:
         planned = self._plan(t, mode_change)
         self.check_privilege([Path(w.path) for w in planned if not w.value.startswith("-m ")])
         if mode_change:
-            self._set_mode(t["mode"])
+            self.set_mode(t["mode"])
         # Re-plan against the board as it is after the mode change: min/max order depends on it.
         for step in self._steps(t, self._current(), include_all=False):
             self._write(Path(step.path), step.value)
@@ -429,7 +429,7 @@ class JetsonDevice:
         if wrong:
             raise ApplyError("the board did not take the configuration: " + "; ".join(wrong))
 
-    def _set_mode(self, mode_id: int) -> None:
+    def set_mode(self, mode_id: int) -> None:
         """``nvpmodel -m ID``, then poll ``-q`` until the board reports it.
 
         Some switches need a reboot (on Orin, one that changes the GPU's TPC
@@ -522,7 +522,7 @@ class JetsonDevice:
         if plan.mode is not None:
             try:
                 if self.query_mode() != plan.mode:
-                    self._set_mode(plan.mode)
+                    self.set_mode(plan.mode)
             except ApplyError as exc:
                 problems.append(str(exc))
         if isinstance(state, dict) and "persist" in state:

@@ -29,18 +29,34 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tuner import atomicfile
-from tuner.devices.jetson.board import conf_path
+from tuner.devices.jetson.board import Board, conf_path
 from tuner.devices.jetson.nvpconf import ConfMode, NvpConf, check_mode, fresh_id, read_conf, tuned_mode, with_mode
 from tuner.errors import UserError
 from tuner.space import Config
 
-if TYPE_CHECKING:
-    from tuner.devices.jetson.device import JetsonDevice
-
 PREFIX = "POWERTUNE_"
+
+
+class ModeBoard(Protocol):
+    """What a custom mode needs of a Jetson device (tuner.devices.jetson.device.JetsonDevice is one).
+
+    Named here rather than imported: the device restores a persisted conf
+    through this module, so this module must not depend on the device.
+    """
+
+    root: Path
+    board: Board
+
+    def targets(self, config: Config) -> dict[str, Any]:
+        """What the configuration asks of the board: nvpmodel mode id, cores, kHz, Hz."""
+        ...
+
+    def set_mode(self, mode_id: int) -> None:
+        """Switch nvpmodel to the mode and wait until the board reports it."""
+        ...
 
 
 def mode_name(model: str, digest: str) -> str:
@@ -49,7 +65,7 @@ def mode_name(model: str, digest: str) -> str:
     return f"{PREFIX}{slug}_{digest[:6]}"
 
 
-def _conf(device: JetsonDevice) -> tuple[Path, str]:
+def _conf(device: ModeBoard) -> tuple[Path, str]:
     path = conf_path(device.root)
     if path is None:
         raise UserError(
@@ -59,7 +75,7 @@ def _conf(device: JetsonDevice) -> tuple[Path, str]:
     return path, path.read_text(errors="replace")
 
 
-def _tables(device: JetsonDevice, conf: NvpConf) -> dict[str, list[int]]:
+def _tables(device: ModeBoard, conf: NvpConf) -> dict[str, list[int]]:
     """Each clock PARAM's table on this board (what nvpmodel would round a value to)."""
     b = device.board
     tables: dict[str, list[int]] = {"GPU": b.gpu_hz}
@@ -72,7 +88,7 @@ def _tables(device: JetsonDevice, conf: NvpConf) -> dict[str, list[int]]:
     return tables
 
 
-def custom_mode(device: JetsonDevice, config: Config, name: str) -> tuple[Path, str, ConfMode]:
+def custom_mode(device: ModeBoard, config: Config, name: str) -> tuple[Path, str, ConfMode]:
     """The board's conf path, its text with the tuned mode added as the default, and that mode, read back.
 
     The mode is built on the lines of the nvpmodel mode the configuration
@@ -93,20 +109,20 @@ def custom_mode(device: JetsonDevice, config: Config, name: str) -> tuple[Path, 
     return path, new_text, check_mode(new_text, mode, _tables(device, conf))
 
 
-def saved_conf(device: JetsonDevice) -> dict[str, Any]:
+def saved_conf(device: ModeBoard) -> dict[str, Any]:
     """What ``restore`` needs to undo :func:`persist`: the conf's path, bytes (as text) and permission bits."""
     path, text = _conf(device)
     return {"conf": str(path), "text": text, "mode": stat.S_IMODE(os.stat(path).st_mode)}
 
 
-def persist(device: JetsonDevice, mode: ConfMode, path: Path, text: str) -> None:
+def persist(device: ModeBoard, mode: ConfMode, path: Path, text: str) -> None:
     """Write the conf with the tuned mode (same permission bits), then switch to it with nvpmodel."""
     bits = stat.S_IMODE(os.stat(path).st_mode)
     atomicfile.write_text(path, text, mode=bits)
-    device._set_mode(mode.id)
+    device.set_mode(mode.id)
 
 
-def unpersist(device: JetsonDevice, saved: dict[str, Any]) -> list[str]:
+def unpersist(device: ModeBoard, saved: dict[str, Any]) -> list[str]:
     """Put the conf back as journaled, byte for byte; the problems found (none: done).
 
     The journal may name only the conf this board reads, and its text must be
