@@ -367,6 +367,9 @@ def nano_params(agx: dict) -> dict:
         cpu_leak_w_per_core_v="assumption: per online core (nvpmodel offlines the rest)",
         cpu_dyn_w_per_v2_ghz=NANO_RAIL_SOURCE + " (the AGX Orin twin's fitted per-busy-core value of that time)",
         cpu_cluster_w_per_v2_ghz="0: the AGX Orin's per-rail evidence is of another module; not carried over",
+        cpu_cluster_cores="the Orin Nano's six Cortex-A78AE cores as two clusters, 4 + 2 "
+        "(search_spaces/orin-nano.yaml), clusters of up to four as on the AGX Orin (nvpmodel_p3701_0000.conf); "
+        "no effect while cpu_cluster_w_per_v2_ghz is 0",
         gpu_clock_w_per_v2_ghz="scaled from orin-agx (fitted there) by TPC count (4 of 8)",
         gpu_dyn_w_per_v2_ghz="scaled from orin-agx (fitted there) by TPC count (4 of 8)",
         runtimes="eager PyTorch only",
