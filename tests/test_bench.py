@@ -239,6 +239,22 @@ def test_a_signal_ends_the_bench_before_its_next_sweep_or_run(stage, jobs, monke
         assert started.count("run_one") == 1, started
 
 
+@pytest.mark.parametrize(("stage", "jobs"), [("sweeps", 1), ("runs", 2)], ids=["sweeps", "runs-in-a-pool"])
+def test_run_bench_holds_signals_itself_when_its_caller_does_not(stage, jobs):
+    """A library caller (benchmarks/search.py) holds nothing: Ctrl-C is still recorded, not raised where it lands,
+    and ends the benchmark at its next safe point."""
+    returned = []
+
+    def progress(done: int, total: int, at: str) -> None:
+        if at == stage and done == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            returned.append(at)  # reached only if the signal was recorded rather than raised here
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(SIGNALLED.model_copy(update={"jobs": jobs}), progress)
+    assert returned == [stage]
+
+
 def _children(pid: int) -> set[int]:
     path = Path(f"/proc/{pid}/task/{pid}/children")
     return {int(c) for c in path.read_text().split()} if path.exists() else set()

@@ -273,8 +273,14 @@ def run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None]
     landscape), each at its own run seed. One run per board is a noisy
     figure (docs/search.md), so comparing two strategies wants several.
     ``progress(done, total, stage)`` is called through both stages ("sweeps",
-    then "runs").
+    then "runs"). Signals are held for the whole call, whoever calls it (the
+    pool's workers, forked inside the hold, leave them to this process).
     """
+    with interrupts.held():
+        return _run_bench(settings, progress)
+
+
+def _run_bench(settings: BenchSettings, progress: Callable[[int, int, str], None] | None) -> BenchReport:
     settings = settings.model_copy(update={"strategies": [canonical(s) for s in settings.strategies]})
     unknown = [s for s in settings.strategies if s not in STRATEGIES]
     if unknown:
