@@ -267,6 +267,18 @@ def test_an_adaptive_window_whose_tail_is_known_within_the_bound_needs_fewer_que
     assert within_needed(0.99) <= result.queries < 100_000 and result.stop["tail_over_queries"] == 0
 
 
+def test_a_window_of_two_engines_does_not_count_their_batches_as_alike(tmp_path):
+    # Beside a DLA the engines run batches of their own size and speed: no run of batches puts the queries'
+    # percentile within the bound, so the window waits for its query count (or its end), as without a bound.
+    settings = WindowSettings(
+        window_s=5.0, min_window_s=0.2, ci=0.5, min_queries=100_000, warmup_s=0.05, bound_ms=500.0
+    )
+    result = run_window(TwoEngineRunner(), 4, settings, tmp_path, meter=SteadyMeter())
+    assert result.lane_queries["gpu"] > 0 and result.lane_queries["dla0"] > 0
+    assert result.stop["tail_over_queries"] == 0
+    assert result.stop["stop_rule"] in ("max-duration", "queries-exhausted")
+
+
 def test_fixed_window_ends_at_its_duration_and_records_the_interval(tmp_path):
     settings = WindowSettings(window_s=0.6, warmup_s=0.05)
     result = run_window(SleepyRunner(), 2, settings, tmp_path, meter=SteadyMeter())

@@ -74,9 +74,10 @@ class TailProof:
     ``total`` is the most queries the window can complete (Offline: the
     samples LoadGen issued; Server: its whole schedule). Queries still waiting
     that arrived more than the bound ago count too: whatever happens next,
-    their latency is past it. With ``alike`` (Offline, where every batch runs
-    the same work) the share of batches past the bound also proves it
-    (:data:`MIN_TAIL_BATCHES`, :data:`TAIL_Z`).
+    their latency is past it. With ``alike`` (Offline on one engine, where
+    every batch runs the same work) the share of batches past the bound also
+    proves it (:data:`MIN_TAIL_BATCHES`, :data:`TAIL_Z`), and enough batches
+    none past it put the percentile within it (:meth:`within`).
     """
 
     bound_s: float
