@@ -258,9 +258,10 @@ def test_adaptive_window_stops_once_the_interval_is_narrow(tmp_path):
 
 
 def test_an_adaptive_window_whose_tail_is_known_within_the_bound_needs_fewer_queries(tmp_path):
-    # One query a batch: the tail is known within 500 ms once 299 batches met it, long before 100,000 queries.
+    # One query a batch: the tail is known within 30 s once 299 batches met it, long before 100,000 queries.
+    # The bound is far above a 2 ms batch, so no stall of a loaded machine puts a batch past it.
     settings = WindowSettings(
-        window_s=60.0, min_window_s=0.2, ci=0.5, min_queries=100_000, warmup_s=0.05, bound_ms=500.0
+        window_s=60.0, min_window_s=0.2, ci=0.5, min_queries=100_000, warmup_s=0.05, bound_ms=30_000.0
     )
     result = run_window(SleepyRunner(), 1, settings, tmp_path, meter=SteadyMeter())
     assert result.stop["stop_rule"] == "ci"
