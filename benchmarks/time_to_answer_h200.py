@@ -201,6 +201,10 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=float("inf"))
     args = parser.parse_args()
     DEVICE[0] = args.device
+    unknown = set(filter(None, args.reference.split(","))) - set(REFERENCE)
+    if unknown:
+        names = ", ".join(sorted(unknown))
+        parser.error(f"--reference: no whole-space optimum for {names}; use {', '.join(REFERENCE)}")
     results: dict = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "runs": []}
     if args.first_build:
         models = sorted({CASES[c]["model"] for c in args.cases.split(",")})  # the cases named, not --runs

@@ -311,3 +311,14 @@ def test_sigterm_ends_tune_bench_with_143_and_says_nothing_was_changed(tmp_path,
     assert "bench: sweeps" in said and "Traceback" not in said and stdout.read_text() == ""
     assert not (tmp_path / "results" / "bench").exists()
     assert all(_gone(pid) for pid in workers), workers
+
+
+def test_a_pool_worker_ignores_what_a_terminal_sends_its_group_and_dies_on_the_rest():
+    # Run in a child: the worker's dispositions would otherwise replace this test process's own.
+    probe = (
+        "import signal; from tuner import bench; bench._worker(); "
+        "print(*(signal.getsignal(s) is signal.SIG_IGN for s in "
+        "(signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True", "False", "False"]

@@ -53,6 +53,21 @@ def test_a_hopeless_offline_configuration_ends_after_a_few_batches_as_a_miss():
     assert "cut" not in within.extra and within.queries == full.queries
 
 
+def test_a_hopeless_window_beside_dla_lanes_is_proven_by_its_query_count_as_on_hardware():
+    # The engines' batches differ in size and speed: the share of batches past the bound proves nothing there
+    # (tuner.measure.window._tail_rule), so the twin cuts after about 1% of the window's queries, not 5 batches.
+    device = TwinDevice("sim:orin-trt")
+    values = {name: knob.default for name, knob in device.space().knobs.items()}
+    gpu_only = Config(knobs={**values, "dla_cores": 0}, batch_size=64)
+    with_dla = Config(knobs={**values, "dla_cores": 2}, batch_size=64)
+    settings = WindowSettings(window_s=10.0, seed=0, bound_ms=1e-3)
+    alone = device.measure("resnet50", gpu_only, settings)
+    beside = device.measure("resnet50", with_dla, settings)
+    assert alone.extra["cut"] == beside.extra["cut"] == STOP_TAIL
+    assert alone.queries == 5 * 64  # five alike batches, every one past the bound
+    assert beside.extra["tail_over_queries"] >= beside.extra["tail_over_needed"] > 5 * 64
+
+
 def test_an_overloaded_server_window_is_cut_once_its_queue_proves_the_tail():
     device = TwinDevice("sim:h200")
     config = h200(batch_size=1, graph="eager")

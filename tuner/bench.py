@@ -67,6 +67,8 @@ TARGETS = (0.02, 0.05)
 REGRET_AT = (10, 20, 40)
 RECHECKS = 10
 POLL_S = 0.2  # how often the parent looks for a signal while its workers run
+# A terminal sends these to the whole process group: the parent acts on them, its pool workers ignore them.
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
 
 _TRUTH: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
 _DEVICES: dict[str, Device] = {}
@@ -331,13 +333,14 @@ def _worker() -> None:
     """A pool worker: signals are the parent's to act on, and one torch thread.
 
     The parent records a signal and terminates the pool at its next check, so
-    a worker dies at once on SIGTERM, SIGHUP and SIGQUIT (the defaults, in
-    place of the parent's recording handlers it was forked with) and ignores
-    Ctrl-C, which a terminal sends to the whole process group. Workers share
+    a worker dies at once on SIGTERM and SIGHUP (the defaults, in place of the
+    parent's recording handlers it was forked with) and ignores Ctrl-C and
+    Ctrl-\\, which a terminal sends to the whole process group (SIGQUIT's
+    default would dump a core per worker). Workers share
     two cores: one torch thread each keeps the GP sampler from oversubscribing.
     """
     for sig in interrupts.SIGNALS:
-        signal.signal(sig, signal.SIG_IGN if sig == signal.SIGINT else signal.SIG_DFL)
+        signal.signal(sig, signal.SIG_IGN if sig in TERMINAL_SIGNALS else signal.SIG_DFL)
     try:
         import torch
 

@@ -579,10 +579,11 @@ def offline_cut(m: Measurement, config: Config, settings: WindowSettings) -> Mea
 
     Every batch of a twin's window takes its median latency, so when that is
     past the bound each batch is, and the tail is proven after the same few
-    batches a hardware window needs; a window whose energy per query is above
-    ``cut_j_per_query`` (it reaches the interval it aims for, ``ci``, so it
-    can then no longer be cheaper by more than that) ends once it has the
-    blocks that interval needs. Both keep the window's
+    batches a hardware window needs (beside DLA lanes, by the query count
+    alone); a window whose energy per query is above ``cut_j_per_query`` (it
+    reaches the interval it aims for, ``ci``, so it can then no longer be
+    cheaper by more than that) ends once it has the blocks that interval
+    needs. Both keep the window's
     figures per query and scale its length, queries and energy down.
     """
     batch = max(config.batch_size, 1)
@@ -590,7 +591,9 @@ def offline_cut(m: Measurement, config: Config, settings: WindowSettings) -> Mea
     cut, length = "", batches
     extra: dict[str, float | str] = {}
     if settings.bound_ms is not None and m.p50_ms > settings.bound_ms:
-        proof = TailProof(settings.bound_ms / 1000.0, QUANTILES.get(settings.percentile, 0.99), m.queries, alike=True)
+        # Beside DLA lanes the engines' batches are not alike: only the query count proves it (as on hardware).
+        alike = not any(key.startswith("engine_dla") for key in m.extra)
+        proof = TailProof(settings.bound_ms / 1000.0, QUANTILES.get(settings.percentile, 0.99), m.queries, alike=alike)
         length = 0
         while length < batches and not proof.proven():
             proof.add([m.p50_ms / 1000.0] * batch)
