@@ -25,8 +25,9 @@ class WindowSettings(BaseModel):
     ``window_s`` is the longest window. With ``min_window_s`` below it the
     window is adaptive: it ends once the 95% confidence interval of energy per
     query is within ``ci`` (relative half-width) and at least ``min_queries``
-    queries completed (or fewer once its tail is known within ``bound_ms``), but never before ``min_window_s`` nor after
-    ``window_s``. ``min_window_s`` None (or equal to ``window_s``) is a fixed window.
+    queries completed (or fewer once its tail is known within ``bound_ms``),
+    but never before ``min_window_s`` nor after ``window_s``. ``min_window_s``
+    None (or equal to ``window_s``) is a fixed window.
 
     ``bound_ms`` (the study's latency bound on ``percentile``) lets the window
     end as soon as enough queries are past it that the percentile is proven
