@@ -411,3 +411,39 @@ def test_signals_at_random_moments_always_end_the_run_with_the_board_restored(tm
         assert row["outcome"] in ("interrupted", "late"), row
         assert row["restored"] and row["journals"] == 0 and row["running"] == 0, row
     assert any(row["outcome"] == "interrupted" for row in rows)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_after_the_command_ended_exits_with_its_code_and_no_traceback(signum):
+    # The command returns, then the signal lands while the interpreter shuts down (an atexit callback sends it):
+    # delivered synchronously, so nothing here depends on timing.
+    script = (
+        "import atexit, os, sys, tuner.cli\n"
+        "def command(argv=None):\n"
+        "    print('done', flush=True)\n"
+        f"    atexit.register(lambda: os.kill(os.getpid(), {int(signum)}))\n"
+        "tuner.cli.main = command\n"
+        "from tuner import launch\n"
+        "sys.argv = ['tune', 'status']\n"
+        "launch.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + signum
+    assert done.stdout == "done\n" and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_a_signal_as_the_command_returns_is_one_line_and_its_exit_code():
+    # The signal lands in the CLI's last lines, after the command's own handling: it leaves cli.main as Terminated.
+    script = (
+        "import os, signal, sys, tuner.cli\n"
+        "def command(argv=None):\n"
+        "    print('done', flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "tuner.cli.main = command\n"
+        "from tuner import launch\n"
+        "sys.argv = ['tune', 'status']\n"
+        "launch.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + signal.SIGTERM and done.stdout == "done\n"
+    assert done.stderr.strip() == "terminated: after the command had ended"

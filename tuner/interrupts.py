@@ -26,7 +26,9 @@ torch's import, inside a pybind11 callback, aborts the process.)
 from __future__ import annotations
 
 import functools
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -96,6 +98,28 @@ def install_process_handlers() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
             signal.signal(sig, _raise)
+
+
+def exit_at_once() -> None:
+    """For a CLI process whose command is over: a signal from here on ends it with 128 + signum, no traceback.
+
+    The command's files are written and the hardware restored by then; a
+    signal during the interpreter's shutdown (atexit callbacks, thread joins)
+    would otherwise print a traceback and be dropped, or wait on whatever
+    holds the exit. Output already printed is flushed first.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, _exit_now)
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, RuntimeError, ValueError):
+            pass  # closed, or the signal landed inside this very flush
+    os._exit(128 + signum)
 
 
 def pending() -> int | None:
