@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tune_process import child_json
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = "resnet50|sim-orin|offline|50ms"
@@ -63,16 +63,10 @@ out.write(json.dumps({"spent": spent, "cpu": usage.ru_utime + usage.ru_stime, "k
 def one_run(code: Path, threads: str, seed: int) -> dict:
     """One quick start of ``code`` in a fresh folder and process: per-proposal CPU, process CPU, proposals."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    env["PYTHONPATH"] = str(code)
     if threads != "default":
         env["OPENBLAS_NUM_THREADS"] = threads
     with tempfile.TemporaryDirectory(prefix="proposal-cost-") as tmp:
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(seed)], cwd=tmp, env=env, capture_output=True, text=True, check=False
-        )
-    if done.returncode != 0:
-        raise SystemExit(f"{code}: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout)
+        return child_json(code, CHILD, [str(seed)], env, cwd=tmp)
 
 
 def main() -> None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
+
+from tune_process import child_json
 
 CASES = [
     ("sim:orin", "resnet50", 1),
@@ -56,18 +56,9 @@ sys.stdout.write(json.dumps(rows))
 
 def run_case(folder: Path, device: str, model: str, seed: int, trials: int) -> list:
     """One study of one code version in a fresh process: (key, proposer, J/query) per trial."""
-    env = {**os.environ, "PYTHONPATH": str(folder), "OPENBLAS_NUM_THREADS": "1"}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     bound = str(BOUNDS.get(device, "median"))
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, device, model, str(seed), bound, str(trials)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{folder} {device} {model} {seed}: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout)
+    return child_json(folder, CHILD, [device, model, str(seed), bound, str(trials)], env)
 
 
 def main() -> None:

@@ -2,12 +2,15 @@
 
 Shared by the start-up benchmarks (startup.py: the README's quick start;
 command_startup.py: the light commands), which time this environment's
-``tune`` script against earlier code with the same conditions.
+``tune`` script against earlier code with the same conditions, and by the
+benchmarks that run a script against each version of the code in a child
+(proposal_cost.py, proposal_identity.py: :func:`child_json`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import platform
 import resource
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def tune_command() -> list[str]:
@@ -32,6 +36,21 @@ def run_tune(args: list[str], cwd: Path | str, env: dict[str, str]) -> tuple[sub
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     return done, wall, cpu
+
+
+def child_json(code: Path, script: str, args: list[str], env: dict[str, str], cwd: Path | str | None = None) -> Any:
+    """``python -c SCRIPT ARGS`` on the code in CODE (its PYTHONPATH) as a new process: what it printed, as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(code)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{code} {' '.join(args)}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout)
 
 
 def machine_line(load_before: tuple[float, float, float], load_after: tuple[float, float, float]) -> str:
