@@ -1,8 +1,18 @@
-"""User-facing errors.
+"""The errors a caller can tell apart.
 
 Every mistake a user can make (bad flag, unknown model, corrupt file, missing
-privilege) is raised as :class:`UserError`; the CLI prints its one-line message
-and exits with code 2, before any hardware write where the check allows it.
+privilege) is a :class:`UserError` whose one-line message names the problem
+and the fix. Its subclasses say where the problem lies, so a library caller
+can catch one kind and let the others through::
+
+    try:
+        tuner.tune("resnet50", "orin", "50ms")
+    except tuner.DeviceError as exc:
+        print("no board here:", exc)
+
+The CLI alone turns them into exit codes (tuner.cli.root.exit_code): 2 for
+bad input, 1 when the input was fine and the device refused it
+(:class:`DeviceRefused`); ``TUNE_DEBUG=1`` prints the traceback too.
 """
 
 from __future__ import annotations
@@ -14,17 +24,33 @@ from collections.abc import Iterable
 class UserError(Exception):
     """A problem the user can fix; the message names the problem and the fix."""
 
-    exit_code = 2
+
+class ConfigurationError(UserError):
+    """Bad input: a flag, a number, a unit, a model or knob name, a space, export or policy file."""
 
 
-class NeedsReboot(UserError):
+class DeviceError(UserError):
+    """A device that cannot be opened, read, changed or restored here (unknown, absent, no permission)."""
+
+
+class DeviceRefused(DeviceError):
+    """The input was fine, but the device did not take it, or could not be put back as it was."""
+
+
+class StorageError(UserError):
+    """The study storage: a URL or database that cannot be opened, or a study of another space."""
+
+
+class MeasurementError(UserError):
+    """A measurement that cannot be made or trusted: no meter, a runner that fails, a window too short."""
+
+
+class NeedsReboot(DeviceRefused):
     """A configuration the device takes only after a reboot, which the tuner never does by itself.
 
     A study records such a trial as failed with this message and goes on
     without that configuration; a single command (``tune apply``) stops.
     """
-
-    exit_code = 1
 
 
 class Terminated(KeyboardInterrupt):

@@ -29,7 +29,7 @@ from tuner.devices.registry import check_meter, open_device
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.objective import MeasurementRejected, Objective
-from tuner.pareto import results_dir, write_results
+from tuner.pareto import ParetoFile, results_dir, write_results
 from tuner.provenance import provenance, twin_note
 from tuner.records import recommended, trial_record
 from tuner.run_options import RunOptions
@@ -170,7 +170,13 @@ class StudyRequest(BaseModel):
 
 
 class StudyResult(BaseModel):
-    """What ``tune run`` reports: the run's summary, the device it ran on, and where its result files are."""
+    """What ``tune run`` reports: the run's summary, the device it ran on, and where its result files are.
+
+    ``study`` and ``pareto`` (the Optuna study and the fronts written to pareto.json) are for the
+    library's callers (tuner.api) and left out of the report's JSON.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     summary: RunSummary
     device: str
@@ -185,6 +191,8 @@ class StudyResult(BaseModel):
     pareto_points: int
     strategy_notes: list[str] = Field(default_factory=list)
     proposed_by: dict[str, int] = Field(default_factory=dict)
+    study: optuna.Study | None = Field(default=None, exclude=True, repr=False)
+    pareto: ParetoFile | None = Field(default=None, exclude=True, repr=False)
 
 
 TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None]
@@ -258,6 +266,8 @@ def tune_study(
         pareto_points=len(pareto.fronts.get("global", [])),
         strategy_notes=study.user_attrs.get("strategy_notes", []),
         proposed_by=proposal_counts(study),
+        study=study,
+        pareto=pareto,
     )
 
 

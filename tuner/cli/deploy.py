@@ -9,11 +9,12 @@ import typer
 
 from tuner import interrupts
 from tuner.cli import common, options
+from tuner.cli.root import exit_code
 from tuner.deploy import DeployPlan, ExportedConfig, apply_export, load_export
 from tuner.devices.hardware_session import restore_device
 from tuner.devices.journal import journal_files, load_journal
 from tuner.devices.registry import builtin_device_name, device_name_for_kind, open_device
-from tuner.errors import UserError
+from tuner.errors import DeviceRefused, UserError
 
 ConfigFile = typer.Argument(..., help="a YAML file written by tune export")
 ApplyDevice = typer.Option(None, "--device", "-d", help="device to apply to (default: the export's own device)")
@@ -138,7 +139,7 @@ def restore(
     sysfs = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
     names, failures = ([device], []) if device else journaled_devices()
     restored = []
-    exit_code = UserError.exit_code
+    exit_codes = [2]
     for name in names:
         try:
             dev = open_device(
@@ -152,7 +153,7 @@ def restore(
             if device:
                 raise
             failures.append(str(exc))
-            exit_code = min(exit_code, exc.exit_code)  # a restore that went part way (1) outranks bad input (2)
+            exit_codes.append(exit_code(exc))  # a restore that went part way (1) outranks bad input (2)
     if as_json:
         common.emit_json({"restored": restored, "failed": failures})
     elif restored or not failures:
@@ -161,9 +162,7 @@ def restore(
         )
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        error = UserError(failures[0] + more)
-        error.exit_code = exit_code
-        raise error
+        raise (DeviceRefused if min(exit_codes) == 1 else UserError)(failures[0] + more)
 
 
 def journaled_devices() -> tuple[list[str], list[str]]:

@@ -16,8 +16,10 @@ one line with the fix, not as a usage box.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -26,7 +28,7 @@ import typer.main
 from typer.core import TyperCommand, TyperGroup
 
 from tuner import __version__, interrupts
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError, DeviceRefused, UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
 TERMINATED = 128 + signal.SIGTERM
@@ -139,14 +141,32 @@ def usage_line(exc: Exception) -> str:
     return f"error: {message.rstrip('.')}: see {path} --help"
 
 
+def exit_code(exc: UserError) -> int:
+    """The exit code of a user error: 2 for bad input, 1 when the input was fine and the device refused it.
+
+    The one place errors become exit codes; the library raises classes (tuner.errors) and never
+    names a code. Bad input outranks a refusal (a journal whose own values the board refused is 2).
+    """
+    if isinstance(exc, DeviceRefused) and not isinstance(exc, ConfigurationError):
+        return 1
+    return 2
+
+
+def _say(exc: UserError) -> None:
+    """The error's one line on stderr, after its traceback when ``TUNE_DEBUG=1`` asks for it."""
+    if os.environ.get("TUNE_DEBUG") == "1":
+        traceback.print_exception(exc, file=sys.stderr)
+    typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script (``argv`` lets tests call it in-process)."""
     interrupts.install_process_handlers()
     try:
         code = app(args=argv, prog_name="tune", standalone_mode=False)
     except UserError as exc:
-        typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
-        sys.exit(exc.exit_code)
+        _say(exc)
+        sys.exit(exit_code(exc))
     except KeyboardInterrupt:
         code = INTERRUPTED
     except typer.Exit as exc:
@@ -156,13 +176,13 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         # Click's usage errors (bad flag, missing option): Typer vendors Click in recent
         # releases and depends on it in older ones, so they are recognised by shape.
-        show, exit_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(exit_code, int):
+        show, click_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(click_code, int):
             if type(exc).__name__ == "NoArgsIsHelpError":
                 show()  # a bare `tune` or `tune run`: the help is the answer
             else:
                 typer.echo(usage_line(exc), err=True)
-            sys.exit(exit_code)
+            sys.exit(click_code)
         raise
     if code == INTERRUPTED or interrupts.last_signal() is not None:
         code = _interrupted()

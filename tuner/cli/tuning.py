@@ -10,7 +10,7 @@ import optuna
 import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner import interrupts
+from tuner import api, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
@@ -19,19 +19,18 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
 from tuner.pareto import results_dir
-from tuner.run_options import DEFAULT_SAMPLER, RunOptions
+from tuner.run_options import DEFAULT_SAMPLER
 from tuner.sampling import SAMPLERS, canonical
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
-from tuner.study import RunSummary, StudyRequest, StudyResult, narrowed_space, tune_study
+from tuner.study import RunSummary, StudyResult, narrowed_space
 from tuner.sweep import (
     LARGE_SWEEP,
     SweepRow,
     characterization,
     expected_seconds,
-    measure_repeats,
     optimum,
     plot_sweep,
     repeat_summary,
@@ -106,9 +105,8 @@ def run(
 ) -> None:
     """Run (or resume) a study: minimum energy per query subject to the latency bound."""
     trials = _trial_budget(trials, study_trials, heartbeat, timeout)
-    settings = RunOptions(
-        model=model,
-        max_latency_ms=common.latency(max_latency),
+    bound_ms = common.latency(max_latency)
+    settings = dict(
         trials=trials,
         timeout_s=timeout,
         seed=seed,
@@ -126,15 +124,18 @@ def run(
             target_qps,
         ),
     )
-    request = StudyRequest(
-        device=device,
-        options=settings,
-        allow_clock_changes=allow_clock_changes,
-        sysfs_root=sysfs_root,
-        space_file=space,
-    )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
-        result = tune_study(request, on_trial=on_trial, on_note=lambda line: typer.echo(line, err=True))
+        result = api.tune(
+            model,
+            device,
+            bound_ms,
+            on_trial=on_trial,
+            on_note=lambda line: typer.echo(line, err=True),
+            allow_clock_changes=allow_clock_changes,
+            sysfs_root=sysfs_root,
+            space_file=space,
+            **settings,
+        )
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
 
 
@@ -334,13 +335,8 @@ def measure(
     settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
     check_meter(meter, device)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
-    check_model(model, runtime, dev.simulated, dev)
-    space_ = dev.space()
-    config = space_.default_config(batch_size)
-    config = Config(knobs={**config.knobs, **parse_assignments(set_, space_)}, batch_size=batch_size)
-    space_.validate_config(config)
-    effective = space_.effective(config)
-    results = measure_repeats(dev, model, effective, settings, repeat)
+    effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
+    results = api.measure_repeats_of(model, dev, effective, repeat, window=settings)
     payload = {
         "device": dev.name,
         "twin": dev.simulated,

@@ -27,7 +27,7 @@ from tuner.devices.journal import (
     write_journal,
 )
 from tuner.devices.lock import device_lock
-from tuner.errors import UserError
+from tuner.errors import DeviceRefused, UserError
 
 # What this process's holds left on each device, in order: "restored" or "applied" (a mode
 # deployed to stay). Read by the exit message after a signal: a signal that lands after an
@@ -40,10 +40,8 @@ def _left(device: str, outcome: str) -> None:
     _outcomes[device] = outcome
 
 
-class RestoreFailed(UserError):
+class RestoreFailed(DeviceRefused):
     """The hardware could not be put back; the journal is kept for ``tune restore``."""
-
-    exit_code = 1
 
 
 @contextmanager

@@ -36,7 +36,7 @@ from tuner.devices.jetson.persist import unpersist
 from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
-from tuner.errors import NeedsReboot, UserError
+from tuner.errors import ConfigurationError, DeviceRefused, NeedsReboot, UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
@@ -59,14 +59,12 @@ DEVICE_KINDS = {
 }
 
 
-class JetsonError(UserError):
+class JetsonError(DeviceRefused):
     """A trial that must fail: the board did not take a configuration, or it ran too hot.
 
     The run stops there with one line naming the file and the rule (exit code 1, not 2: the
     input was fine, the board refused), after the hardware session has restored the board.
     """
-
-    exit_code = 1
 
 
 class ApplyError(JetsonError):
@@ -81,10 +79,12 @@ class ThermalLimitError(JetsonError):
     """A thermal zone is above the limit: the trial is aborted and the board restored."""
 
 
-class RestoreIncomplete(UserError):
+class RestoreIncomplete(DeviceRefused):
     """Some saved values could not be put back: the journal stays, and the message says what remains."""
 
-    exit_code = 1
+
+class JournalRefused(RestoreIncomplete, ConfigurationError):
+    """A restore whose only failures are the journal's own values, refused against the board: bad input (exit 2)."""
 
 
 class Write(NamedTuple):
@@ -571,14 +571,12 @@ class JetsonDevice:
         for core, hz in sorted(plan.dla.items()):
             put(b.dla_caps[core], str(hz))
         if problems:
-            error = RestoreIncomplete(
+            incomplete = JournalRefused if len(problems) == len(plan.problems) else RestoreIncomplete
+            raise incomplete(
                 f"restore of {self.name} incomplete, {len(problems)} item(s) remain: "
                 + "; ".join(problems)
                 + f"; the journal is kept: fix the cause, then run: tune restore --device {self.name}"
             )
-            if len(problems) == len(plan.problems):
-                error.exit_code = 2  # only the journal's own values were refused: bad input, not a board failure
-            raise error
 
     # -- thermal and metering -----------------------------------------------
 
