@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tuner.devices.base import Device
 from tuner.devices.registry import check_meter
 from tuner.devices.registry import open_device as _open_device
-from tuner.errors import ConfigurationError
+from tuner.errors import ConfigurationError, DeviceError, UserError, did_you_mean
 from tuner.measure.settings import DEFAULT_MIN_WINDOW_S, WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
@@ -131,12 +131,17 @@ def open_device(
     options: dict[str, Any] = {}
     if sysfs_root is not None:
         options["sysfs_root"] = Path(sysfs_root)
-    return _open_device(
-        name,
-        allow_clock_changes=allow_clock_changes,
-        space_file=None if space_file is None else str(space_file),
-        **options,
-    )
+    try:
+        return _open_device(
+            name,
+            allow_clock_changes=allow_clock_changes,
+            space_file=None if space_file is None else str(space_file),
+            **options,
+        )
+    except UserError as exc:
+        if type(exc) is not UserError:
+            raise
+        raise DeviceError(str(exc)) from exc  # what opening a device refuses is the device's, unless said otherwise
 
 
 def tune(
@@ -187,7 +192,7 @@ def tune(
 
     Example:
         >>> import tuner
-        >>> result = tuner.tune("resnet50", "sim:orin", "50ms", trials=8, out=tmp)  # doctest: +SKIP
+        >>> result = tuner.tune("resnet50", "sim:orin", "50ms", trials=8, out="studies")
         >>> result.answer.p99_ms <= 50
         True
     """
@@ -196,7 +201,8 @@ def tune(
     try:
         run_options = RunOptions(model=model, max_latency_ms=bound_ms, **options)
     except ValidationError as exc:
-        raise ConfigurationError(f"tune: {_first_problem(exc)}: see help(tuner.tune) for the options") from None
+        problem = _first_problem(exc, [*RunOptions.model_fields])
+        raise ConfigurationError(f"tune: {problem}: see help(tuner.tune) for the options") from None
     request = StudyRequest(
         device=device,
         options=run_options,
@@ -312,11 +318,14 @@ def _window(window: dict[str, Any]) -> WindowSettings:
     try:
         return WindowSettings(**window)
     except ValidationError as exc:
-        raise ConfigurationError(f"measure: {_first_problem(exc)}: see help(tuner.measure) for the options") from None
+        problem = _first_problem(exc, [*WindowSettings.model_fields])
+        raise ConfigurationError(f"measure: {problem}: see help(tuner.measure) for the options") from None
 
 
-def _first_problem(exc: ValidationError) -> str:
-    """One line from pydantic's report: the first field it refused, and why."""
+def _first_problem(exc: ValidationError, fields: list[str]) -> str:
+    """One line from pydantic's report: the first field it refused, and why (a misspelt one named as such)."""
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"]) or "options"
+    if error["type"] == "extra_forbidden":
+        return f"unknown option {where!r}{did_you_mean(where, fields)}"
     return f"{where}: {error['msg']}"

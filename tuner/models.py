@@ -9,7 +9,7 @@ from typing import Any
 from runners import user_model
 from runners.factory import check_runtime
 from runners.profile import ModelProfile, load_profile, profile_names
-from tuner.errors import UserError, did_you_mean
+from tuner.errors import ConfigurationError, UserError, did_you_mean
 
 # An ONNX file is a protobuf ModelProto; its first field is ir_version (field 1, varint), tag byte 0x08.
 _ONNX_FIRST_BYTE = 0x08
@@ -40,7 +40,7 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
         use_runtime(resolved)
     is_file = not user_model.is_user_model(model) and Path(model).suffix.lower() in FILE_SUFFIXES
     if simulated and (is_file or user_model.is_user_model(model)):
-        raise UserError(
+        raise ConfigurationError(
             f"the digital twins model the zoo models only ({', '.join(profile_names())}): measure {model} on hardware"
         )
     if user_model.is_user_model(model):
@@ -51,12 +51,12 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
         return
     if is_file:
         if not Path(model).is_file():
-            raise UserError(f"model file {model} not found: check the path")
+            raise ConfigurationError(f"model file {model} not found: check the path")
         return
     own = device_models(device)
     if model not in profile_names() and model not in own:
         known = [*own, *profile_names()]
-        raise UserError(
+        raise ConfigurationError(
             f"unknown model {model!r}{did_you_mean(model, known)}: known models are "
             f"{', '.join(known)}, a {user_model.EXAMPLE} factory, or a path to a .onnx or TensorRT .engine file"
         )
@@ -74,16 +74,16 @@ def model_slug(model: str) -> str:
 
 def _check_onnx(path: Path, runtime: str) -> None:
     if path.is_dir():
-        raise UserError(f"--model {path} is a folder: give the path of a .onnx file")
+        raise ConfigurationError(f"--model {path} is a folder: give the path of a .onnx file")
     try:
         with open(path, "rb") as fh:
             head = fh.read(1)
     except OSError as exc:
-        raise UserError(f"ONNX file {path} cannot be read ({exc.strerror}): check the path") from None
+        raise ConfigurationError(f"ONNX file {path} cannot be read ({exc.strerror}): check the path") from None
     if head != bytes([_ONNX_FIRST_BYTE]):
-        raise UserError(f"{path} is not an ONNX model (empty or not a protobuf ModelProto): export it again")
+        raise ConfigurationError(f"{path} is not an ONNX model (empty or not a protobuf ModelProto): export it again")
     if runtime == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
-        raise UserError(f"running {path.name} needs onnxruntime: pip install 'powertune[onnx]'")
+        raise ConfigurationError(f"running {path.name} needs onnxruntime: pip install 'powertune[onnx]'")
 
 
 def model_profile(model: str, device: Any = None) -> tuple[ModelProfile | None, str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import trust
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError, UserError
 
 MAX_DEPTH = 64
 MAX_INT = 2**63 - 1
@@ -38,11 +38,11 @@ def _open(path: Path, what: str, trusted: bool = False, secret: bool = False) ->
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UserError(f"{what} {path} is not a regular file (a folder, a pipe or a device?): check the path")
+        raise ConfigurationError(f"{what} {path} is not a regular file (a folder, a pipe or a device?): check the path")
     if trusted or secret:
         try:
             trust.check_file(info, path, what, secret)
@@ -66,15 +66,15 @@ def read_capped(path: Path, what: str, cap: int, fix: str, trusted: bool = False
     fd = _open(Path(path), what, trusted, secret)
     try:
         if os.fstat(fd).st_size > cap:
-            raise UserError(f"{what} {path} is larger than {_size(cap)}: {fix}")
+            raise ConfigurationError(f"{what} {path} is larger than {_size(cap)}: {fix}")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(cap + 1)
     except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
     finally:
         os.close(fd)
     if len(data) > cap:
-        raise UserError(f"{what} {path} is larger than {_size(cap)}: {fix}")
+        raise ConfigurationError(f"{what} {path} is larger than {_size(cap)}: {fix}")
     return data
 
 
@@ -90,14 +90,14 @@ def parse_json(data: bytes | str, what: str, fix: str) -> Any:
     """
     raw = data.encode() if isinstance(data, str) else data
     if _depth(raw) > MAX_DEPTH:
-        raise UserError(f"{what} is corrupt (nested more than {MAX_DEPTH} deep): {fix}")
+        raise ConfigurationError(f"{what} is corrupt (nested more than {MAX_DEPTH} deep): {fix}")
     try:
         return json.loads(raw, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except _OutOfRange as exc:
-        raise UserError(f"{what} is corrupt (it holds {exc}): {fix}") from None
+        raise ConfigurationError(f"{what} is corrupt (it holds {exc}): {fix}") from None
     except (ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else "not JSON"
-        raise UserError(f"{what} is corrupt (not valid JSON: {reason[:120]}): {fix}") from None
+        raise ConfigurationError(f"{what} is corrupt (not valid JSON: {reason[:120]}): {fix}") from None
 
 
 class _OutOfRange(ValueError):
@@ -138,7 +138,7 @@ def read_tail(path: Path, what: str, size: int) -> bytes:
         os.lseek(fd, max(0, end - size), os.SEEK_SET)
         return os.read(fd, size)
     except OSError as exc:
-        raise UserError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}; check the path") from None
     finally:
         os.close(fd)
 

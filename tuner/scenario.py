@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config, Knob, SearchSpace
 from tuner.units import check_rate
@@ -35,7 +35,7 @@ def normalize(scenario: str) -> str:
     """``Server``, ``single-stream`` and ``single_stream`` all name the same scenario."""
     name = scenario.lower().replace("-", "").replace("_", "")
     if name not in SCENARIOS:
-        raise UserError(f"unknown scenario {scenario!r}: choose one of offline, server, singlestream")
+        raise ConfigurationError(f"unknown scenario {scenario!r}: choose one of offline, server, singlestream")
     return name
 
 
@@ -51,15 +51,17 @@ def window_for(
     options = dict(settings.options)
     if name == "server":
         if target_qps is None or not target_qps > 0:
-            raise UserError("the server scenario needs an arrival rate: pass --target-qps, e.g. --target-qps 300")
+            raise ConfigurationError(
+                "the server scenario needs an arrival rate: pass --target-qps, e.g. --target-qps 300"
+            )
         options["server_target_qps"] = check_rate(target_qps)
     elif target_qps is not None:
-        raise UserError(
+        raise ConfigurationError(
             f"--target-qps applies to the server scenario only, not {name}: drop it or use --scenario server"
         )
     rule = SCENARIO_PERCENTILE.get(name)
     if rule is not None and percentile is not None and percentile != rule:
-        raise UserError(f"the {name} scenario bounds {rule} (MLPerf's rule): drop --percentile {percentile}")
+        raise ConfigurationError(f"the {name} scenario bounds {rule} (MLPerf's rule): drop --percentile {percentile}")
     chosen = rule or percentile or settings.percentile
     return settings.model_copy(update={"scenario": name, "percentile": chosen, "options": options})
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tuner.errors import UserError, did_you_mean
+from tuner.errors import ConfigurationError, did_you_mean
 from tuner.units import MAX_BATCH
 from tuner.yamlfile import load_yaml_model
 
@@ -140,7 +140,7 @@ class SearchSpace(BaseModel):
         if knobs is not None:
             unknown = [k for k in knobs if k not in self.knobs]
             if unknown:
-                raise UserError(
+                raise ConfigurationError(
                     f"unknown knob(s) {', '.join(unknown)} for {self.kind}{did_you_mean(unknown[0], self.knobs)}: "
                     f"choose from {', '.join(self.knobs)}"
                 )
@@ -148,7 +148,7 @@ class SearchSpace(BaseModel):
         if batch_sizes is not None:
             missing = [b for b in batch_sizes if b not in self.batch_sizes]
             if missing:
-                raise UserError(
+                raise ConfigurationError(
                     f"--batch-sizes {','.join(map(str, missing))} not in the {self.kind} space: "
                     f"choose from {','.join(map(str, self.batch_sizes))} (or give a --space file that lists it)"
                 )
@@ -187,19 +187,19 @@ class SearchSpace(BaseModel):
         """Refuse knobs or values the space does not allow, before anything is applied."""
         for name, value in config.knobs.items():
             if name not in self.knobs:
-                raise UserError(
+                raise ConfigurationError(
                     f"unknown knob {name!r} for {self.kind}{did_you_mean(name, self.knobs)}: "
                     f"choose from {', '.join(self.knobs)}"
                 )
             allowed = self.knobs[name].values
             if not any(_same(value, a) for a in allowed):
                 shown = ", ".join(str(a) for a in allowed)
-                raise UserError(f"{name}={value} is not supported by {self.kind}: choose one of {shown}")
+                raise ConfigurationError(f"{name}={value} is not supported by {self.kind}: choose one of {shown}")
         missing = set(self.knobs) - set(config.knobs)
         if missing:
-            raise UserError(f"configuration lacks knob(s) {', '.join(sorted(missing))} for {self.kind}")
+            raise ConfigurationError(f"configuration lacks knob(s) {', '.join(sorted(missing))} for {self.kind}")
         if not 0 < config.batch_size <= MAX_BATCH:
-            raise UserError(f"batch size {config.batch_size} must be an integer from 1 to {MAX_BATCH}")
+            raise ConfigurationError(f"batch size {config.batch_size} must be an integer from 1 to {MAX_BATCH}")
 
     def mode_of(self, config: Config) -> Mode | None:
         if self.mode_knob is None:
@@ -444,7 +444,7 @@ def _index_of(values: list[KnobValue], value: KnobValue) -> int:
     for i, candidate in enumerate(values):
         if _same(candidate, value):
             return i
-    raise UserError(f"value {value!r} is not one of {values}")
+    raise ConfigurationError(f"value {value!r} is not one of {values}")
 
 
 def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobValue]:
@@ -457,10 +457,10 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobVal
     result: dict[str, KnobValue] = {}
     for item in items:
         if "=" not in item:
-            raise UserError(f"cannot read --set {item!r}: write knob=value, e.g. gpu_mhz=930.75")
+            raise ConfigurationError(f"cannot read --set {item!r}: write knob=value, e.g. gpu_mhz=930.75")
         name, raw = (s.strip() for s in item.split("=", 1))
         if name not in space.knobs:
-            raise UserError(
+            raise ConfigurationError(
                 f"unknown knob {name!r} for {space.kind}{did_you_mean(name, space.knobs)}: "
                 f"choose from {', '.join(space.knobs)}"
             )
@@ -468,7 +468,7 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobVal
         matches = [a for a in allowed if _spells(a, raw)] or _within_one(allowed, raw)
         if not matches:
             shown = ", ".join(spelling(a) for a in allowed)
-            raise UserError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
+            raise ConfigurationError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
         result[name] = matches[0]
     return result
 
@@ -531,7 +531,7 @@ def _family(value: KnobValue) -> str:
 
 def _check_like(space: SearchSpace, packaged: SearchSpace, path: Path) -> None:
     if set(space.knobs) != set(packaged.knobs):
-        raise UserError(
+        raise ConfigurationError(
             f"search space {path} must list the knobs of {space.kind} ({', '.join(packaged.knobs)}), "
             f"not {', '.join(space.knobs)}: fix the file or restore it from the package"
         )
@@ -539,7 +539,7 @@ def _check_like(space: SearchSpace, packaged: SearchSpace, path: Path) -> None:
         want = {_family(v) for v in packaged.knobs[name].values}
         wrong = [v for v in knob.values if _family(v) not in want]
         if wrong:
-            raise UserError(
+            raise ConfigurationError(
                 f"search space {path}: {name} value {wrong[0]!r} must be {' or '.join(sorted(want))}: fix the file"
             )
 
@@ -559,7 +559,9 @@ def load_space(kind: str, runtime: str | None = None) -> SearchSpace:
         return load_space_file(Path(kind))
     resource = resources.files("search_spaces") / f"{kind}.yaml"
     if not resource.is_file():
-        raise UserError(f"no search space for device kind {kind!r}: known kinds are {', '.join(available_kinds())}")
+        raise ConfigurationError(
+            f"no search space for device kind {kind!r}: known kinds are {', '.join(available_kinds())}"
+        )
     with resources.as_file(resource) as path:
         return _load_file(path).for_runtime(runtime)
 

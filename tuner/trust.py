@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import stat
 
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 
 
 def trusted_uids() -> frozenset[int]:
@@ -81,4 +81,4 @@ def check_file(info: os.stat_result, path: object, what: str, secret: bool = Fal
         fix = f"chown root {path} (or your user) if you trust its content"
     else:
         fix = f"chmod {'600' if secret else 'go-w'} {path}"
-    raise UserError(f"refusing {what} {path}: {problem}, so it cannot be trusted; {fix}")
+    raise ConfigurationError(f"refusing {what} {path}: {problem}, so it cannot be trusted; {fix}")

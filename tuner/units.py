@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 
 _LATENCY_UNITS_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}
 _LATENCY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*$")
@@ -39,12 +39,14 @@ def parse_latency_ms(text: str) -> float:
     """
     match = _LATENCY_RE.match(str(text).lower())
     if not match or match.group(2) not in _LATENCY_UNITS_MS:
-        raise UserError(f"cannot read latency {text!r}: give a number with a unit, e.g. 50ms, 50 ms, 0.05s or 50000us")
+        raise ConfigurationError(
+            f"cannot read latency {text!r}: give a number with a unit, e.g. 50ms, 50 ms, 0.05s or 50000us"
+        )
     value = float(match.group(1)) * _LATENCY_UNITS_MS[match.group(2)]
     if not math.isfinite(value) or value <= 0:
-        raise UserError(f"latency {text!r} must be positive, e.g. 50ms")
+        raise ConfigurationError(f"latency {text!r} must be positive, e.g. 50ms")
     if value > MAX_LATENCY_MS or value < MIN_LATENCY_MS:
-        raise UserError(f"latency {text!r} is outside 1us..1h: check the unit, e.g. 50ms")
+        raise ConfigurationError(f"latency {text!r} is outside 1us..1h: check the unit, e.g. 50ms")
     return value
 
 
@@ -73,19 +75,21 @@ def parse_int_list(text: str, what: str) -> list[int]:
     """
     parts = [part.strip() for part in str(text).split(",")]
     if len(parts) > MAX_LIST:
-        raise UserError(f"{what} lists {len(parts)} values: give at most {MAX_LIST}, e.g. 1,8,32")
+        raise ConfigurationError(f"{what} lists {len(parts)} values: give at most {MAX_LIST}, e.g. 1,8,32")
     if not all(re.fullmatch(r"[0-9]+", p) for p in parts):
-        raise UserError(f"cannot read {what} {text!r}: give positive integers separated by commas, e.g. 1,8,32")
+        raise ConfigurationError(
+            f"cannot read {what} {text!r}: give positive integers separated by commas, e.g. 1,8,32"
+        )
     values = [int(p) for p in parts]
     if any(v <= 0 or v > MAX_BATCH for v in values):
-        raise UserError(f"{what} {text!r} must be integers from 1 to {MAX_BATCH}, e.g. 1,8,32")
+        raise ConfigurationError(f"{what} {text!r} must be integers from 1 to {MAX_BATCH}, e.g. 1,8,32")
     return values
 
 
 def check_count(value: int, flag: str, example: int, maximum: int = MAX_TRIALS) -> int:
     """A positive count no larger than ``maximum`` (trials, repeats, seeds, points)."""
     if value <= 0 or value > maximum:
-        raise UserError(f"{flag} must be an integer from 1 to {maximum}, e.g. {example}")
+        raise ConfigurationError(f"{flag} must be an integer from 1 to {maximum}, e.g. {example}")
     return value
 
 
@@ -94,7 +98,7 @@ def check_seconds(value: float | None, flag: str, example: str, maximum: float =
     if value is None:
         return None
     if not math.isfinite(value) or value <= 0 or value > maximum:
-        raise UserError(f"{flag} must be a positive number of seconds up to {maximum:g}, e.g. {example}")
+        raise ConfigurationError(f"{flag} must be a positive number of seconds up to {maximum:g}, e.g. {example}")
     return value
 
 
@@ -103,14 +107,14 @@ def check_seed(value: int | None, flag: str = "--seed") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise UserError(f"{flag} must be an integer from 0 to {MAX_SEED} (2**32-1), e.g. 1")
+        raise ConfigurationError(f"{flag} must be an integer from 0 to {MAX_SEED} (2**32-1), e.g. 1")
     return value
 
 
 def check_rate(value: float, flag: str = "--target-qps") -> float:
     """A finite arrival rate within [MIN_RATE_QPS, MAX_RATE_QPS] queries/s."""
     if not (math.isfinite(value) and MIN_RATE_QPS <= value <= MAX_RATE_QPS):
-        raise UserError(
+        raise ConfigurationError(
             f"{flag} {value:g} q/s is outside {MIN_RATE_QPS:g} to {MAX_RATE_QPS:g} queries/s: give a rate in that range"
         )
     return float(value)
@@ -119,5 +123,5 @@ def check_rate(value: float, flag: str = "--target-qps") -> float:
 def check_range(value: float, flag: str, low: float, high: float, example: str) -> float:
     """A finite number from ``low`` to ``high`` (both included)."""
     if not math.isfinite(value) or not low <= value <= high:
-        raise UserError(f"{flag} must be a number from {low:g} to {high:g}, e.g. {example}")
+        raise ConfigurationError(f"{flag} must be a number from {low:g} to {high:g}, e.g. {example}")
     return value

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.readfile import read_capped
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -40,7 +40,7 @@ def load_yaml_model(
     if version is not None:
         found = data.get("version")
         if found != version:
-            raise UserError(
+            raise ConfigurationError(
                 f"{what} {path} has version {found!r}, this tool reads version {version}: "
                 + ("upgrade powertune, or " if isinstance(found, int) and found > version else "")
                 + fix
@@ -50,7 +50,7 @@ def load_yaml_model(
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise UserError(f"{what} {path} is invalid at {loc} ({first['msg']}): {fix}") from None
+        raise ConfigurationError(f"{what} {path} is invalid at {loc} ({first['msg']}): {fix}") from None
 
 
 def _read(path: Path, what: str, fix: str, trusted: bool) -> dict[str, Any]:
@@ -58,17 +58,17 @@ def _read(path: Path, what: str, fix: str, trusted: bool) -> dict[str, Any]:
     try:
         data = yaml.safe_load(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise UserError(f"{what} {path} is not UTF-8 text: {fix}") from None
+        raise ConfigurationError(f"{what} {path} is not UTF-8 text: {fix}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{what} {path} is not valid YAML{where}: {fix}") from None
+        raise ConfigurationError(f"{what} {path} is not valid YAML{where}: {fix}") from None
     except RecursionError:
-        raise UserError(f"{what} {path} is nested too deeply: {fix}") from None
+        raise ConfigurationError(f"{what} {path} is nested too deeply: {fix}") from None
     if not isinstance(data, dict):
-        raise UserError(f"{what} {path} must be a YAML mapping: {fix}")
+        raise ConfigurationError(f"{what} {path} must be a YAML mapping: {fix}")
     if _expanded_nodes(data, MAX_NODES) > MAX_NODES:
-        raise UserError(f"{what} {path} expands to more than {MAX_NODES} values (YAML aliases?): {fix}")
+        raise ConfigurationError(f"{what} {path} expands to more than {MAX_NODES} values (YAML aliases?): {fix}")
     return data
 
 

@@ -20,7 +20,7 @@ import optuna
 
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
-from tuner.errors import UserError, did_you_mean
+from tuner.errors import ConfigurationError, did_you_mean
 from tuner.measure.poller import Poller
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
@@ -64,7 +64,9 @@ def check_modes(modes: list[str], devices: list[Device]) -> None:
     unknown = [m for m in modes if m not in known]
     if unknown:
         shown = ", ".join(sorted(known)) or "none (no device here has power modes)"
-        raise UserError(f"unknown mode {unknown[0]!r}{did_you_mean(unknown[0], sorted(known))}: modes here are {shown}")
+        raise ConfigurationError(
+            f"unknown mode {unknown[0]!r}{did_you_mean(unknown[0], sorted(known))}: modes here are {shown}"
+        )
 
 
 def plan(
@@ -86,7 +88,7 @@ def plan(
         listed = [str(v) for v in space.knobs[space.mode_knob].values]
         keep = listed if modes is None else [m for m in modes if m in listed]
         if modes is not None and not keep:
-            raise UserError(
+            raise ConfigurationError(
                 f"none of --modes {','.join(modes)} is a mode of {device.name}: its modes are {', '.join(listed)}"
             )
         values = [v for v in space.knobs[space.mode_knob].values if str(v) in keep]
@@ -138,7 +140,7 @@ def matching_studies(storage: str, device: Device, model: str, settings: WindowS
     try:
         summaries = optuna.get_all_study_summaries(storage)
     except Exception as exc:
-        raise UserError(f"cannot read --from-study {storage}: {type(exc).__name__}: {exc}") from None
+        raise ConfigurationError(f"cannot read --from-study {storage}: {type(exc).__name__}: {exc}") from None
     rate = settings.options.get("server_target_qps")
     out = []
     for summary in summaries:

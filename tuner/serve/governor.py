@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner import atomicfile, interrupts
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.readfile import read_json
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S, RateEstimate
 from tuner.serve.policy import Band, Policy
@@ -209,12 +209,12 @@ def read_state(path: Path, now: float | None = None) -> dict[str, Any]:
     """
     state = read_json(path, "governor state file", MAX_STATE_BYTES, f"remove {path}", trusted=True)
     if not isinstance(state, dict):
-        raise UserError(f"governor state file {path} is not a JSON object: remove {path}")
+        raise ConfigurationError(f"governor state file {path} is not a JSON object: remove {path}")
     pid, stale_after = state.get("pid", 0), state.get("stale_after", 0)
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid <= MAX_PID:
-        raise UserError(f"governor state file {path} names no valid PID ({str(pid)[:24]}): remove {path}")
+        raise ConfigurationError(f"governor state file {path} names no valid PID ({str(pid)[:24]}): remove {path}")
     if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
-        raise UserError(f"governor state file {path} has no valid stale_after: remove {path}")
+        raise ConfigurationError(f"governor state file {path} has no valid stale_after: remove {path}")
     now = time.time() if now is None else now
     state["stale"] = not state.get("running", False) or not _alive(pid) or now > float(stale_after)
     return state

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import atomicfile
 from tuner.devices.base import Device
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
 from tuner.records import is_feasible, recommended, tail_latency_ms, trial_record
 from tuner.run_options import RunOptions
@@ -127,16 +127,18 @@ def parse_rates(text: str) -> list[float]:
                 raise ValueError
             count = math.floor((stop - start) / step + 0.5) + 1
             if count > MAX_PLAN_RATES:
-                raise UserError(f"--rates {text!r} names {count} rates, more than {MAX_PLAN_RATES}: use a larger step")
+                raise ConfigurationError(
+                    f"--rates {text!r} names {count} rates, more than {MAX_PLAN_RATES}: use a larger step"
+                )
             rates = [start + i * step for i in range(count)]
         else:
             rates = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"cannot read --rates {text!r}: {example}") from None
+        raise ConfigurationError(f"cannot read --rates {text!r}: {example}") from None
     if not rates:
-        raise UserError(f"--rates {text!r} must be positive arrival rates, e.g. 25:300:25")
+        raise ConfigurationError(f"--rates {text!r} must be positive arrival rates, e.g. 25:300:25")
     if len(rates) > MAX_PLAN_RATES:
-        raise UserError(f"--rates {text!r} names {len(rates)} rates, more than {MAX_PLAN_RATES}: plan fewer")
+        raise ConfigurationError(f"--rates {text!r} names {len(rates)} rates, more than {MAX_PLAN_RATES}: plan fewer")
     for rate in rates:
         check_rate(rate, "--rates")
     return sorted(set(rates))
@@ -371,7 +373,7 @@ def build_policy(device: Device, options: PlanOptions, results: list[RateResult]
     storage = redact(options.storage or default_storage(options.out))
     feasible = [r for r in results if r.record is not None]
     if not feasible:
-        raise UserError(
+        raise ConfigurationError(
             f"no configuration met the bound at any planned rate (lowest {format_rate(results[0].rate)} queries/s): "
             "relax --max-latency, plan lower --rates, or run more --trials"
         )

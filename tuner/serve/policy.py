@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuner import __version__, atomicfile
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.space import Config
 from tuner.yamlfile import load_yaml_model
 
@@ -160,9 +160,11 @@ def load_policy(path: Path) -> Policy:
 def check_policy(policy: Policy, device_kind: str, model: str | None = None) -> None:
     """Refuse a policy planned for another kind of device or another model, before anything is applied."""
     if policy.device_kind != device_kind:
-        raise UserError(
+        raise ConfigurationError(
             f"this policy is for {policy.device_kind}, but the device is {device_kind}: "
             "plan one on this kind of device with tune plan"
         )
     if model is not None and model != policy.model:
-        raise UserError(f"this policy is for model {policy.model}, not {model}: plan one for {model} with tune plan")
+        raise ConfigurationError(
+            f"this policy is for model {policy.model}, not {model}: plan one for {model} with tune plan"
+        )

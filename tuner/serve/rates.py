@@ -34,7 +34,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from tuner import interrupts
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError, UserError
 from tuner.readfile import read_tail
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -135,9 +135,11 @@ class SocketRate:
         self.last: float | None = None
         self.last_at = 0.0
         if len(os.fsencode(path)) >= MAX_SOCKET_PATH:
-            raise UserError(f"unix socket path {path} is longer than {MAX_SOCKET_PATH - 1} bytes: pick a shorter path")
+            raise ConfigurationError(
+                f"unix socket path {path} is longer than {MAX_SOCKET_PATH - 1} bytes: pick a shorter path"
+            )
         if os.path.lexists(path):
-            raise UserError(
+            raise ConfigurationError(
                 f"cannot listen on unix socket {path}: something exists there (another governor's socket?); "
                 "remove it if nothing uses it, or pick another path"
             )
@@ -148,7 +150,7 @@ class SocketRate:
         except OSError as exc:
             self.sock.close()
             reason = exc.strerror or str(exc)
-            raise UserError(f"cannot listen on unix socket {path}: {reason}; pick a writable path") from None
+            raise ConfigurationError(f"cannot listen on unix socket {path}: {reason}; pick a writable path") from None
         self.identity = (info.st_dev, info.st_ino)
         self.sock.setblocking(False)
 
@@ -305,36 +307,46 @@ def open_rate_source(spec: str, warn: Callable[[str], None] | None = None) -> Ra
         url, _, metric = spec.partition("#")
         usage = "write http://127.0.0.1:PORT/metrics#METRIC"
         if len(spec) > 2048 or not spec.isascii() or not spec.isprintable() or any(c.isspace() for c in spec):
-            raise UserError(f"cannot read the rate source URL {spec[:80]!r}: printable ASCII without spaces; {usage}")
+            raise ConfigurationError(
+                f"cannot read the rate source URL {spec[:80]!r}: printable ASCII without spaces; {usage}"
+            )
         try:
             parts = urlsplit(url)
             host, _port = parts.hostname or "", parts.port
         except ValueError as exc:
-            raise UserError(f"cannot read the rate source URL {url[:80]!r} ({exc}): {usage}") from None
+            raise ConfigurationError(f"cannot read the rate source URL {url[:80]!r} ({exc}): {usage}") from None
         if parts.scheme != "http" or parts.username is not None or parts.password is not None:
-            raise UserError(f"the rate source URL {url[:80]!r} must be plain http:// with no user or password: {usage}")
+            raise ConfigurationError(
+                f"the rate source URL {url[:80]!r} must be plain http:// with no user or password: {usage}"
+            )
         if host not in LOOPBACK and f"[{host}]" not in LOOPBACK:
-            raise UserError(f"the Prometheus endpoint must be on loopback, not {host!r}: use http://127.0.0.1:PORT/...")
+            raise ConfigurationError(
+                f"the Prometheus endpoint must be on loopback, not {host!r}: use http://127.0.0.1:PORT/..."
+            )
         if not metric:
-            raise UserError(f"name the metric after '#': e.g. {url}#serving_requests_per_second")
+            raise ConfigurationError(f"name the metric after '#': e.g. {url}#serving_requests_per_second")
         if not METRIC_NAME.fullmatch(metric):
-            raise UserError(f"{metric[:60]!r} is not a Prometheus metric name: e.g. {url}#serving_requests_per_second")
+            raise ConfigurationError(
+                f"{metric[:60]!r} is not a Prometheus metric name: e.g. {url}#serving_requests_per_second"
+            )
         source: RateSource = PrometheusRate(url, metric)
         try:
             source.read()
         except RateUnavailable as exc:
             if "second read" not in str(exc):
-                raise UserError(f"unreadable rate source: {exc}") from None
+                raise ConfigurationError(f"unreadable rate source: {exc}") from None
         return source
     if spec.startswith("unix:"):
         return SocketRate(Path(spec[len("unix:") :]), warn=warn)
     path = Path(spec[len("file:") :] if spec.startswith("file:") else spec)
     if not os.path.exists(path):
-        raise UserError(f"unreadable rate source: no file {path}; the serving process must write its rate there")
+        raise ConfigurationError(
+            f"unreadable rate source: no file {path}; the serving process must write its rate there"
+        )
     source = FileRate(path)
     try:
         source.read()
     except RateUnavailable as exc:
         if not str(exc).endswith("is empty"):
-            raise UserError(f"unreadable rate source: {exc}") from None
+            raise ConfigurationError(f"unreadable rate source: {exc}") from None
     return source

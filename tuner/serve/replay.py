@@ -34,7 +34,7 @@ from tuner.devices.virtual.queueing import (
     simulate,
 )
 from tuner.devices.virtual.twin import TwinDevice
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
@@ -84,7 +84,7 @@ def trace_path(spec: str) -> Path:
     name = path.name.removesuffix(".csv")
     if path.parent == Path(".") and name in shipped_traces():
         return TRACES / f"{name}.csv"
-    raise UserError(
+    raise ConfigurationError(
         f"no trace {spec}: give a CSV file of t_s,rate_qps, or a shipped trace by name: "
         f"{', '.join(shipped_traces())} (in {TRACES})"
     )
@@ -102,22 +102,24 @@ def load_trace(path: Path, scale: float = 1.0) -> Trace:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"trace {path} is not UTF-8 text: {fix}") from None
+        raise ConfigurationError(f"trace {path} is not UTF-8 text: {fix}") from None
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     if len(lines) > MAX_TRACE_ROWS + 1:
-        raise UserError(f"trace {path} has more than {MAX_TRACE_ROWS} rows: use coarser steps")
+        raise ConfigurationError(f"trace {path} has more than {MAX_TRACE_ROWS} rows: use coarser steps")
     try:
         rows = list(csv.DictReader(lines))
         times = np.array([float(r["t_s"]) for r in rows])
         rates = np.array([float(r["rate_qps"]) for r in rows]) * scale
     except (KeyError, TypeError, ValueError, csv.Error):
-        raise UserError(f"trace {path} must be CSV with columns t_s,rate_qps and numbers in every row") from None
+        raise ConfigurationError(
+            f"trace {path} must be CSV with columns t_s,rate_qps and numbers in every row"
+        ) from None
     with np.errstate(over="ignore", invalid="ignore"):
         steps = np.diff(times)
     if len(times) < 2 or not np.all(np.isfinite(times)) or not np.all(np.isfinite(steps)) or np.any(steps <= 0):
-        raise UserError(f"trace {path} needs two or more rows with finite, increasing t_s")
+        raise ConfigurationError(f"trace {path} needs two or more rows with finite, increasing t_s")
     if np.any(rates < 0) or not np.all(np.isfinite(rates)) or float(rates.max()) > MAX_RATE_QPS:
-        raise UserError(
+        raise ConfigurationError(
             f"trace {path}: rates (times --rate-scale) must be from 0 to {MAX_RATE_QPS:g} queries/s; "
             f"the highest is {float(rates.max()):g}"
         )
@@ -174,7 +176,7 @@ class Replayer:
         progress: Progress | None = None,
     ) -> None:
         if clocks not in CLOCKS:
-            raise UserError(f"unknown clocks setting {clocks!r}: choose lock or cap")
+            raise ConfigurationError(f"unknown clocks setting {clocks!r}: choose lock or cap")
         self.device = device
         self.policy = policy
         self.clocks = clocks
@@ -552,13 +554,13 @@ def replay(
     ``progress(strategy, done, total)`` hears how far each strategy is.
     """
     if not getattr(device, "simulated", False) or not isinstance(device, TwinDevice):
-        raise UserError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
+        raise ConfigurationError(f"replay runs on a digital twin, not {device.name}: pass --device sim:<kind>")
     check_policy_for(policy, device)
     if not (math.isfinite(interval_s) and interval_s > 0):
-        raise UserError("--interval must be a positive number of seconds, e.g. 1")
+        raise ConfigurationError("--interval must be a positive number of seconds, e.g. 1")
     steps = float(trace.durations.sum()) / interval_s
     if not steps <= MAX_REPLAY_STEPS:
-        raise UserError(
+        raise ConfigurationError(
             f"trace {trace.name} spans {float(trace.durations.sum()):g} s: at --interval {interval_s:g} s that is "
             f"more than {MAX_REPLAY_STEPS} governor steps; shorten the trace or raise --interval"
         )

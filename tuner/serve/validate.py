@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from tuner.devices.base import Device
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError, UserError
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS
 from tuner.serve.policy import Policy, check_policy
 
@@ -32,15 +32,15 @@ def check_rules(
 ) -> None:
     """The governor's switching settings, as ``tune govern`` and ``tune replay`` take them."""
     if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL_S):
-        raise UserError(f"--interval must be a number of seconds in (0, {MAX_INTERVAL_S:g}], e.g. 1")
+        raise ConfigurationError(f"--interval must be a number of seconds in (0, {MAX_INTERVAL_S:g}], e.g. 1")
     for value, flag in ((headroom, "--headroom"), (hysteresis, "--hysteresis")):
         if not 0 <= value < 1:
-            raise UserError(f"{flag} must be a fraction in [0, 1), e.g. 0.1")
+            raise ConfigurationError(f"{flag} must be a fraction in [0, 1), e.g. 0.1")
     for value, flag in ((min_dwell, "--min-dwell"), (smoothing, "--smoothing")):
         if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
-            raise UserError(f"{flag} must be from 0 to {MAX_SECONDS:g} seconds, e.g. 30")
+            raise ConfigurationError(f"{flag} must be from 0 to {MAX_SECONDS:g} seconds, e.g. 30")
     if duration is not None and not (math.isfinite(duration) and 0 < duration <= 100 * 365 * 86400.0):
-        raise UserError(
+        raise ConfigurationError(
             "--duration must be a positive number of seconds, e.g. 3600 (leave it out to run until stopped)"
         )
 
@@ -58,10 +58,14 @@ def check_policy_for(policy: Policy, device: Device, model: str | None = None) -
         try:
             space.validate_config(band.config())
         except UserError as exc:
-            raise UserError(f"policy band {i}: {exc}") from None
+            raise ConfigurationError(f"policy band {i}: {exc}") from None
         if band.batch_size not in space.batch_sizes:
             sizes = ",".join(map(str, space.batch_sizes))
-            raise UserError(f"policy band {i}: batch_size {band.batch_size} is not one of {device.kind}'s: {sizes}")
+            raise ConfigurationError(
+                f"policy band {i}: batch_size {band.batch_size} is not one of {device.kind}'s: {sizes}"
+            )
         if band.batch_timeout_ms not in TIMEOUTS_MS:
             shown = ", ".join(f"{t:g}" for t in TIMEOUTS_MS)
-            raise UserError(f"policy band {i}: {TIMEOUT_KNOB} {band.batch_timeout_ms:g} is not one of {shown} (ms)")
+            raise ConfigurationError(
+                f"policy band {i}: {TIMEOUT_KNOB} {band.batch_timeout_ms:g} is not one of {shown} (ms)"
+            )
