@@ -106,3 +106,12 @@ def test_tune_debug_shows_the_traceback_and_otherwise_one_line(tmp_path):
     assert debug.returncode == 2
     assert "Traceback (most recent call last)" in debug.stderr and "ConfigurationError" in debug.stderr
     assert debug.stderr.rstrip().endswith(plain.stderr.strip())
+
+
+@pytest.mark.parametrize("name", ["tune", "measure", "open_device", "configuration"])
+def test_each_library_function_documents_args_returns_raises_and_an_example(name):
+    from tuner import api
+
+    doc = getattr(api, name).__doc__
+    for section in ("Args:", "Returns:", "Raises:", "Example:"):
+        assert f"\n    {section}\n" in doc, f"tuner.{name} has no {section} section"
