@@ -195,7 +195,7 @@ def main() -> int:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-kill-")))
             if server is not None:
                 server.create_database(f"rep{rep}")
-                # Workers read the credentials from PG* variables, as the README's fleet command does.
+                # Workers read the credentials from PG* variables, as docs/fleet-commands.md's fleet command does.
                 url, read_url, env = "postgresql://", server.url(f"rep{rep}"), server.env(f"rep{rep}")
             else:
                 url = read_url = f"sqlite:///{folder / 'tune.db'}"

@@ -29,7 +29,7 @@ def board_policy(path, kind="orin-agx", model="resnet50"):
 
 
 def set_rate(path, text):
-    """Replace the rate file atomically, as the README asks of a server: no read can find it empty.
+    """Replace the rate file atomically, as docs/serve.md asks of a server: no read can find it empty.
 
     An in-place rewrite is read again when found empty (tuner/serve/rates.py), but
     a writer descheduled for longer than the retries on a loaded machine would

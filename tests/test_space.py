@@ -100,7 +100,7 @@ def test_space_model_requires_version_one():
 
 
 def test_a_whole_number_names_the_one_clock_less_than_a_unit_away():
-    """The README's --set gpu_mhz=1300 names the Orin's 1300.5 MHz; a number between two values is refused."""
+    """--set gpu_mhz=1300 (docs/usage.md) names the Orin's 1300.5 MHz; a number between two values is refused."""
     space = load_space("orin-agx")
     assert parse_assignments(["gpu_mhz=1300"], space) == {"gpu_mhz": 1300.5}
     assert parse_assignments(["gpu_mhz=1300.5"], space) == {"gpu_mhz": 1300.5}
