@@ -115,3 +115,19 @@ def test_each_library_function_documents_args_returns_raises_and_an_example(name
     doc = getattr(api, name).__doc__
     for section in ("Args:", "Returns:", "Raises:", "Example:"):
         assert f"\n    {section}\n" in doc, f"tuner.{name} has no {section} section"
+
+
+def test_a_board_that_refuses_a_configuration_is_a_device_error_and_is_left_as_it_was(tmp_path, monkeypatch):
+    from fakeboard import make_fake_board
+
+    from tuner.devices.jetson import JetsonDevice
+
+    monkeypatch.setenv("TUNE_STATE_DIR", str(tmp_path / "state"))
+    board = make_fake_board(tmp_path / "board", "orin-agx", "l4t36.4")
+    board.set_nvpmodel_ignores_m()
+    before = board.snapshot()
+    orin = JetsonDevice("orin-agx", sysfs_root=board.root, nvpmodel=str(board.nvpmodel), mode_timeout_s=0.3)
+    with pytest.raises(tuner.DeviceError, match="did not switch") as refused:
+        tuner.measure("tiny-cnn", orin, {"nvpmodel": "50W", "batch_size": 8}, window_s=1)
+    assert exit_code(refused.value) == 1
+    assert board.snapshot() == before
