@@ -131,3 +131,17 @@ def test_a_board_that_refuses_a_configuration_is_a_device_error_and_is_left_as_i
         tuner.measure("tiny-cnn", orin, {"nvpmodel": "50W", "batch_size": 8}, window_s=1)
     assert exit_code(refused.value) == 1
     assert board.snapshot() == before
+
+
+def test_tune_run_and_tuner_tune_give_the_same_answer_from_the_same_seed(tmp_path):
+    import json
+
+    from clirun import in_process
+
+    args = ("run", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "-n", "6", "--seed", "4", "--json")
+    code, out, err = in_process(*args, "--out", str(tmp_path / "cli"))
+    assert code == 0, err
+    by_cli = json.loads(out)
+    by_library = tuner.tune("resnet50", "sim:orin", "50ms", trials=6, seed=4, out=tmp_path / "library")
+    assert by_cli["best"] == by_library.summary.best
+    assert by_library.answer.config.knobs == by_cli["best"]["config"]

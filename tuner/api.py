@@ -197,7 +197,8 @@ def tune(
         True
     """
     bound_ms = parse_latency_ms(max_latency) if isinstance(max_latency, str) else float(max_latency)
-    options.setdefault("window", WindowSettings(min_window_s=DEFAULT_MIN_WINDOW_S))
+    # tune run's window: adaptive from 2 s, seeded like the run, noisy on a twin as hardware is
+    options.setdefault("window", WindowSettings(min_window_s=DEFAULT_MIN_WINDOW_S, seed=options.get("seed")))
     try:
         run_options = RunOptions(model=model, max_latency_ms=bound_ms, **options)
     except ValidationError as exc:
@@ -287,8 +288,8 @@ def measure(model: str, device: str | Device, config: Config | Mapping[str, Knob
         device: a device name, or a device from :func:`open_device`.
         config: as :func:`configuration` takes it.
         **window: how to measure, as :class:`tuner.measure.settings.WindowSettings` names it
-            (``window_s`` 10, ``min_window_s``, ``ci``, ``percentile``, ``meter``, ``seed``,
-            ``scenario``, ``runtime``), or ``window=`` a WindowSettings.
+            (``window_s`` 10, ``min_window_s`` 2, ``ci`` 0.01, ``percentile``, ``meter``, ``seed``,
+            ``scenario``, ``runtime``), or ``window=`` a WindowSettings; the defaults are ``tune measure``'s.
 
     Returns:
         The window's :class:`tuner.measurement.Measurement`; ``valid`` False with a ``reason`` when
@@ -314,7 +315,9 @@ def _window(window: dict[str, Any]) -> WindowSettings:
         if window or not isinstance(given, WindowSettings):
             raise ConfigurationError("measure: pass either window=WindowSettings(...) or its fields, not both")
         return given
+    # tune measure's window: adaptive from 2 s; a twin is noise-free unless seeded
     window.setdefault("noise", window.get("seed") is not None)
+    window.setdefault("min_window_s", min(DEFAULT_MIN_WINDOW_S, window.get("window_s", WindowSettings().window_s)))
     try:
         return WindowSettings(**window)
     except ValidationError as exc:
