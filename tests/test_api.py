@@ -74,6 +74,8 @@ def test_import_tuner_loads_no_library(tmp_path):
 def test_a_library_caller_catches_configuration_and_device_errors(tmp_path):
     with pytest.raises(ConfigurationError, match="unit"):
         tuner.tune("resnet50", "sim:orin", max_latency="50 parsecs", out=tmp_path)
+    with pytest.raises(ConfigurationError, match="latency 'nanms'"):
+        tuner.tune("resnet50", "sim:orin", max_latency=float("nan"), out=tmp_path)
     with pytest.raises(ConfigurationError, match="unknown model"):
         tuner.tune("resnet5", "sim:orin", out=tmp_path)
     with pytest.raises(ConfigurationError, match="unknown option 'trail' \\(did you mean trials\\?\\)"):

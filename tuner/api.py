@@ -196,7 +196,7 @@ def tune(
         >>> result.answer.p99_ms <= 50
         True
     """
-    bound_ms = parse_latency_ms(max_latency) if isinstance(max_latency, str) else float(max_latency)
+    bound_ms = parse_latency_ms(max_latency if isinstance(max_latency, str) else f"{float(max_latency)!r}ms")
     # tune run's window: adaptive from 2 s, seeded like the run, noisy on a twin as hardware is
     options.setdefault("window", WindowSettings(min_window_s=DEFAULT_MIN_WINDOW_S, seed=options.get("seed")))
     try:
@@ -213,6 +213,7 @@ def tune(
     )
     report = tune_study(request, on_trial=on_trial, on_note=on_note)
     study = report.study
+    assert study is not None  # tune_study always returns the study it ran
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     front = [] if report.pareto is None else report.pareto.fronts.get("global", [])
     return StudyResult(
