@@ -123,20 +123,18 @@ def run(
             scenario,
             target_qps,
         ),
+        allow_clock_changes=allow_clock_changes,
+        sysfs_root=sysfs_root,
+        space_file=space,
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
-        result = api.tune(
-            model,
-            device,
-            bound_ms,
-            on_trial=on_trial,
-            on_note=lambda line: typer.echo(line, err=True),
-            allow_clock_changes=allow_clock_changes,
-            sysfs_root=sysfs_root,
-            space_file=space,
-            **settings,
-        )
+        result = api.tune(model, device, bound_ms, on_trial=on_trial, on_note=_note, **settings)
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
+
+
+def _note(line: str) -> None:
+    """What the device and the study say while tune run runs (a note, where results went), on stderr."""
+    typer.echo(line, err=True)
 
 
 def _trial_budget(trials: int | None, study_trials: int | None, heartbeat: int, timeout: float | None) -> int:
