@@ -183,6 +183,19 @@ def summary_points(pareto: ParetoFile, per_batch: int = 4) -> list[FrontPoint]:
     return rows
 
 
+def rows_left_out(pareto: ParetoFile, shown: list[FrontPoint]) -> dict[int, tuple[int, int]]:
+    """Per batch size whose front within the bound has more points than ``shown`` holds: (shown, on the front)."""
+    counts: dict[int, tuple[int, int]] = {}
+    for name, points in pareto.fronts.items():
+        feasible = [p for p in points if p.feasible]
+        if name == "global" or not feasible:
+            continue
+        kept = sum(1 for p in shown if p.batch_size == feasible[0].batch_size)
+        if kept < len(feasible):
+            counts[feasible[0].batch_size] = (kept, len(feasible))
+    return counts
+
+
 def out_of_bound(pareto: ParetoFile) -> dict[int, FrontPoint]:
     """Per batch size with no configuration within the bound, its fastest (how far it is from the bound)."""
     return {
@@ -372,7 +385,11 @@ def feasibility(trial: optuna.trial.FrozenTrial, bound_ms: float | None) -> str:
 
 
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:
-    """Energy per query against tail latency: every trial, each batch size's front, the bound, the best."""
+    """Energy per query against tail latency: every trial, each batch size's front, the bound, the best.
+
+    A front's line joins only its points within the bound; the points past it are open markers, so no line
+    suggests a configuration beyond the bound is an option.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -385,7 +402,14 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
     batch_fronts = [(k, v) for k, v in pareto.fronts.items() if k != "global"]
     for i, (name, pts) in enumerate(batch_fronts):
         color = cmap(i / max(len(batch_fronts) - 1, 1))
-        ax.plot([p.latency_ms for p in pts], [p.j_per_query for p in pts], "-o", ms=3, color=color, label=name)
+        within = [p for p in pts if p.feasible]
+        past = [p for p in pts if not p.feasible]
+        ax.plot([p.latency_ms for p in within], [p.j_per_query for p in within], "-o", ms=3, color=color, label=name)
+        ax.scatter(
+            [p.latency_ms for p in past], [p.j_per_query for p in past], s=14, facecolors="none", edgecolors=[color]
+        )
+    if any(not p.feasible for _, pts in batch_fronts for p in pts):
+        ax.scatter([], [], s=14, facecolors="none", edgecolors="0.3", label="front past the bound")
     ax.axvline(pareto.max_latency_ms, color="crimson", ls="--", lw=1, label=f"bound {pareto.max_latency_ms:g} ms")
     if pareto.best:
         ax.scatter(

@@ -82,11 +82,15 @@ def apply(
             }
         )
         return
-    print_plan(exported, plan, dev.name, dry_run)
+    print_plan(exported, plan, dev.name, dry_run, dev.simulated)
 
 
-def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run: bool) -> None:
-    """What tune apply did or would do, what it cannot apply here, and what the runtime must be given."""
+def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run: bool, twin: bool) -> None:
+    """What tune apply did or would do, what it cannot apply here, and what the runtime must be given.
+
+    A digital twin holds no hardware state: its apply writes nothing and journals nothing, so it says what a
+    board would get and offers no restore.
+    """
     source = exported.provenance
     steps = plan.writes
     energy = exported.metrics.get("j_per_query")
@@ -95,7 +99,7 @@ def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run:
         f"the recommended configuration of study {source.study} (trial {source.trial}): "
         f"batch {exported.batch_size}, {common.fmt(exported.knobs)}{measured}"
     )
-    verb = "would write" if dry_run else "applied"
+    verb = "would write" if dry_run or twin else "applied"
     for step in steps:
         common.out_console.print(f"{verb}: {step}")
     for knob, tuned, now in plan.cannot_apply:
@@ -118,6 +122,8 @@ def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run:
             f"{plan.persisted} is now the board's nvpmodel default: it stays after a reboot; "
             f"undo with: tune restore --persist --device {device}"
         )
+    elif twin and not dry_run:
+        common.out_console.print(f"{device} is a digital twin: nothing was written and there is nothing to restore")
     elif not dry_run and not plan.cannot_apply:
         common.out_console.print(f"undo with: tune restore --device {device}")
 

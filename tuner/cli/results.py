@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import optuna
 import typer
 
 from tuner.cli import common, options
+from tuner.dashboard import dashboard_app, serve
 from tuner.deploy import export_config
 from tuner.deploy.formats import FORMATS, export_paths, write_exports
 from tuner.errors import UserError
 from tuner.lookup import find_study, study_label
-from tuner.pareto import build_pareto, completed_records, out_of_bound, results_dir, summary_points, write_results
-from tuner.storage import dashboard_storage, redact, storage_errors
+from tuner.pareto import (
+    build_pareto,
+    completed_records,
+    out_of_bound,
+    results_dir,
+    rows_left_out,
+    summary_points,
+    write_results,
+)
+from tuner.storage import redact, storage_errors
 
 ExportBound = typer.Option(
     None, "--max-latency", "-l", help="the study's bound (which study, when several bounds were tuned)"
@@ -63,10 +73,8 @@ def pareto(
     twin = " [digital twin]" if result.twin else ""
     title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
     lat = f"{result.percentile}_ms"
-    if show_all:
-        rows = completed_records(study)
-    else:
-        rows = [{**p.model_dump(), lat: p.latency_ms} for p in summary_points(result)]
+    shown = [] if show_all else summary_points(result)
+    rows = completed_records(study) if show_all else [{**p.model_dump(), lat: p.latency_ms} for p in shown]
     pinned = common.pinned_knobs([r["config"] for r in rows + ([result.best] if result.best else [])])
     if pinned:
         common.out_console.print(f"the same in every row: {common.fmt(pinned)}")
@@ -78,6 +86,12 @@ def pareto(
         )
     heading = "every measured configuration" if show_all else "per batch size, its front within the bound"
     common.out_console.print(common.configs_table(f"{heading} (* recommended)", rows, result.percentile, pinned))
+    left = {} if show_all else rows_left_out(result, shown)
+    if left:
+        common.out_console.print(
+            "rows shown of each front within the bound: "
+            + "; ".join(f"batch {b}: {n} of {m}" for b, (n, m) in sorted(left.items()))
+        )
     far = {} if show_all else out_of_bound(result)
     if far:
         common.out_console.print(
@@ -141,15 +155,20 @@ def dashboard(
     host: str = Host,
     port: int = Port,
 ) -> None:
-    """Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."""
+    """Browse the studies in optuna-dashboard, read-only (optional extra: pip install 'powertune[dashboard]')."""
     if not 0 < port < 65536:
         raise UserError(f"--port {port} is not a TCP port: give 1..65535, e.g. 8080")
-    try:
-        import optuna_dashboard
-    except ImportError:
-        raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'") from None
+    if importlib.util.find_spec("optuna_dashboard") is None:
+        raise UserError("optuna-dashboard is not installed: pip install 'powertune[dashboard]'")
     url = common.read_storage(storage, out)
-    common.err_console.print(f"dashboard for {redact(url)} on http://{host}:{port}/ (Ctrl-C to stop)")
     with storage_errors(url):
-        served = dashboard_storage(url)
-    optuna_dashboard.run_server(served, host=host, port=port)
+        app = dashboard_app(url)
+    common.err_console.print(
+        f"dashboard for {redact(url)} on http://{host}:{port}/, read-only; objective values are J per query "
+        "(Ctrl-C to stop)"
+    )
+    try:
+        serve(app, host, port)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise UserError(f"cannot serve on {host}:{port} ({reason}): give another --port or --host") from None
