@@ -37,6 +37,7 @@ from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
 from tuner.space import Grid, SearchSpace
 from tuner.storage import (
+    EARLY_STOP_ATTR,
     OBJECTIVE_NAME,
     QuotaStudy,
     StudyFull,
@@ -46,6 +47,7 @@ from tuner.storage import (
     storage_lock,
 )
 from tuner.strategies import proposal_counts
+from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
 from tuner.units import format_ms
 
 
@@ -155,6 +157,8 @@ class RunSummary(BaseModel):
     best: dict | None
     previous_best: dict | None = None
     trial_seconds: dict[str, float] = {}
+    stopped: str = ""
+    early_stop: StopDecision | None = None
 
 
 class StudyRequest(BaseModel):
@@ -313,12 +317,15 @@ def _run_study(
             deadline,
             poll_s=min(2.0, options.heartbeat_s / 2),
             propose=space.suggest,
+            early_stop=options.early_stop,
         )
     before = recommended(study)
     objective = Objective(device, space, options, study)
-    target = min(options.trials, max(space.size() - len(objective.cache), 0))
-    state = {"reused_in_row": 0, "failed": 0}
+    done_before = stored_decision(study) if options.early_stop else None
+    target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
+    state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
     explorer = Explorer(space, objective, options.seed)
+    rule = StopRule(resolution=options.window.ci)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
@@ -328,7 +335,10 @@ def _run_study(
         exhausted = False
         if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING and options.study_trials is None:
             exhausted = not explorer.enqueue_unmeasured(study)
-        if objective.measured >= target or exhausted or state["failed"] >= max(10, target) or interrupts.pending():
+        state["why"] = _ending(options, objective.measured, target, exhausted, state["failed"])
+        if options.early_stop and not state["why"]:
+            state["why"] = _early_stop(study, rule)
+        if state["why"] or interrupts.pending():
             study.stop()
 
     try:
@@ -341,6 +351,16 @@ def _run_study(
             on_interrupt(study)
         raise
     best = recommended(study)
+    decision = stored_decision(study)
+    if done_before is not None:
+        stopped = f"the study is done: {_done_line(done_before)}"
+    elif decision is not None and options.early_stop:
+        stopped = f"stopped early after trial {decision.trial}: {decision.line}"
+    else:
+        stopped = state["why"] or _ending(options, objective.measured, target, False, state["failed"])
+        if not stopped:
+            quota = options.study_trials
+            stopped = "timeout" if quota is None else f"the study holds its {quota} completed trials (--study-trials)"
     summary = RunSummary(
         study=name,
         storage=redact(storage),
@@ -350,8 +370,44 @@ def _run_study(
         best=trial_record(best) if best else None,
         previous_best=trial_record(before) if before else None,
         trial_seconds={key: round(value, 2) for key, value in objective.seconds.items()},
+        stopped=stopped,
+        early_stop=decision if options.early_stop else None,
     )
     return study, summary
+
+
+WIDEN = (
+    "to measure more, run it with --no-early-stop (up to --trials more configurations), "
+    "or tune other knobs or batch sizes with another --out or --storage"
+)
+
+
+def _done_line(decision: StopDecision) -> str:
+    """What a resumed study that had stopped by itself says, and how to widen it."""
+    return f"it stopped by itself after trial {decision.trial} ({decision.line}); {WIDEN}"
+
+
+def _ending(options: RunOptions, measured: int, target: int, exhausted: bool, failed: int) -> str:
+    """Why the loop ends now apart from an early stop (a line), or "" to go on."""
+    if target <= 0 or exhausted:
+        return "every configuration of the space has been measured"
+    if measured >= target:
+        cap = "--trials" if options.trials == target else "the space's unmeasured configurations"
+        return f"ran to its cap: {target} configurations measured ({cap})"
+    if failed >= max(10, target):
+        return f"{failed} trials failed to measure"
+    return ""
+
+
+def _early_stop(study: optuna.Study, rule: StopRule) -> str:
+    """Stop when another worker stored a decision, or when this study's trials support one (stored for all)."""
+    decision = stored_decision(study)
+    if decision is None:
+        decision = decide(study.get_trials(deepcopy=False), rule)
+        if decision is None:
+            return ""
+        study.set_user_attr(EARLY_STOP_ATTR, decision.model_dump())
+    return f"stopped early after trial {decision.trial}: {decision.line}"
 
 
 def _optimize(study: optuna.Study, objective: Objective, callback: Callable, deadline: float | None) -> None:

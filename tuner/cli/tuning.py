@@ -43,7 +43,16 @@ from tuner.units import MAX_BATCH, check_count, check_seconds
 
 Bound = typer.Option(..., "--max-latency", "-l", help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us")
 Trials = typer.Option(
-    None, "--trials", "-n", help="configurations to measure (repeats of a measured one are free) [default: 40]"
+    None,
+    "--trials",
+    "-n",
+    help="most configurations to measure (repeats of a measured one are free) [default: 40]; "
+    "the study stops sooner once its answer is known",
+)
+EarlyStop = typer.Option(
+    True,
+    "--early-stop/--no-early-stop",
+    help="stop once no unmeasured configuration could save more than a window resolves (--ci) [default: on]",
 )
 StudyTrials = typer.Option(
     None,
@@ -81,6 +90,7 @@ def run(
     device: str = options.Device,
     max_latency: str = Bound,
     trials: int | None = Trials,
+    early_stop: bool = EarlyStop,
     study_trials: int | None = StudyTrials,
     worker_id: str | None = WorkerId,
     heartbeat: int = Heartbeat,
@@ -110,6 +120,7 @@ def run(
         model=model,
         max_latency_ms=common.latency(max_latency),
         trials=trials,
+        early_stop=early_stop,
         timeout_s=timeout,
         seed=seed,
         batch_sizes=common.batch_list(batch_sizes),
@@ -170,6 +181,8 @@ def _print_run(result: StudyResult) -> None:
     if summary.trial_seconds:
         spent = ", ".join(f"{key.removesuffix('_s')} {value:.1f} s" for key, value in summary.trial_seconds.items())
         common.out_console.print(f"trial time: {spent} (per trial: setup_s, windows_s, search_s in trials.csv)")
+    if summary.stopped:
+        common.out_console.print(summary.stopped)
     changed = resumed_line(summary)
     if changed:
         common.out_console.print(changed)
