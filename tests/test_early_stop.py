@@ -124,3 +124,29 @@ def test_no_early_stop_runs_to_the_cap(tmp_path):
     assert payload["measured"] == 30 and payload["early_stop"] is None
     assert payload["stopped"] == "ran to its cap: 30 configurations measured (--trials)"
     assert not any(r["stopped"] for r in _rows(tmp_path))
+
+
+def test_a_new_study_measures_again_what_a_study_at_another_bound_found(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    first, _ = run_study(TwinDevice("sim:orin"), options(tmp_path, storage=storage, max_latency_ms=30.0, trials=10))
+    found = sorted(
+        (t.value, t.user_attrs["effective_key"])
+        for t in first.trials
+        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs["p99_ms"] <= 50.0
+    )
+    study, summary = run_study(TwinDevice("sim:orin"), options(tmp_path, storage=storage, trials=10))
+    seeds = [t for t in study.trials if t.user_attrs.get("proposed_by") == "warm-start"]
+    assert [t.number for t in seeds] == [0, 1, 2]
+    assert {t.user_attrs["effective_key"] for t in seeds} == {key for _, key in found[:3]}
+    assert all("reused_from" not in t.user_attrs and t.user_attrs["windows"] for t in seeds)  # measured here
+    assert len(summary.reused) == 1 and summary.reused[0].startswith("warm start: 3 configurations")
+    assert "30ms" in summary.reused[0]
+    # The strategy's own start (baseline, centre) still follows the seeds.
+    assert [t.user_attrs.get("proposed_by") for t in study.trials[3:6]] == ["baseline", "baseline", "design"]
+
+
+def test_no_warm_start_starts_from_nothing(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    run_study(TwinDevice("sim:orin"), options(tmp_path, storage=storage, max_latency_ms=30.0, trials=8))
+    study, summary = run_study(TwinDevice("sim:orin"), options(tmp_path, storage=storage, trials=8, warm_start=False))
+    assert summary.reused == [] and study.trials[0].user_attrs["proposed_by"] == "baseline"

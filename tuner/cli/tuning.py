@@ -54,6 +54,12 @@ EarlyStop = typer.Option(
     "--early-stop/--no-early-stop",
     help="stop once no unmeasured configuration could save more than a window resolves (--ci) [default: on]",
 )
+WarmStart = typer.Option(
+    True,
+    "--warm-start/--no-warm-start",
+    help="a new study first measures again the cheapest configurations that studies of this model on this "
+    "device kind at other bounds or scenarios found (same storage) [default: on]",
+)
 StudyTrials = typer.Option(
     None,
     "--study-trials",
@@ -91,6 +97,7 @@ def run(
     max_latency: str = Bound,
     trials: int | None = Trials,
     early_stop: bool = EarlyStop,
+    warm_start: bool = WarmStart,
     study_trials: int | None = StudyTrials,
     worker_id: str | None = WorkerId,
     heartbeat: int = Heartbeat,
@@ -121,6 +128,7 @@ def run(
         max_latency_ms=common.latency(max_latency),
         trials=trials,
         early_stop=early_stop,
+        warm_start=warm_start,
         timeout_s=timeout,
         seed=seed,
         batch_sizes=common.batch_list(batch_sizes),
@@ -181,6 +189,8 @@ def _print_run(result: StudyResult) -> None:
     if summary.trial_seconds:
         spent = ", ".join(f"{key.removesuffix('_s')} {value:.1f} s" for key, value in summary.trial_seconds.items())
         common.out_console.print(f"trial time: {spent} (per trial: setup_s, windows_s, search_s in trials.csv)")
+    for line in summary.reused:
+        common.out_console.print(line)
     if summary.stopped:
         common.out_console.print(summary.stopped)
     changed = resumed_line(summary)

@@ -23,6 +23,8 @@ from tuner.space import Config, SearchSpace
 
 HEADROOM_KEY = "headroom"
 """Trial user attribute: the strategy's bound, at its proposal, on what an unmeasured configuration could save."""
+WARM_START = "warm-start"
+"""``proposed_by`` of a trial queued from an earlier study's configuration (measured again, never copied)."""
 COULD_WIN_KEY = "could_win"
 """Trial user attribute: how many unmeasured configurations had any headroom at that proposal."""
 

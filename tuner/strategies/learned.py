@@ -20,7 +20,7 @@ from tuner.models import model_profile
 from tuner.records import recommended_of
 from tuner.roofline import RooflineParams, features, fit_measurements
 from tuner.space import Config, Grid, SearchSpace
-from tuner.strategies.base import GuidedSampler, measured_of, model_sampler, trial_config
+from tuner.strategies.base import WARM_START, GuidedSampler, measured_of, model_sampler, trial_config
 from tuner.surrogate import GaussianProcess, encode_grid
 
 _TABLES: dict[str, Table] = {}
@@ -186,14 +186,15 @@ class LearnedSampler(GuidedSampler):
         trials = study.get_trials(deepcopy=False)
         done = [t for t in measured_of(trials) if f"{self.percentile}_ms" in t.user_attrs]
         keys = {t.user_attrs.get("effective_key") for t in trials}
-        if len(done) < 2:
+        designed = len([t for t in done if t.user_attrs.get("proposed_by") != WARM_START])
+        if designed < 2:
             default = self.space.default_config()
             for label, batch in (("largest", self.space.batch_sizes[-1]), ("smallest", self.space.batch_sizes[0])):
                 fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}), keys)
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
-        if self.center and len(done) < 3:
+        if self.center and designed < 3:
             fresh = self._fresh(study, self._center(), keys)
             if fresh is not None:
                 self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
