@@ -32,7 +32,8 @@ from tuner.records import recommended_of
 from tuner.run_options import RunOptions
 from tuner.strategies import LearnedSampler
 from tuner.strategies.stopping import StopRule, decide
-from tuner.study import MEMORY_STORAGE, run_study
+from tuner.study import MEMORY_STORAGE, narrowed_space, run_study
+from tuner.sweep import optimum, run_sweep
 
 
 def boards(spec: str) -> list[int]:
@@ -94,9 +95,22 @@ def run(land: Landscape, seed: int, trials: int, stop_z: float, rules: dict[str,
     return out
 
 
-def _p(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))] if values else math.nan
+def fixed(name: str, model: str, bound_ms: float) -> Landscape:
+    """A landscape at a bound given in milliseconds (the quick start's 50 ms), its optimum from the noise-free sweep."""
+    dev = device(name)
+    rows = run_sweep(dev, narrowed_space(dev, None, None), model, WindowSettings(noise=False, seed=None))
+    truth(name, model, "p99")
+    best = optimum(rows, bound_ms, "p99")
+    lats = [r.measurement.latency_ms("p99") for r in rows if r.measurement is not None and r.measurement.valid]
+    return Landscape(
+        device=name,
+        model=model,
+        bound=f"{bound_ms:g}ms",
+        max_latency_ms=bound_ms,
+        optimum_j=best.measurement.j_per_query,
+        optimum={"config": best.config.knobs, "batch_size": best.config.batch_size},
+        feasible_fraction=sum(lat <= bound_ms for lat in lats) / len(lats),
+    )
 
 
 def summary(runs: list[dict], rules: list[str]) -> list[dict]:
@@ -138,6 +152,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--stop-z", type=float, default=2.0)
     parser.add_argument("--patience", default="3", help="patience values of the rule to judge, e.g. 3,4,5")
+    parser.add_argument("--bound-ms", type=float, default=None, help="one fixed bound (the quick start: 50)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     settings = BenchSettings(
@@ -147,7 +162,10 @@ def main() -> None:
         tune_boards=[],
         judge_boards=[],
     )
-    lands = build_landscapes(settings) if settings.devices else []
+    if args.bound_ms is not None:
+        lands = [fixed(name, model, args.bound_ms) for name in settings.devices for model in settings.models]
+    else:
+        lands = build_landscapes(settings) if settings.devices else []
     for seed in boards(args.boards):
         bound = args.board_bound or ("tight", "medium", "loose")[(seed // 3) % 3]
         lands += _landscapes("judge boards", f"gen:{seed}", WORKLOADS[seed % len(WORKLOADS)], [bound], "p99")
