@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--board-bound", default="", help="one bound for every generated board (default its own)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--stop-z", type=float, default=2.0)
+    parser.add_argument("--stop-z", type=float, default=3.0)
     parser.add_argument("--patience", default="3", help="patience values of the rule to judge, e.g. 3,4,5")
     parser.add_argument("--bound-ms", type=float, default=None, help="one fixed bound (the quick start: 50)")
     parser.add_argument("--out", type=Path, required=True)

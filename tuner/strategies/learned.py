@@ -133,7 +133,7 @@ class LearnedSampler(GuidedSampler):
         probe_min_prob: float = 0.2,
         probe_batches: int = 1,
         switch_tie: float = 0.1,
-        stop_z: float = 2.0,
+        stop_z: float = 3.0,
         stop_feasible: float = 0.05,
         full_check: float = 0.05,
     ) -> None:
