@@ -42,13 +42,17 @@ import optuna
 from tuner.records import recommended_of
 
 CASES = {
-    "resnet50-offline": {"model": "resnet50", "args": ["--max-latency", "50ms", "--trials", "30"]},
-    "bert-offline": {"model": "bert-base", "args": ["--max-latency", "20ms", "--trials", "30"]},
+    "resnet50-offline": {"model": "resnet50", "args": ["--max-latency", "50ms"], "trials": "30"},
+    "bert-offline": {"model": "bert-base", "args": ["--max-latency", "20ms"], "trials": "30"},
     "resnet50-server": {
         "model": "resnet50",
-        "args": ["--max-latency", "10ms", "--trials", "12", "--scenario", "server", "--target-qps", "3000"],
+        "args": ["--max-latency", "10ms", "--scenario", "server", "--target-qps", "3000"],
+        "trials": "12",
     },
 }
+# The default sampler runs as a user types it, with no --trials: it stops by itself (at most 40 trials). Other
+# samplers record no bound to stop on, so they keep the case's budget.
+STOPS_BY_ITSELF = ("auto", "learned")
 WINDOW_ARGS = {"resnet50-server": ["--window", "4"]}
 WITHIN = 0.02
 # The knobs an observe-only H200 tunes besides batch size (its clocks and power limit stay as found).
@@ -76,6 +80,7 @@ def run_case(name: str, sampler: str, work: Path) -> dict:
         "--device",
         DEVICE[0],
         *case["args"],
+        *([] if sampler in STOPS_BY_ITSELF else ["--trials", case["trials"]]),
         *WINDOW_ARGS.get(name, []),
         "--sampler",
         sampler,
@@ -231,7 +236,7 @@ def main() -> None:
         results["reference"][name] = {"batch_size": batch_size, "config": knobs, **again}
         args.out.write_text(json.dumps(results, indent=1))
         print(f"reference {name}: {results['reference'][name].get('median')}", flush=True)
-    print("case              sampler  wall s  2% s  max trial s  best J/q  cuts  remeasured")
+    print("case              sampler  wall s  2% s  max trial s  best J/q  cuts  remeasured  why it stopped")
     for record in results["runs"]:
         print(line(record))
 
@@ -241,10 +246,11 @@ def line(r: dict) -> str:
         return f"{r['case']:17} {r['sampler']:7} rc={r['rc']} {r.get('stderr', '')[-300:]}"
     again = r.get("remeasure", {}).get("median")
     best = r.get("final_best_j_per_query")
+    stopped = r.get("summary", {}).get("stopped", "")
     return (
         f"{r['case']:17} {r['sampler']:7} {r['wall_s']:6.1f} {r.get('within_2pct_s') or float('nan'):5.1f} "
         f"{r.get('max_trial_s') or float('nan'):11.1f} {best or float('nan'):.5f} {sum(r['cuts'].values()):4d} "
-        f"{again if again is None else round(again, 5)}"
+        f"{again if again is None else round(again, 5)}  {r.get('summary', {}).get('measured')} measured: {stopped}"
     )
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Time to an answer on a lent H200, observe-only (benchmarks/results/time-to-answer-h200.md): `tune run` as a user
-# types it, timed from the command, for resnet50 Offline 50 ms and bert-base Offline 20 ms (30 trials) and resnet50
-# Server 3000 q/s under 10 ms (12 trials), with the default sampler and Optuna's TPE
-# (benchmarks/time_to_answer_h200.py).
+# types it, timed from the command, for resnet50 Offline 50 ms and bert-base Offline 20 ms and resnet50 Server
+# 3000 q/s under 10 ms, with the default sampler (no --trials: it stops by itself, at most 40) and Optuna's TPE
+# (30 trials Offline, 12 Server) (benchmarks/time_to_answer_h200.py).
 # Nothing on the card is set. Run from a copy of the repository holding .whl/ (optuna, pydantic, loadgen... as
 # wheels): SAMPLERS=auto FIRST=--first-build REMEASURE=--remeasure BUDGET=480 bash benchmarks/time_to_answer_h200.sh
 # RUNS=resnet50-offline:auto,bert-offline:tpe runs those case:sampler pairs in that order instead of CASES x SAMPLERS;

@@ -199,7 +199,11 @@ def counts_as_trial(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: int, percentile: str) -> RunResult:
-    """Run one strategy through run_study and score its trajectory against the noise-free truth."""
+    """Run one strategy through run_study to its cap and score its trajectory against the noise-free truth.
+
+    Early stop is off: the trajectory is scored at every trial count up to the
+    cap (benchmarks/early_stop.py scores the stop on the same trajectories).
+    """
     started = time.monotonic()
     dev = device(landscape.device)
     table = truth(landscape.device, landscape.model, percentile)
@@ -210,6 +214,7 @@ def run_one(landscape: Landscape, index: int, strategy: str, seed: int, trials: 
         seed=seed,
         sampler=strategy,
         storage=MEMORY_STORAGE,
+        early_stop=False,
         window=WindowSettings(seed=seed, percentile=percentile),
     )
     study, _ = run_study(dev, options)

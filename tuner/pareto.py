@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tuner import __version__, atomicfile
 from tuner.measurement import METRIC_KEYS
 from tuner.records import is_feasible, recommended, trial_record, windows
+from tuner.storage import EARLY_STOP_ATTR
 
 PARETO_VERSION = 2
 
@@ -297,9 +298,14 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "windows_s",
                 "search_s",
                 "switch_s",
+                "headroom",
+                "could_win",
+                "stopped",
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
+        stop = study.user_attrs.get(EARLY_STOP_ATTR)
+        stop = stop if isinstance(stop, dict) else {}
         for t in trials:
             a = t.user_attrs
             eff = a.get("effective", {})
@@ -326,6 +332,9 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("cut", ""),
                     *[a.get(key, "") for key in ("setup_s", "windows_s", "search_s")],
                     a.get("switch_s", ""),
+                    a.get("headroom", ""),
+                    a.get("could_win", ""),
+                    f"early stop: {stop.get('line', '')}" if stop.get("trial") == t.number else "",
                 ]
             )
 

@@ -24,6 +24,8 @@ class RunOptions(BaseModel):
     model: str
     max_latency_ms: float
     trials: int = 40
+    early_stop: bool = True
+    warm_start: bool = True
     timeout_s: float | None = None
     seed: int | None = None
     batch_sizes: list[int] | None = None

@@ -52,6 +52,8 @@ PG_SCHEMES = ("postgresql", "postgres")
 PG_DIALECT = "postgresql+psycopg"
 RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
 DEFAULT_HEARTBEAT_S = 10
+EARLY_STOP_ATTR = "early_stop"
+"""The study user attribute that holds a stop decision (tuner.strategies.stopping): every worker reads it."""
 MAX_RETRY = 2
 # The password runs to the last "@": an unescaped "@" or "/" in it must not leave a piece of it behind.
 # (A query holding "@" is then hidden too: too much is hidden, never too little.)
@@ -456,7 +458,9 @@ class QuotaStudy(optuna.Study):
         COMPLETE, the study ends with exactly that many); a slot freed by a
         failed trial goes to its retry first; and every proposal sees the
         parameters of every trial already running. A worker that finds every
-        slot taken by running trials waits and polls.
+        slot taken by running trials waits and polls. With ``early_stop``, a
+        stop decision stored in the study (``EARLY_STOP_ATTR``, by any worker)
+        ends admission too: the fleet stops as one study.
     """
 
     def __init__(
@@ -467,8 +471,10 @@ class QuotaStudy(optuna.Study):
         deadline: float | None = None,
         poll_s: float = 1.0,
         propose: Callable[[optuna.Trial], Any] | None = None,
+        early_stop: bool = False,
     ) -> None:
         super().__init__(study_name=study.study_name, storage=study._storage, sampler=study.sampler)
+        self.early_stop = early_stop
         self.url = url
         self.quota = quota
         self.deadline = deadline
@@ -490,6 +496,8 @@ class QuotaStudy(optuna.Study):
                 done, running = self.counts()
                 if done >= self.quota:
                     raise StudyFull(f"the study has its {self.quota} completed trials")
+                if self.early_stop and EARLY_STOP_ATTR in self.user_attrs:
+                    raise StudyFull("the study stopped early")
                 if done + running < self.quota:
                     return self._start(fixed_distributions)
             if self.deadline is not None and time.monotonic() >= self.deadline:

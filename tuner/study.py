@@ -35,8 +35,9 @@ from tuner.records import recommended, trial_record
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
-from tuner.space import Grid, SearchSpace
+from tuner.space import Config, Grid, SearchSpace
 from tuner.storage import (
+    EARLY_STOP_ATTR,
     OBJECTIVE_NAME,
     QuotaStudy,
     StudyFull,
@@ -46,6 +47,8 @@ from tuner.storage import (
     storage_lock,
 )
 from tuner.strategies import proposal_counts
+from tuner.strategies.base import WARM_START
+from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
 from tuner.units import format_ms
 
 
@@ -155,6 +158,9 @@ class RunSummary(BaseModel):
     best: dict | None
     previous_best: dict | None = None
     trial_seconds: dict[str, float] = {}
+    stopped: str = ""
+    early_stop: StopDecision | None = None
+    reused: list[str] = []
 
 
 class StudyRequest(BaseModel):
@@ -314,7 +320,10 @@ def _run_study(
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)
         check_same_space(study, space)
+        fresh = not study.get_trials(deepcopy=False)
         _stamp(study, device, options, space)
+        if fresh and options.warm_start and storage != MEMORY_STORAGE:
+            _warm_start(study, storage, space, options, device)
     if options.study_trials is not None:
         study = QuotaStudy(
             study,
@@ -323,12 +332,15 @@ def _run_study(
             deadline,
             poll_s=min(2.0, options.heartbeat_s / 2),
             propose=space.suggest,
+            early_stop=options.early_stop,
         )
     before = recommended(study)
     objective = Objective(device, space, options, study)
-    target = min(options.trials, max(space.size() - len(objective.cache), 0))
-    state = {"reused_in_row": 0, "failed": 0}
+    done_before = stored_decision(study) if options.early_stop else None
+    target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
+    state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
     explorer = Explorer(space, objective, options.seed)
+    rule = StopRule(resolution=options.window.ci)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
@@ -338,7 +350,10 @@ def _run_study(
         exhausted = False
         if state["reused_in_row"] >= REPEATS_BEFORE_EXPLORING and options.study_trials is None:
             exhausted = not explorer.enqueue_unmeasured(study)
-        if objective.measured >= target or exhausted or state["failed"] >= max(10, target) or interrupts.pending():
+        state["why"] = _ending(options, objective.measured, target, exhausted, state["failed"])
+        if options.early_stop and not state["why"]:
+            state["why"] = _early_stop(study, rule)
+        if state["why"] or interrupts.pending():
             study.stop()
 
     try:
@@ -351,6 +366,16 @@ def _run_study(
             on_interrupt(study)
         raise
     best = recommended(study)
+    decision = stored_decision(study)
+    if done_before is not None:
+        stopped = f"the study is done: {_done_line(done_before)}"
+    elif decision is not None and options.early_stop:
+        stopped = f"stopped early after trial {decision.trial}: {decision.line}"
+    else:
+        stopped = state["why"] or _ending(options, objective.measured, target, False, state["failed"])
+        if not stopped:
+            quota = options.study_trials
+            stopped = "timeout" if quota is None else f"the study holds its {quota} completed trials (--study-trials)"
     summary = RunSummary(
         study=name,
         storage=redact(storage),
@@ -360,8 +385,97 @@ def _run_study(
         best=trial_record(best) if best else None,
         previous_best=trial_record(before) if before else None,
         trial_seconds={key: round(value, 2) for key, value in objective.seconds.items()},
+        stopped=stopped,
+        early_stop=decision if options.early_stop else None,
+        reused=list(study.user_attrs.get(WARM_ATTR, [])),
     )
     return study, summary
+
+
+WARM_SEEDS = 3
+WARM_ATTR = "warm_start"
+
+
+def _warm_start(study: optuna.Study, storage: str, space: SearchSpace, options: RunOptions, device: Device) -> None:
+    """Queue the cheapest configurations earlier studies of this model on this device kind found, to measure again.
+
+    Studies in the same storage (a fleet's is shared) at another bound or
+    scenario: their completed, measured trials whose tail latency met this
+    study's bound, in this space, cheapest first, ``WARM_SEEDS`` distinct
+    configurations. They are enqueued, so measured afresh under this study's
+    bound, never copied; what was queued is stored in the study (``WARM_ATTR``)
+    and the run summary says it.
+    """
+    summaries = optuna.get_all_study_summaries(storage=study._storage, include_best_trial=False)
+    grid = Grid(space)
+    lat_key = f"{options.window.percentile}_ms"
+    found: dict[str, tuple[float, str, int, dict]] = {}
+    for summary in summaries:
+        attrs = summary.user_attrs
+        if summary.study_name == study.study_name or attrs.get("model") != options.model:
+            continue
+        if attrs.get("device_kind") != device.kind:
+            continue
+        other = optuna.load_study(study_name=summary.study_name, storage=study._storage)
+        for t in other.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            a = t.user_attrs
+            key, latency = a.get("effective_key"), a.get(lat_key)
+            if key is None or latency is None or "reused_from" in a or "j_per_query" not in a:
+                continue
+            if float(latency) > options.max_latency_ms or grid.position(key) is None:
+                continue
+            j = float(a["j_per_query"])
+            if key not in found or j < found[key][0]:
+                found[key] = (j, summary.study_name, t.number, a)
+    picked = sorted(found.values(), key=lambda item: item[0])[:WARM_SEEDS]
+    lines = []
+    for j, source, number, a in picked:
+        config = Config(knobs=a["effective"], batch_size=a["batch_size"])
+        why = (
+            f"warm start: trial {number} of study {source} ({j:.4g} J/query at {float(a[lat_key]):.4g} ms), "
+            "measured again under this bound"
+        )
+        study.enqueue_trial(space.params_for(config), user_attrs={"proposed_by": WARM_START, "why": why})
+        lines.append(f"trial {number} of {source}")
+    if lines:
+        study.set_user_attr(
+            WARM_ATTR,
+            [f"warm start: {len(lines)} configurations of earlier studies measured again ({'; '.join(lines)})"],
+        )
+
+
+WIDEN = (
+    "to measure more, run it with --no-early-stop (up to --trials more configurations), "
+    "or tune other knobs or batch sizes with another --out or --storage"
+)
+
+
+def _done_line(decision: StopDecision) -> str:
+    """What a resumed study that had stopped by itself says, and how to widen it."""
+    return f"it stopped by itself after trial {decision.trial} ({decision.line}); {WIDEN}"
+
+
+def _ending(options: RunOptions, measured: int, target: int, exhausted: bool, failed: int) -> str:
+    """Why the loop ends now apart from an early stop (a line), or "" to go on."""
+    if target <= 0 or exhausted:
+        return "every configuration of the space has been measured"
+    if measured >= target:
+        cap = "--trials" if options.trials == target else "the space's unmeasured configurations"
+        return f"ran to its cap: {target} configurations measured ({cap})"
+    if failed >= max(10, target):
+        return f"{failed} trials failed to measure"
+    return ""
+
+
+def _early_stop(study: optuna.Study, rule: StopRule) -> str:
+    """Stop when another worker stored a decision, or when this study's trials support one (stored for all)."""
+    decision = stored_decision(study)
+    if decision is None:
+        decision = decide(study.get_trials(deepcopy=False), rule)
+        if decision is None:
+            return ""
+        study.set_user_attr(EARLY_STOP_ATTR, decision.model_dump())
+    return f"stopped early after trial {decision.trial}: {decision.line}"
 
 
 def _optimize(study: optuna.Study, objective: Objective, callback: Callable, deadline: float | None) -> None:

@@ -148,7 +148,7 @@ def retune(
         local.enqueue_trial(params, skip_if_exists=True)
     options = RunOptions(
         model=exported.model, max_latency_ms=exported.max_latency_ms, trials=trials, seed=seed, storage=storage,
-        window=settings,
+        window=settings, early_stop=False, warm_start=False,
     )  # fmt: skip
     done, summary = run_study(device, options)
     best = recommended(done)

@@ -42,7 +42,22 @@ from tuner.units import MAX_BATCH, check_count, check_seconds
 
 Bound = typer.Option(..., "--max-latency", "-l", help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us")
 Trials = typer.Option(
-    None, "--trials", "-n", help="configurations to measure (repeats of a measured one are free) [default: 40]"
+    None,
+    "--trials",
+    "-n",
+    help="most configurations to measure (repeats of a measured one are free) [default: 40]; "
+    "the study stops sooner once its answer is known",
+)
+EarlyStop = typer.Option(
+    True,
+    "--early-stop/--no-early-stop",
+    help="stop once no unmeasured configuration could save more than a window resolves (--ci) [default: on]",
+)
+WarmStart = typer.Option(
+    True,
+    "--warm-start/--no-warm-start",
+    help="a new study first measures again the cheapest configurations that studies of this model on this "
+    "device kind at other bounds or scenarios found (same storage) [default: on]",
 )
 StudyTrials = typer.Option(
     None,
@@ -80,6 +95,8 @@ def run(
     device: str = options.Device,
     max_latency: str = Bound,
     trials: int | None = Trials,
+    early_stop: bool = EarlyStop,
+    warm_start: bool = WarmStart,
     study_trials: int | None = StudyTrials,
     worker_id: str | None = WorkerId,
     heartbeat: int = Heartbeat,
@@ -108,6 +125,8 @@ def run(
     bound_ms = common.latency(max_latency)
     settings = dict(
         trials=trials,
+        early_stop=early_stop,
+        warm_start=warm_start,
         timeout_s=timeout,
         seed=seed,
         batch_sizes=common.batch_list(batch_sizes),
@@ -169,6 +188,10 @@ def _print_run(result: StudyResult) -> None:
     if summary.trial_seconds:
         spent = ", ".join(f"{key.removesuffix('_s')} {value:.1f} s" for key, value in summary.trial_seconds.items())
         common.out_console.print(f"trial time: {spent} (per trial: setup_s, windows_s, search_s in trials.csv)")
+    for line in summary.reused:
+        common.out_console.print(line)
+    if summary.stopped:
+        common.out_console.print(summary.stopped)
     changed = resumed_line(summary)
     if changed:
         common.out_console.print(changed)

@@ -86,7 +86,11 @@ class PlanOptions(BaseModel):
         return self.trials + self.refine_trials + 2 * VERIFY_TOP * self.verify_repeats + len(self.rates) - 1
 
     def run_options(self, storage: str, rate: float, trials: int) -> RunOptions:
-        """The study options of one arrival rate: the Server window at that rate, ``trials`` measured."""
+        """The study options of one arrival rate: the Server window at that rate, ``trials`` measured.
+
+        Each round measures exactly its trials (search, refine, verify), and
+        the plan seeds its own rates: no early stop, no warm start.
+        """
         return RunOptions(
             model=self.model,
             max_latency_ms=self.max_latency_ms,
@@ -98,6 +102,8 @@ class PlanOptions(BaseModel):
             storage=storage,
             out=self.out,
             window=window_for(self.window, "server", rate),
+            early_stop=False,
+            warm_start=False,
         )
 
 

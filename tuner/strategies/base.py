@@ -21,6 +21,13 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from tuner.indexed import IndexedSampler
 from tuner.space import Config, SearchSpace
 
+HEADROOM_KEY = "headroom"
+"""Trial user attribute: the strategy's bound, at its proposal, on what an unmeasured configuration could save."""
+WARM_START = "warm-start"
+"""``proposed_by`` of a trial queued from an earlier study's configuration (measured again, never copied)."""
+COULD_WIN_KEY = "could_win"
+"""Trial user attribute: how many unmeasured configurations had any headroom at that proposal."""
+
 
 def has_torch() -> bool:
     """Optuna's GP sampler runs on PyTorch, which the core install leaves out."""
@@ -73,6 +80,7 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         self.model = ""
         self.bound_ms = float("inf")
         self.percentile = "p99"
+        self.headroom: tuple[float, int] | None = None
 
     def bind(self, space: SearchSpace, model: str, max_latency_ms: float, percentile: str, device: Any = None) -> None:
         self.device = device
@@ -98,9 +106,13 @@ class GuidedSampler(optuna.samplers.BaseSampler):
         if "fixed_params" in trial.system_attrs:
             return {}
         self.reason = ("", "")
+        self.headroom = None
         config = self.propose(study)
         if config is not None:
             self._log(study, trial, *self.reason)
+            if self.headroom is not None:
+                study._storage.set_trial_user_attr(trial._trial_id, HEADROOM_KEY, round(self.headroom[0], 6))
+                study._storage.set_trial_user_attr(trial._trial_id, COULD_WIN_KEY, self.headroom[1])
             return self.space.params_for(config)
         self._log(study, trial, type(self.inner).__name__, self.reason[1] or "the strategy had nothing to propose")
         inner_space = self.inner.infer_relative_search_space(study, trial)

@@ -17,9 +17,10 @@ import optuna
 
 from runners.profile import ModelProfile
 from tuner.models import model_profile
+from tuner.records import recommended_of
 from tuner.roofline import RooflineParams, features, fit_measurements
 from tuner.space import Config, Grid, SearchSpace
-from tuner.strategies.base import GuidedSampler, measured_of, model_sampler, trial_config
+from tuner.strategies.base import WARM_START, GuidedSampler, measured_of, model_sampler, trial_config
 from tuner.surrogate import GaussianProcess, encode_grid
 
 _TABLES: dict[str, Table] = {}
@@ -107,6 +108,11 @@ class LearnedSampler(GuidedSampler):
     over a better-scoring one in another mode when it scores within this
     fraction of it (a mode switch costs seconds on a Jetson; 0 never
     prefers); a mode whose switch asked for a reboot is not proposed again.
+    Each proposal also bounds what an unmeasured configuration could still
+    save (``headroom``: energy ``stop_z`` standard deviations below the mean
+    of the trusted model, among configurations at least ``stop_feasible`` likely to
+    meet the bound; the whole grid is scored once the sample leaves under
+    ``full_check``), which tells the study when it is done.
     """
 
     def __init__(
@@ -127,6 +133,9 @@ class LearnedSampler(GuidedSampler):
         probe_min_prob: float = 0.2,
         probe_batches: int = 1,
         switch_tie: float = 0.1,
+        stop_z: float = 3.0,
+        stop_feasible: float = 0.05,
+        full_check: float = 0.05,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
@@ -143,6 +152,9 @@ class LearnedSampler(GuidedSampler):
         self.probe_min_prob = probe_min_prob
         self.probe_batches = probe_batches
         self.switch_tie = switch_tie
+        self.stop_z = stop_z
+        self.stop_feasible = stop_feasible
+        self.full_check = full_check
         self.mode_now: int | None = None
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
@@ -174,14 +186,15 @@ class LearnedSampler(GuidedSampler):
         trials = study.get_trials(deepcopy=False)
         done = [t for t in measured_of(trials) if f"{self.percentile}_ms" in t.user_attrs]
         keys = {t.user_attrs.get("effective_key") for t in trials}
-        if len(done) < 2:
+        designed = len([t for t in done if t.user_attrs.get("proposed_by") != WARM_START])
+        if designed < 2:
             default = self.space.default_config()
             for label, batch in (("largest", self.space.batch_sizes[-1]), ("smallest", self.space.batch_sizes[0])):
                 fresh = self._fresh(study, default.model_copy(update={"batch_size": batch}), keys)
                 if fresh is not None:
                     self.reason = ("baseline", f"default configuration at the {label} batch size ({batch})")
                     return fresh
-        if self.center and len(done) < 3:
+        if self.center and designed < 3:
             fresh = self._fresh(study, self._center(), keys)
             if fresh is not None:
                 self.reason = ("design", "centre of the space: ordered knobs and the batch size at their middle")
@@ -210,7 +223,50 @@ class LearnedSampler(GuidedSampler):
         self.scored |= {int(r) for r in rows}
         why_model = self._choose_trust(roof is not None)
         mu_e, sd_e, mu_l, sd_l = models[self.trust](cand)
+        best = recommended_of([t for t in trials if t.state == optuna.trial.TrialState.COMPLETE])
+        if best is not None and best.value is not None and float(best.value) > 0:
+            trusted = {self.trust: models[self.trust]}
+            self.headroom = self._headroom(table, cand, seen - {None}, trusted, float(best.value))
         return self._acquire(table, cand, local_rows, feasible, mu_e, sd_e, mu_l, sd_l, why_model)
+
+    def _headroom(
+        self, table: Table, cand: np.ndarray, seen: set[int], models: dict[str, Callable], best_j: float
+    ) -> tuple[float, int]:
+        """The most any unmeasured configuration could save against ``best_j``, and how many could save anything.
+
+        Optimistic by the models given (the one that proposes): energy
+        ``stop_z`` standard deviations below its mean, among the configurations at least ``stop_feasible``
+        likely to meet the bound (without the proposal's margin). Scored on
+        the proposal's candidates; when they are a sample of a larger grid
+        and leave under ``full_check`` headroom, on every unmeasured
+        configuration (tuner.strategies.stopping reads the result).
+        """
+        gain, could = self._gain(cand, models, best_j)
+        unmeasured = len(table.grid) - len(seen)
+        if gain < self.full_check and len(cand) < unmeasured:
+            rest = np.setdiff1d(np.arange(len(table.grid)), np.fromiter(seen, dtype=int), assume_unique=False)
+            gain, could = 0.0, 0
+            for start in range(0, len(rest), 8192):
+                g, c = self._gain(rest[start : start + 8192], models, best_j)
+                gain, could = max(gain, g), could + c
+        return gain, could
+
+    def _gain(self, rows: np.ndarray, models: dict[str, Callable], best_j: float) -> tuple[float, int]:
+        """:meth:`_headroom` over ``rows``: the largest optimistic relative saving, and the rows with any."""
+        if len(rows) == 0:
+            return 0.0, 0
+        best = math.log(best_j)
+        gain = 0.0
+        any_gain = np.zeros(len(rows), dtype=bool)
+        for predict in models.values():
+            mu_e, sd_e, mu_l, sd_l = predict(rows)
+            plausible = _normal_cdf((math.log(self.bound_ms) - mu_l) / sd_l) >= self.stop_feasible
+            saving = best - (mu_e - self.stop_z * sd_e)
+            wins = plausible & (saving > 0)
+            any_gain |= wins
+            if wins.any():
+                gain = max(gain, math.expm1(float(saving[wins].max())))
+        return gain, int(any_gain.sum())
 
     def _mode_of(self, table: Table, trial: optuna.trial.FrozenTrial) -> int | None:
         """The power mode (index into table.mode_names) a trial ran in: the board's mode after it."""
