@@ -201,7 +201,7 @@ def study_folder(options: RunOptions, device: Device) -> Path:
 def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = None) -> Device:
     """The device a request names, opened once its meter, model, space and sampler are known to be usable."""
     options = request.options
-    check_meter(options.window.meter, request.device)
+    check_meter(options.window.meter, request.device, options.model)
     extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
     device = open_device(
         request.device,

@@ -218,7 +218,7 @@ def sweep(
     """
     bound = common.latency(max_latency) if max_latency is not None else None
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
-    check_meter(meter, device)
+    check_meter(meter, device, model)
     common.check_out_dir(out)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
@@ -332,7 +332,7 @@ def measure(
     check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
     settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
-    check_meter(meter, device)
+    check_meter(meter, device, model)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
     space_ = dev.space()
