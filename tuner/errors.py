@@ -27,6 +27,17 @@ class NeedsReboot(UserError):
     exit_code = 1
 
 
+class BoundUnmet(UserError):
+    """No configuration measured met the latency bound: an answer, not bad input or a failure (exit code 3).
+
+    The message names the fastest configuration measured, its latency and the
+    bound that would admit it (tuner.records.unmet_bound); docs/cli-exit-codes.md
+    lists every code.
+    """
+
+    exit_code = 3
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, SIGHUP or SIGQUIT, turned into an exception so the same finally-blocks restore the hardware.
 

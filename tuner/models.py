@@ -145,3 +145,37 @@ def profiled(model: str) -> ModelProfile:
 
         _ONNX_PROFILES[key] = profile_onnx(path)
     return _ONNX_PROFILES[key]
+
+
+# ONNX TensorProto element types of floating inputs, by the precision knob's names.
+_ONNX_FLOATS = {1: "fp32", 10: "fp16", 16: "bf16"}
+
+
+def fixed_knobs(model: str, runtime: str, knobs: Any) -> dict[str, tuple[Any, str]]:
+    """Runner knobs among ``knobs`` that cannot change what ``model`` computes or how fast: value and reason.
+
+    An ONNX file fixes its precision (its floating inputs' type) and, under
+    onnxruntime or TensorRT, its layout and graph; channels_last changes only
+    2-D convolutions, so a model without one (token models such as BERT) runs
+    the same either way. A study pins these before its first trial, whatever
+    the sampler, so none proposes a value the runner refuses or spends a trial
+    on a knob that changes nothing.
+    """
+    resolved = check_runtime(model, runtime)
+    name = Path(model).name if Path(model).suffix.lower() in FILE_SUFFIXES else model
+    fixed: dict[str, tuple[Any, str]] = {}
+    if resolved in ("onnxruntime", "tensorrt"):
+        fixed["channels_last"] = (False, f"{resolved} runs the layout the file was exported with")
+        fixed["graph"] = ("eager", f"{resolved} runs its own graph, not PyTorch's CUDA graphs or torch.compile")
+    if resolved == "onnxruntime":
+        from runners.profile_onnx import graph_inputs
+
+        types = [elem for _, _, elem in graph_inputs(Path(model))]
+        precision = next((_ONNX_FLOATS[t] for t in types if t in _ONNX_FLOATS), "fp32")
+        takes = f"takes {precision} inputs" if any(t in _ONNX_FLOATS for t in types) else "takes no float input"
+        fixed["precision"] = (precision, f"{name} {takes}, so the file fixes the precision")
+    elif resolved == "torch" and "channels_last" in knobs:
+        profile = load_profile(model) if model in profile_names() else user_model.profile(model)
+        if not any(layer.op == "conv2d" for layer in profile.layers):
+            fixed["channels_last"] = (False, f"{name} has no 2-D convolution, the only work channels_last changes")
+    return {k: v for k, v in fixed.items() if k in knobs}

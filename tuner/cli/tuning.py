@@ -15,6 +15,7 @@ from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
+from tuner.errors import BoundUnmet
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
@@ -136,6 +137,8 @@ def run(
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = tune_study(request, on_trial=on_trial, on_note=lambda line: typer.echo(line, err=True))
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
+    if result.summary.unmet is not None:
+        raise typer.Exit(BoundUnmet.exit_code)
 
 
 def _trial_budget(trials: int | None, study_trials: int | None, heartbeat: int, timeout: float | None) -> int:
@@ -174,9 +177,7 @@ def _print_run(result: StudyResult) -> None:
     if changed:
         common.out_console.print(changed)
     if summary.best is None:
-        common.out_console.print(
-            f"no configuration met {result.max_latency_ms:g} ms: relax --max-latency or widen the space"
-        )
+        common.out_console.print(summary.unmet or f"no configuration met {result.max_latency_ms:g} ms")
     else:
         common.out_console.print(
             common.recommended_table(
@@ -222,7 +223,7 @@ def sweep(
     common.check_out_dir(out)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
-    narrowed = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
+    narrowed = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes), model, runtime)
     total = narrowed.size()
     vectorized = getattr(dev, "measure_many", None) is not None
     if total > LARGE_SWEEP or not vectorized:
