@@ -64,7 +64,8 @@ def test_a_trial_cut_early_completes_with_the_cut_said_whatever_its_loadgen_log_
     """
     out = tmp_path / "studies"
     tests = str(Path(__file__).parent)
-    env = {"PYTHONPATH": os.pathsep.join([tests, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    path = os.pathsep.join([tests, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {"PYTHONPATH": path, "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl")}
     bound = ("--max-latency", "0.001ms", "--meter", "py:fakemeter:ConstantMeter")
     r = tiny_cpu("run", *bound, "--trials", "2", "--seed", "0", "--out", str(out), "--json", env=env)
     assert r.returncode == 3, r.stderr
