@@ -175,7 +175,10 @@ def fixed_knobs(model: str, runtime: str, knobs: Any) -> dict[str, tuple[Any, st
         takes = f"takes {precision} inputs" if any(t in _ONNX_FLOATS for t in types) else "takes no float input"
         fixed["precision"] = (precision, f"{name} {takes}, so the file fixes the precision")
     elif resolved == "torch" and "channels_last" in knobs:
-        profile = load_profile(model) if model in profile_names() else user_model.profile(model)
-        if not any(layer.op == "conv2d" for layer in profile.layers):
+        try:
+            profile = profiled(model)
+        except UserError:  # a forward that runs only where the study runs it (a CUDA-only op): nothing pinned
+            profile = None
+        if profile is not None and not any(layer.op == "conv2d" for layer in profile.layers):
             fixed["channels_last"] = (False, f"{name} has no 2-D convolution, the only work channels_last changes")
     return {k: v for k, v in fixed.items() if k in knobs}

@@ -136,6 +136,11 @@ def run(
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = tune_study(request, on_trial=on_trial, on_note=lambda line: typer.echo(line, err=True))
+    _report_run(result, as_json)
+
+
+def _report_run(result: StudyResult, as_json: bool) -> None:
+    """Print the run's answer; a bound no configuration met ends the command with its own exit code."""
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
     if result.summary.unmet is not None:
         raise typer.Exit(BoundUnmet.exit_code)

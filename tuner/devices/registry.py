@@ -301,7 +301,7 @@ def check_meter(meter: str | None, device: str, model: str | None = None) -> Non
         runs = f"--device sim:orin runs {model} from its FLOP/byte profile" if model else "e.g. --device sim:orin"
         raise UserError(
             f"--device cpu cannot measure energy here: {problem}; tune a digital twin instead ({runs}; "
-            "tune devices lists what works here), or give an energy meter with --meter"
+            "tune devices lists what works here)"
         )
     if meter not in (None, "rapl"):
         raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")
