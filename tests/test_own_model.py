@@ -169,3 +169,28 @@ def test_a_torch_exported_onnx_file_tunes_on_the_cpu_with_tpe(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "note: pinned for tinyconv.onnx: precision=fp32" in r.stderr
     assert {row["precision"] for row in _trials(tmp_path / "studies", "cpu", "tinyconv")} == {"fp32"}
+
+
+@pytest.mark.parametrize("model", ["tiny-cnn", "mobilenet_v2", "bert-base"])
+def test_a_module_profiled_per_aten_operator_matches_the_zoos_committed_profile(model):
+    """The rules a user's module is counted by are the zoo's: the same FLOPs, bytes and kernel families."""
+    pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+    from collections import Counter
+
+    from runners import zoo
+    from runners.profile import load_profile
+    from runners.profiling import profile_module
+
+    counted = profile_module(
+        model, zoo.build_model(model).eval(), lambda b, d: (zoo.input_for(model, b, "cpu", d),), "t"
+    )
+    committed = load_profile(model)
+    assert counted.flops_per_sample == pytest.approx(committed.flops_per_sample, rel=1e-3)
+    assert counted.weight_bytes == pytest.approx(committed.weight_bytes, rel=0.02)  # + BatchNorm's running stats
+    assert counted.act_bytes_per_sample == pytest.approx(committed.act_bytes_per_sample, rel=0.01)
+    kernels = ("conv_dense", "conv_pointwise", "conv_depthwise", "gemm", "attention", "layout_copy")
+
+    def families(profile):
+        return Counter(layer.op_class for layer in profile.layers if layer.op_class in kernels)
+
+    assert families(counted) == families(committed)
