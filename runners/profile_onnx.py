@@ -103,8 +103,11 @@ def _tensor(buf: bytes) -> tuple[str, list[int], list[int] | None]:
     return _str(entries, 8), dims, values
 
 
-def _shape(value_info: bytes) -> tuple[str, list[int] | None]:
-    """Name and static shape (None where a dimension is symbolic) of a ValueInfoProto."""
+Dim = int | str  # a fixed size, or a symbol ("" where the file names none)
+
+
+def _shape(value_info: bytes) -> tuple[str, list[Dim] | None, int]:
+    """Name, shape (a symbol where a dimension is not fixed) and element type of a ValueInfoProto."""
     entries = _fields(value_info)
     name = _str(entries, 1)
     for f, _, t in entries:
@@ -113,17 +116,42 @@ def _shape(value_info: bytes) -> tuple[str, list[int] | None]:
         for f2, _, tensor in _fields(t):
             if f2 != 1:
                 continue
-            for f3, _, shape in _fields(tensor):
+            fields = _fields(tensor)
+            elem_type = next((int(v) for f3, w, v in fields if f3 == 1 and w == 0), 0)
+            for f3, _, shape in fields:
                 if f3 != 2:
                     continue
-                dims: list[int] = []
+                dims: list[Dim] = []
                 for f4, _, dim in _fields(shape):
                     if f4 == 1:
                         d = _fields(dim)
                         value = next((v for f5, w, v in d if f5 == 1 and w == 0), None)
-                        dims.append(-1 if value is None else int(value))
-                return name, dims
-    return name, None
+                        dims.append(_str(d, 2) if value is None else _signed(int(value)))
+                return name, dims, elem_type
+            return name, None, elem_type
+    return name, None, 0
+
+
+def graph_inputs(path: Path) -> list[tuple[str, list[Dim] | None, int]]:
+    """The graph's inputs (initializers aside): name, shape with its symbols, ONNX element type.
+
+    Read from the file itself, so the space can follow what the file fixes
+    (its input types) before anything runs, without onnxruntime.
+    """
+    try:
+        graph = _fields(next(v for f, _, v in _fields(path.read_bytes()) if f == 7))
+    except (OSError, StopIteration, ValueError, IndexError) as exc:
+        raise UserError(f"cannot read the ONNX graph of {path}: {exc or 'no graph'}") from None
+    initialized = {_tensor(v)[0] for f, _, v in graph if f == 5}
+    return [_shape(v) for f, _, v in graph if f == 11 and _shape(v)[0] not in initialized]
+
+
+def _resolved(shape: list[Dim] | None, symbols: dict[str, int]) -> list[int] | None:
+    """A shape with every symbol replaced by its value; None while any symbol has none (left to propagation)."""
+    if shape is None:
+        return None
+    out = [d if isinstance(d, int) else symbols.get(d) for d in shape]
+    return None if any(d is None or d < 0 for d in out) else out  # type: ignore[misc]
 
 
 def _attributes(entries: list[tuple[int, int, object]]) -> dict[str, object]:
@@ -214,8 +242,15 @@ def _infer_with_onnx(data: bytes) -> bytes:
         return data
 
 
-def profile_onnx(path: Path) -> ModelProfile:
-    """Profile an ONNX file from its graph (per sample, fp32); unreadable files are a user error."""
+def profile_onnx(path: Path, batch: int = 1, dims: dict[str, int] | None = None) -> ModelProfile:
+    """Profile an ONNX file from its graph (per sample, fp32); unreadable files are a user error.
+
+    Every symbolic dimension resolves to a number before anything is counted:
+    a graph input's first axis (the batch axis, whatever its symbol) to
+    ``batch``, other symbols to their value in ``dims``. An input symbol with
+    no value is refused, as the ONNX runner refuses it; a symbol that only
+    intermediate shapes carry leaves those shapes to this module's propagation.
+    """
     try:
         data = _infer_with_onnx(path.read_bytes())
         model = _fields(data)
@@ -226,26 +261,39 @@ def profile_onnx(path: Path) -> ModelProfile:
     consts: dict[str, list[int]] = {}
     for f, _, value in graph:
         if f == 5:
-            name, dims, values = _tensor(value)
-            weights[name] = dims
+            name, tensor_dims, values = _tensor(value)
+            weights[name] = tensor_dims
             if values is not None:
                 consts[name] = values
-    shapes: dict[str, list[int] | None] = dict(weights)
-    graph_inputs: list[tuple[str, list[int] | None]] = []
-    for f, _, value in graph:
-        if f in (11, 13):
-            name, shape = _shape(value)
-            if name not in weights:
-                shapes[name] = shape
-                if f == 11:
-                    graph_inputs.append((name, shape))
-    if not graph_inputs or graph_inputs[0][1] is None:
+    declared = [_shape(v) for f, _, v in graph if f == 11 and _shape(v)[0] not in weights]
+    if not declared or declared[0][1] is None or not declared[0][1]:
         raise UserError(f"{path} declares no input shape: export it with a fixed input shape")
-    first = graph_inputs[0][1]
-    batch = first[0] if first and first[0] > 0 else 1
-    for name, shape in graph_inputs:
-        if shape is not None:
-            shapes[name] = [batch if d < 0 else d for d in shape]
+    first_axis = declared[0][1][0]
+    if isinstance(first_axis, int) and first_axis > 0:
+        batch = first_axis
+    symbols = dict(dims or {})
+    inputs: dict[str, list[int]] = {}
+    for name, shape, _ in declared:
+        if not shape:
+            continue
+        if isinstance(shape[0], str) and shape[0]:
+            symbols.setdefault(shape[0], batch)
+        for axis, d in enumerate(shape[1:], start=1):
+            if not isinstance(d, int) and d not in symbols:
+                raise UserError(
+                    f"input {name!r} of {path.name} has a symbolic dimension {d or '?'!r} at axis {axis}; "
+                    "export it with fixed shapes beyond the batch axis"
+                )
+        head = shape[0] if isinstance(shape[0], int) else batch
+        inputs[name] = [head, *(d if isinstance(d, int) else symbols[d] for d in shape[1:])]
+    shapes: dict[str, list[int] | None] = dict(weights)
+    for f, _, value in graph:
+        if f in (12, 13):
+            name, shape, _ = _shape(value)
+            if name not in weights:
+                shapes[name] = _resolved(shape, symbols)
+    shapes.update(inputs)
+    first = inputs.get(declared[0][0], [batch])
     layers: list[LayerProfile] = []
     unknown: list[str] = []
     for i, (f, _, value) in enumerate(graph):
@@ -257,8 +305,8 @@ def profile_onnx(path: Path) -> ModelProfile:
         outs = [bytes(v).decode() for f2, _, v in entries if f2 == 2]
         attrs = _attributes(entries)
         if op == "Constant" and outs and isinstance(attrs.get("value"), tuple):
-            _, dims, values = attrs["value"]
-            shapes[outs[0]] = dims
+            _, const_dims, values = attrs["value"]
+            shapes[outs[0]] = const_dims
             if values is not None:
                 consts[outs[0]] = values
             continue
@@ -314,12 +362,28 @@ def _layer(
     if op == "Conv":
         w = in_shapes[1]
         macs = out_elems * math.prod(w[1:])
-        return LayerProfile(name=name, op="conv2d", flops=2 * macs, weight_bytes=w_bytes, act_bytes=act, matmul=True)
+        return LayerProfile(
+            name=name,
+            op="conv2d",
+            flops=2 * macs,
+            weight_bytes=w_bytes,
+            act_bytes=act,
+            matmul=True,
+            op_class=_conv_class(w, attrs),
+        )
     if op in ("Gemm", "MatMul"):
         a = in_shapes[0]
         depth = a[0] if op == "Gemm" and attrs.get("transA") else a[-1]
+        # a product of two activations is attention's (scores, context); one with a weight is a GEMM
+        op_class = "gemm" if op == "Gemm" or any(n in weights for n in ins) else "attention"
         return LayerProfile(
-            name=name, op=op.lower(), flops=2 * out_elems * depth, weight_bytes=w_bytes, act_bytes=act, matmul=True
+            name=name,
+            op=op.lower(),
+            flops=2 * out_elems * depth,
+            weight_bytes=w_bytes,
+            act_bytes=act,
+            matmul=True,
+            op_class=op_class,
         )
     if op in ("MaxPool", "AveragePool"):
         window = math.prod(attrs.get("kernel_shape", [1]))
@@ -328,5 +392,24 @@ def _layer(
         x = in_shapes[0]
         return LayerProfile(name=name, op="avgpool", flops=per_sample(x), weight_bytes=0.0, act_bytes=act)
     if op in ELEMENTWISE:
-        return LayerProfile(name=name, op=op.lower(), flops=out_elems, weight_bytes=w_bytes, act_bytes=act)
+        shaped = [s for n, s in zip(ins, in_shapes, strict=False) if n not in weights and s]
+        broadcast = len(shaped) == 2 and shaped[0] != shaped[1]
+        return LayerProfile(
+            name=name,
+            op=op.lower(),
+            flops=out_elems,
+            weight_bytes=w_bytes,
+            act_bytes=act,
+            op_class="broadcast" if broadcast else "elementwise",
+        )
     return None
+
+
+def _conv_class(weight: list[int], attrs: dict) -> str:
+    """The kernel family of a Conv node, by the rules runners/profiling.py applies to the zoo's nn.Conv2d."""
+    group = attrs.get("group", 1)
+    if isinstance(group, int) and group > 1 and weight[1] == 1:
+        return "conv_depthwise"
+    if group == 1 and math.prod(weight[2:]) == 1:
+        return "conv_pointwise"
+    return "conv_dense"

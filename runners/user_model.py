@@ -100,6 +100,38 @@ def load(model: str) -> Any:
     return ModelSource(name=name, build=lambda: guarded, make_batch=guarded_batch)
 
 
+_PROFILES: dict[tuple[str, str, int], Any] = {}
+
+
+def profile(model: str) -> Any:
+    """The model's per-layer FLOPs and bytes, counted from one fp32 forward on the CPU (runners.profiling).
+
+    What a digital twin runs a user's model from, as the zoo's committed
+    profiles were made; counted once per process for each version of the
+    module's file.
+    """
+    check(model)
+    module_name, _ = parse(model)
+    spec = importlib.util.find_spec(module_name)
+    origin = (spec.origin if spec is not None else None) or ""
+    try:
+        stamp = os.stat(origin).st_mtime_ns if origin else 0
+    except OSError:
+        stamp = 0
+    key = (model, origin, stamp)
+    if key not in _PROFILES:
+        try:
+            from runners.profiling import profile_module
+        except ImportError:
+            raise UserError(f"a twin profiles {model} with PyTorch: pip install 'powertune[torch]'") from None
+        source = load(model)
+        with user_code(f"--model {model}: its forward on the CPU, counting FLOPs", "fix it (see docs/models.md)"):
+            _PROFILES[key] = profile_module(
+                source.name, source.build().eval(), source.make_batch, f"runners.profiling.profile_module from {model}"
+            )
+    return _PROFILES[key]
+
+
 def _guarded(nn: Any, model: str) -> Any:
     """A module class that runs the user's module and turns any failure of its forward into one line.
 

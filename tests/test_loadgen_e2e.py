@@ -1,11 +1,13 @@
 """The real measurement path end to end on the CPU: CLI -> torch runner -> MLPerf LoadGen -> RAPL meter."""
 
 import json
+import os
 from pathlib import Path
 
 import optuna
 import pytest
 from clirun import tiny_cpu
+from loadgen_logs import check_trial_logs
 from optuna.trial import TrialState
 
 pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
@@ -40,8 +42,9 @@ def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
     folder = out / "cpu" / "tiny-cnn"
     assert (folder / "pareto.json").exists() and (folder / "trials.csv").exists()
     # A slow machine can make a window INVALID (LoadGen's minimum duration not met): that trial fails with
-    # LoadGen's reason and a replacement is measured. What must hold either way: every trial that measured
-    # left its LoadGen log, the three that count were VALID, and any other one says why it was rejected.
+    # LoadGen's reason and a replacement is measured; a window cut once its verdict was known leaves an INVALID
+    # log by design. What must hold either way: every trial that measured left its LoadGen log, and each says
+    # what it was (tests/loadgen_logs.py).
     study = optuna.load_study(study_name=payload["study"], storage=f"sqlite:///{out / 'tune.db'}")
     logged = [t for t in study.trials if "loadgen_logs" in t.user_attrs]
     summaries = sorted(folder.glob("loadgen/trial-[0-9][0-9][0-9][0-9]/mlperf_log_summary.txt"))
@@ -49,13 +52,29 @@ def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
     confirmed = [t for t in logged if t.user_attrs.get("measurements", 1) > 1]
     more = list(folder.glob("loadgen/trial-*-window[23]/mlperf_log_summary.txt"))
     assert confirmed and len(more) >= sum(t.user_attrs["measurements"] - 1 for t in confirmed)
-    for t in logged:
-        text = (Path(t.user_attrs["loadgen_logs"]) / "mlperf_log_summary.txt").read_text()
-        if t.state == TrialState.COMPLETE:
-            assert "Result is : VALID" in text
-        else:
-            assert t.state == TrialState.FAIL and t.user_attrs.get("fail_reason")
+    check_trial_logs(logged)
     assert sum(t.state == TrialState.COMPLETE for t in logged) == 3
+
+
+def test_a_trial_cut_early_completes_with_the_cut_said_whatever_its_loadgen_log_reads(tmp_path):
+    """A bound no window can meet: every trial's window is cut once its tail is proven past it (by design).
+
+    Metered by a constant-power plugin alone (no RAPL fixture): a window cut after a few milliseconds is
+    shorter than the fake RAPL counter's 10 ms update, which would read 0 J.
+    """
+    out = tmp_path / "studies"
+    tests = str(Path(__file__).parent)
+    path = os.pathsep.join([tests, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {"PYTHONPATH": path, "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl")}
+    bound = ("--max-latency", "0.001ms", "--meter", "py:fakemeter:ConstantMeter")
+    r = tiny_cpu("run", *bound, "--trials", "2", "--seed", "0", "--out", str(out), "--json", env=env)
+    assert r.returncode == 3, r.stderr
+    payload = json.loads(r.stdout)
+    assert payload["best"] is None and "no configuration met p99 <= 0.001 ms" in payload["unmet"]
+    study = optuna.load_study(study_name=payload["study"], storage=f"sqlite:///{out / 'tune.db'}")
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 2 and all(t.user_attrs.get("cut") == "tail-over-bound" for t in done)
+    check_trial_logs(done)
 
 
 def test_tune_measure_on_the_cpu(tmp_path, rapl_at_15w):

@@ -242,5 +242,5 @@ def test_an_onnx_path_is_checked_before_anything_is_created(tmp_path):
         check_model(str(tmp_path / "dir.onnx"))
     with pytest.raises(UserError, match="cannot be read"):
         check_model(str(tmp_path / "absent.onnx"))
-    with pytest.raises(UserError, match="zoo models only"):
+    with pytest.raises(UserError, match="not an ONNX model"):
         check_model(str(text), simulated=True)

@@ -35,9 +35,10 @@ def _tensor(name: str, dims: list[int]) -> bytes:
     return b"".join(_f(1, d) for d in dims) + _f(2, 1) + _f(8, name) + _f(9, struct.pack(f"<{count}f", *[0.0] * count))
 
 
-def _value_info(name: str, dims: list[int]) -> bytes:
-    shape = b"".join(_f(1, _f(1, d)) for d in dims)
-    return _f(1, name) + _f(2, _f(1, _f(1, 1) + _f(2, shape)))
+def _value_info(name: str, dims: list[int | str], elem: int = 1) -> bytes:
+    """A ValueInfoProto: a str dimension is symbolic (dim_param), as exporters write a dynamic axis."""
+    shape = b"".join(_f(1, _f(2, d) if isinstance(d, str) else _f(1, d)) for d in dims)
+    return _f(1, name) + _f(2, _f(1, _f(1, elem) + _f(2, shape)))
 
 
 def _node(op: str, ins: list[str], outs: list[str], ints: dict | None = None) -> bytes:
@@ -50,8 +51,20 @@ def _node(op: str, ins: list[str], outs: list[str], ints: dict | None = None) ->
     return body
 
 
-def tiny_cnn_onnx(path):
-    """Conv(3->8, 3x3, pad 1) -> Relu -> GlobalAveragePool -> Flatten -> Gemm(8->10) on a 3x16x16 input."""
+def tiny_cnn_onnx(path, batch: int | str = 1, elem: int = 1):
+    """Conv(3->8, 3x3, pad 1) -> Relu -> GlobalAveragePool -> Flatten -> Gemm(8->10) on a 3x16x16 input.
+
+    ``batch`` a str: a dynamic batch axis of that name, on the input, the output and (as onnx's shape
+    inference writes them) every intermediate's value_info; ``elem``: the input's ONNX element type.
+    """
+    infos = (
+        []
+        if isinstance(batch, int)
+        else [
+            _f(13, _value_info(name, [batch, *dims]))
+            for name, dims in (("c", [8, 16, 16]), ("r", [8, 16, 16]), ("g", [8, 1, 1]), ("f", [8]))
+        ]
+    )
     graph = b"".join(
         [
             _f(1, _node("Conv", ["x", "w", "b"], ["c"], {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})),
@@ -64,8 +77,9 @@ def tiny_cnn_onnx(path):
             _f(5, _tensor("b", [8])),
             _f(5, _tensor("w2", [10, 8])),
             _f(5, _tensor("b2", [10])),
-            _f(11, _value_info("x", [1, 3, 16, 16])),
-            _f(12, _value_info("y", [1, 10])),
+            _f(11, _value_info("x", [batch, 3, 16, 16], elem)),
+            _f(12, _value_info("y", [batch, 10])),
+            *infos,
         ]
     )
     path.write_bytes(_f(1, 8) + _f(7, graph))
@@ -104,3 +118,28 @@ def test_torch_exported_onnx_is_profiled(tmp_path):
     torch.onnx.export(model, torch.randn(1, 3, 16, 16), str(path), dynamo=False)
     conv = next(layer for layer in profile_onnx(path).layers if layer.op == "conv2d")
     assert conv.flops == 2 * 8 * 16 * 16 * 27
+
+
+def test_a_dynamic_batch_axis_resolves_to_the_batch_profiled_everywhere_in_the_graph(tmp_path):
+    """Symbolic dims on the input and on every intermediate (onnx's inference writes them) count as the batch."""
+    fixed = profile_onnx(tiny_cnn_onnx(tmp_path / "fixed.onnx"))
+    dynamic = profile_onnx(tiny_cnn_onnx(tmp_path / "dynamic.onnx", batch="batch"))
+    assert [layer.model_dump() for layer in dynamic.layers] == [layer.model_dump() for layer in fixed.layers]
+    assert dynamic.input_shape == [3, 16, 16]
+    unnamed = profile_onnx(tiny_cnn_onnx(tmp_path / "unnamed.onnx", batch=""))
+    assert unnamed.flops_per_sample == fixed.flops_per_sample
+
+
+def test_a_symbolic_dim_beyond_the_batch_axis_needs_a_stated_value(tmp_path):
+    graph = b"".join(
+        [
+            _f(1, _node("Relu", ["x"], ["y"])),
+            _f(11, _value_info("x", ["batch", "seq"])),
+            _f(12, _value_info("y", ["batch", "seq"])),
+        ]
+    )
+    path = tmp_path / "seq.onnx"
+    path.write_bytes(_f(1, 8) + _f(7, graph))
+    with pytest.raises(UserError, match="symbolic dimension 'seq' at axis 1"):
+        profile_onnx(path)
+    assert profile_onnx(path, dims={"seq": 128}).layers[0].flops == 128

@@ -53,6 +53,15 @@ class NeedsReboot(DeviceRefused):
     """
 
 
+class BoundUnmet(UserError):
+    """No configuration measured met the latency bound: an answer, not bad input or a failure.
+
+    The message names the fastest configuration measured, its latency and the
+    bound that would admit it (tuner.records.unmet_bound); docs/cli-exit-codes.md
+    lists every code (this one's is 3, mapped in tuner.cli.root).
+    """
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, SIGHUP or SIGQUIT, turned into an exception so the same finally-blocks restore the hardware.
 

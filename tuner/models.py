@@ -28,7 +28,9 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
     Also checks that ``runtime`` can run it, so a wrong pairing fails before
     the device is opened; a text file named .onnx, or an ONNX file where
     onnxruntime is missing, is refused here rather than after the study
-    storage was created. Twins model the zoo only. A device whose knobs depend
+    storage was created. A twin runs any model it can profile (a zoo model, an
+    ONNX graph, a ``py:`` factory: see :func:`profiled`), and profiles it here, so a
+    model it cannot run is refused before anything is created. A device whose knobs depend
     on the runtime (a Jetson's DLAs need TensorRT) is told which one runs.
     """
     if simulated and runtime == "tensorrt" and model in profile_names():
@@ -39,15 +41,20 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
     if use_runtime is not None:
         use_runtime(resolved)
     is_file = not user_model.is_user_model(model) and Path(model).suffix.lower() in FILE_SUFFIXES
-    if simulated and (is_file or user_model.is_user_model(model)):
+    if simulated and is_file and Path(model).suffix.lower() != ".onnx":
         raise ConfigurationError(
-            f"the digital twins model the zoo models only ({', '.join(profile_names())}): measure {model} on hardware"
+            f"a digital twin runs a model from its graph: give the .onnx file {Path(model).stem} was built from, "
+            f"a {user_model.EXAMPLE} factory or a zoo model ({', '.join(profile_names())}), not a TensorRT engine"
         )
     if user_model.is_user_model(model):
         user_model.check(model)
+        if simulated:
+            profiled(model)
         return
     if Path(model).suffix.lower() == ".onnx":
-        _check_onnx(Path(model), resolved)
+        _check_onnx(Path(model), needs_onnxruntime=resolved == "onnxruntime" and not simulated)
+        if simulated:
+            profiled(model)
         return
     if is_file:
         if not Path(model).is_file():
@@ -72,7 +79,7 @@ def model_slug(model: str) -> str:
     return model
 
 
-def _check_onnx(path: Path, runtime: str) -> None:
+def _check_onnx(path: Path, needs_onnxruntime: bool) -> None:
     if path.is_dir():
         raise ConfigurationError(f"--model {path} is a folder: give the path of a .onnx file")
     try:
@@ -82,7 +89,7 @@ def _check_onnx(path: Path, runtime: str) -> None:
         raise ConfigurationError(f"ONNX file {path} cannot be read ({exc.strerror}): check the path") from None
     if head != bytes([_ONNX_FIRST_BYTE]):
         raise ConfigurationError(f"{path} is not an ONNX model (empty or not a protobuf ModelProto): export it again")
-    if runtime == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
+    if needs_onnxruntime and importlib.util.find_spec("onnxruntime") is None:
         raise ConfigurationError(f"running {path.name} needs onnxruntime: pip install 'powertune[onnx]'")
 
 
@@ -100,11 +107,78 @@ def model_profile(model: str, device: Any = None) -> tuple[ModelProfile | None, 
         return None, f"the device declares {model} without a per-layer profile"
     if model in profile_names():
         return load_profile(model), f"committed profile runners/profiles/{model}.json"
-    if model.endswith(".onnx"):
-        from runners.profile_onnx import profile_onnx
-
+    if model.endswith(".onnx") or (user_model.is_user_model(model) and getattr(device, "simulated", False)):
         try:
-            return profile_onnx(Path(model)), f"profiled from the ONNX graph of {model}"
+            profile = profiled(model)
         except UserError as exc:
             return None, str(exc)
+        how = "the ONNX graph of" if model.endswith(".onnx") else "one CPU forward of"
+        return profile, f"profiled from {how} {model}"
     return None, f"no per-layer profile for {model}"
+
+
+_ONNX_PROFILES: dict[tuple[str, int, int], ModelProfile] = {}
+
+
+def profiled(model: str) -> ModelProfile:
+    """A model's per-layer FLOP/byte profile, whatever the model: what a digital twin runs it from.
+
+    A zoo model has its committed profile; a .onnx file is profiled from its
+    graph and a ``py:`` factory from one fp32 forward on the CPU (torch), as
+    the committed ones were made, once per process for each version of the
+    file. A model that cannot be profiled is a one-line error.
+    """
+    if model in profile_names():
+        return load_profile(model)
+    if user_model.is_user_model(model):
+        return user_model.profile(model)
+    path = Path(model)
+    if path.suffix.lower() != ".onnx":
+        raise UserError(f"no per-layer profile for {model}: a twin runs zoo models, .onnx files and py: factories")
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise UserError(f"ONNX file {model} cannot be read ({exc.strerror}): check the path") from None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _ONNX_PROFILES:
+        from runners.profile_onnx import profile_onnx
+
+        _ONNX_PROFILES[key] = profile_onnx(path)
+    return _ONNX_PROFILES[key]
+
+
+# ONNX TensorProto element types of floating inputs, by the precision knob's names.
+_ONNX_FLOATS = {1: "fp32", 10: "fp16", 16: "bf16"}
+
+
+def fixed_knobs(model: str, runtime: str, knobs: Any) -> dict[str, tuple[Any, str]]:
+    """Runner knobs among ``knobs`` that cannot change what ``model`` computes or how fast: value and reason.
+
+    An ONNX file fixes its precision (its floating inputs' type) and, under
+    onnxruntime or TensorRT, its layout and graph; channels_last changes only
+    2-D convolutions, so a model without one (token models such as BERT) runs
+    the same either way. A study pins these before its first trial, whatever
+    the sampler, so none proposes a value the runner refuses or spends a trial
+    on a knob that changes nothing.
+    """
+    resolved = check_runtime(model, runtime)
+    name = Path(model).name if Path(model).suffix.lower() in FILE_SUFFIXES else model
+    fixed: dict[str, tuple[Any, str]] = {}
+    if resolved in ("onnxruntime", "tensorrt"):
+        fixed["channels_last"] = (False, f"{resolved} runs the layout the file was exported with")
+        fixed["graph"] = ("eager", f"{resolved} runs its own graph, not PyTorch's CUDA graphs or torch.compile")
+    if resolved == "onnxruntime":
+        from runners.profile_onnx import graph_inputs
+
+        types = [elem for _, _, elem in graph_inputs(Path(model))]
+        precision = next((_ONNX_FLOATS[t] for t in types if t in _ONNX_FLOATS), "fp32")
+        takes = f"takes {precision} inputs" if any(t in _ONNX_FLOATS for t in types) else "takes no float input"
+        fixed["precision"] = (precision, f"{name} {takes}, so the file fixes the precision")
+    elif resolved == "torch" and "channels_last" in knobs:
+        try:
+            profile = profiled(model)
+        except UserError:  # a forward that runs only where the study runs it (a CUDA-only op): nothing pinned
+            profile = None
+        if profile is not None and not any(layer.op == "conv2d" for layer in profile.layers):
+            fixed["channels_last"] = (False, f"{name} has no 2-D convolution, the only work channels_last changes")
+    return {k: v for k, v in fixed.items() if k in knobs}

@@ -13,6 +13,8 @@ the dashboard all name one trial, in a resumed study and in a fleet alike.
 
 from __future__ import annotations
 
+import math
+
 import optuna
 
 from tuner.measurement import METRIC_KEYS
@@ -37,6 +39,43 @@ def recommended_of(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.Froze
     """The answer a study holding only ``trials`` would give (Optuna's rule; ties: the earliest)."""
     feasible = [t for t in trials if is_feasible(t) and t.value is not None]
     return min(feasible, key=lambda t: (t.value, t.number)) if feasible else None
+
+
+def fastest(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    """The completed trial nearest to feasible: the lowest latency as feasibility judges it (noise margin included)."""
+    judged = [t for t in trials if t.state == COMPLETE and "latency" in (t.constraints or {})]
+    return min(judged, key=lambda t: (t.constraints["latency"], t.number), default=None)
+
+
+def unmet_bound(trials: list[optuna.trial.FrozenTrial], bound_ms: float, percentile: str) -> str:
+    """What a study says when no configuration met its bound: the fastest one measured and a bound that admits it."""
+    done = sum(t.state == COMPLETE for t in trials)
+    head = f"no configuration met {percentile} <= {bound_ms:g} ms in {done} completed trials"
+    best = fastest(trials)
+    if best is None:
+        return f"{head}; none measured a latency: relax --max-latency or widen the space"
+    attrs = best.user_attrs
+    latency = float(attrs.get(attrs.get("latency_key", "p99_ms"), bound_ms + best.constraints["latency"]))
+    admits = _round_up(bound_ms + best.constraints["latency"])
+    config = ", ".join(f"{k}={v}" for k, v in (attrs.get("effective") or attrs.get("config") or {}).items())
+    shown = f"batch {attrs.get('batch_size')}" + (f", {config}" if config else "")
+    margin = attrs.get("latency_margin")
+    noise = f", {float(margin):.1%} noise margin" if margin else ""
+    ran = f"{head}; the fastest measured, trial {best.number} ({shown}), ran {percentile} {latency:.4g} ms"
+    if attrs.get("cut"):
+        return (
+            f"{ran} or more (its window was cut once past the bound){noise}; only a bound of {admits:g} ms or "
+            f"more can admit it: --max-latency {admits:g}ms"
+        )
+    return f"{ran}{noise}; a bound of {admits:g} ms would admit it: --max-latency {admits:g}ms"
+
+
+def _round_up(ms: float) -> float:
+    """``ms`` rounded up to three significant digits, so the bound said admits the latency it is for."""
+    if ms <= 0:
+        return ms
+    step = 10.0 ** (math.floor(math.log10(ms)) - 2)
+    return round(math.ceil(ms / step - 1e-9) * step, 10)
 
 
 def windows(trial: optuna.trial.FrozenTrial) -> int:

@@ -27,11 +27,11 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
 from tuner.errors import UserError
-from tuner.models import check_model
+from tuner.models import check_model, fixed_knobs
 from tuner.objective import MeasurementRejected, Objective
 from tuner.pareto import ParetoFile, results_dir, write_results
 from tuner.provenance import provenance, twin_note
-from tuner.records import recommended, trial_record
+from tuner.records import recommended, trial_record, unmet_bound
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
@@ -62,13 +62,42 @@ def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> st
     return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
 
 
-def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[int] | None) -> SearchSpace:
+def narrowed_space(
+    device: Device,
+    knobs: list[str] | None,
+    batch_sizes: list[int] | None,
+    model: str | None = None,
+    runtime: str = "auto",
+) -> SearchSpace:
+    """The device's space narrowed by the user's flags and, given the model, with what it fixes pinned."""
     space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
+    if model is not None:
+        space = model_space(space, model, runtime)
     if not space.tuned_knobs and len(space.batch_sizes) < 2:
         raise UserError(
             "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
         )
     return space
+
+
+def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
+    """``space`` with the runner knobs ``model`` leaves no choice in pinned (tuner.models.fixed_knobs)."""
+    for name, (value, why) in fixed_knobs(model, runtime, space.knobs).items():
+        allowed = [v for v in space.knobs[name].values if str(v).lower() == str(value).lower()]
+        if not allowed:
+            shown = ", ".join(str(v) for v in space.knobs[name].values)
+            raise UserError(f"{why}, but {space.kind} allows {name} {shown} here: export the model to match")
+        space = space.pin(name, allowed[0])
+    return space
+
+
+def pinned_note(space: SearchSpace, model: str, runtime: str) -> str | None:
+    """One line naming the knobs pinned for ``model`` in ``space`` and why, or None when none is."""
+    fixed = fixed_knobs(model, runtime, space.tuned_knobs)
+    if not fixed:
+        return None
+    said = "; ".join(f"{name}={value} ({why})" for name, (value, why) in fixed.items())
+    return f"pinned for {model}: {said}"
 
 
 MEMORY_STORAGE = ":memory:"
@@ -148,6 +177,8 @@ class RunSummary(BaseModel):
     where this run's trials spent their time: ``setup_s`` (apply, model load
     and preparation, warm-up), ``windows_s`` and ``search_s`` (the rest: the
     sampler, storage writes and progress between and around windows).
+    ``unmet``: when no trial met the bound, the line that names the fastest
+    one measured and the bound that would admit it (tuner.records.unmet_bound).
     """
 
     study: str
@@ -161,6 +192,7 @@ class RunSummary(BaseModel):
     stopped: str = ""
     early_stop: StopDecision | None = None
     reused: list[str] = []
+    unmet: str | None = None
 
 
 class StudyRequest(BaseModel):
@@ -215,7 +247,7 @@ def study_folder(options: RunOptions, device: Device) -> Path:
 def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = None) -> Device:
     """The device a request names, opened once its meter, model, space and sampler are known to be usable."""
     options = request.options
-    check_meter(options.window.meter, request.device)
+    check_meter(options.window.meter, request.device, options.model)
     extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
     device = open_device(
         request.device,
@@ -227,7 +259,10 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         if on_note is not None:
             on_note(f"note: {note}")
     check_model(options.model, options.window.runtime, device.simulated, device)
-    narrowed_space(device, options.knobs, options.batch_sizes)
+    note = pinned_note(device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime)
+    if note is not None and on_note is not None:
+        on_note(f"note: {note}")
+    narrowed_space(device, options.knobs, options.batch_sizes, options.model, options.window.runtime)
     make_sampler(options.sampler, options.seed)
     return device
 
@@ -310,7 +345,10 @@ def _run_study(
     sampler: optuna.samplers.BaseSampler | None,
     on_interrupt: Callable[[optuna.Study], None] | None,
 ) -> tuple[optuna.Study, RunSummary]:
-    space = serving_space(narrowed_space(device, options.knobs, options.batch_sizes), options.window)
+    space = serving_space(
+        narrowed_space(device, options.knobs, options.batch_sizes, options.model, options.window.runtime),
+        options.window,
+    )
     storage = options.storage or default_storage(options.out)
     name = study_name(options.model, device, label(options.window), options.max_latency_ms)
     sampler = sampler or make_sampler(options.sampler, options.seed)
@@ -376,6 +414,7 @@ def _run_study(
         if not stopped:
             quota = options.study_trials
             stopped = "timeout" if quota is None else f"the study holds its {quota} completed trials (--study-trials)"
+    percentile = options.window.percentile
     summary = RunSummary(
         study=name,
         storage=redact(storage),
@@ -388,6 +427,7 @@ def _run_study(
         stopped=stopped,
         early_stop=decision if options.early_stop else None,
         reused=list(study.user_attrs.get(WARM_ATTR, [])),
+        unmet=None if best else unmet_bound(study.get_trials(deepcopy=False), options.max_latency_ms, percentile),
     )
     return study, summary
 

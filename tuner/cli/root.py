@@ -28,7 +28,7 @@ import typer.main
 from typer.core import TyperCommand, TyperGroup
 
 from tuner import __version__, interrupts
-from tuner.errors import ConfigurationError, DeviceRefused, UserError
+from tuner.errors import BoundUnmet, ConfigurationError, DeviceRefused, UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
 TERMINATED = 128 + signal.SIGTERM
@@ -141,12 +141,18 @@ def usage_line(exc: Exception) -> str:
     return f"error: {message.rstrip('.')}: see {path} --help"
 
 
+BOUND_UNMET = 3
+
+
 def exit_code(exc: UserError) -> int:
-    """The exit code of a user error: 2 for bad input, 1 when the input was fine and the device refused it.
+    """The exit code of a user error: 2 for bad input, 1 when the input was fine and the device refused it,
+    3 when no configuration met the bound (an answer, docs/cli-exit-codes.md).
 
     The one place errors become exit codes; the library raises classes (tuner.errors) and never
     names a code. Bad input outranks a refusal (a journal whose own values the board refused is 2).
     """
+    if isinstance(exc, BoundUnmet):
+        return BOUND_UNMET
     if isinstance(exc, DeviceRefused) and not isinstance(exc, ConfigurationError):
         return 1
     return 2

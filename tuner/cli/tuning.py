@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from tuner import api, interrupts
 from tuner.cli import common, options
+from tuner.cli.root import BOUND_UNMET
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
@@ -148,7 +149,14 @@ def run(
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = api.tune(model, device, bound_ms, on_trial=on_trial, on_note=_note, **settings)
+    _report_run(result, as_json)
+
+
+def _report_run(result: StudyResult, as_json: bool) -> None:
+    """Print the run's answer; a bound no configuration met ends the command with its own exit code."""
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
+    if result.summary.unmet is not None:
+        raise typer.Exit(BOUND_UNMET)
 
 
 def _note(line: str) -> None:
@@ -196,9 +204,7 @@ def _print_run(result: StudyResult) -> None:
     if changed:
         common.out_console.print(changed)
     if summary.best is None:
-        common.out_console.print(
-            f"no configuration met {result.max_latency_ms:g} ms: relax --max-latency or widen the space"
-        )
+        common.out_console.print(summary.unmet or f"no configuration met {result.max_latency_ms:g} ms")
     else:
         common.out_console.print(
             common.recommended_table(
@@ -240,11 +246,11 @@ def sweep(
     """
     bound = common.latency(max_latency) if max_latency is not None else None
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
-    check_meter(meter, device)
+    check_meter(meter, device, model)
     common.check_out_dir(out)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
-    narrowed = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes))
+    narrowed = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes), model, runtime)
     total = narrowed.size()
     vectorized = getattr(dev, "measure_many", None) is not None
     if total > LARGE_SWEEP or not vectorized:
@@ -354,7 +360,7 @@ def measure(
     check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
     settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
-    check_meter(meter, device)
+    check_meter(meter, device, model)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
     results = api.measure_repeats_of(model, dev, effective, repeat, window=settings)

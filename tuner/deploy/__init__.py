@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict
 from tuner import __version__, atomicfile
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
-from tuner.errors import UserError
-from tuner.records import recommended, trial_record
+from tuner.errors import BoundUnmet, UserError
+from tuner.records import fastest, recommended, trial_record, unmet_bound
 from tuner.space import Config
 from tuner.storage import redact
 from tuner.units import format_ms
@@ -85,11 +85,14 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     max_latency_ms = float(attrs["max_latency_ms"])
     trial = recommended(study)
     if trial is None:
-        done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-        raise UserError(
-            f"no configuration of study {study.study_name} meets {format_ms(max_latency_ms)} at {percentile} "
-            f"({done} completed trials): run more trials (tune run resumes it) or tune a looser bound"
-        )
+        trials = study.get_trials(deepcopy=False)
+        if fastest(trials) is None:
+            raise UserError(
+                f"study {study.study_name} has no completed trial under {format_ms(max_latency_ms)} at {percentile}: "
+                "run it (tune run resumes it) before exporting"
+            )
+        unmet = unmet_bound(trials, max_latency_ms, percentile)
+        raise BoundUnmet(f"nothing to export from study {study.study_name}: {unmet}")
     record = trial_record(trial)
     metrics = {k: record[k] for k in ("j_per_query", "p50_ms", "p90_ms", "p99_ms", "qps", "avg_w")}
     metrics["meter"] = record["meter"]

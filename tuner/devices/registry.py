@@ -276,12 +276,13 @@ METERS = ("nvml-energy", "nvml-power", "rapl", "rails", "ina3221", "jtop")
 """The meters of the built-in devices (``--meter``); an outside meter is a URL (tuner.devices.meters)."""
 
 
-def check_meter(meter: str | None, device: str) -> None:
+def check_meter(meter: str | None, device: str, model: str | None = None) -> None:
     """Refuse, before anything is opened, a meter the device cannot use or a device that cannot measure here.
 
     Built-in devices take the built-in meters, or an outside one (docs/meters.md);
     a plugin may name its own. The CPU has one meter, RAPL, and without its
-    counters every trial would fail (``tune devices`` says the same: cpu_problem).
+    counters every trial would fail (``tune devices`` says the same: cpu_problem);
+    the error then names the twin that runs ``model`` instead.
     """
     from tuner.devices.jetson import DEVICE_KINDS
     from tuner.devices.meters.registry import check_external, is_external
@@ -297,9 +298,10 @@ def check_meter(meter: str | None, device: str) -> None:
         return
     problem = cpu_problem()
     if problem is not None:
+        runs = f"--device sim:orin runs {model} from its FLOP/byte profile" if model else "e.g. --device sim:orin"
         raise UserError(
-            f"--device cpu cannot measure energy here: {problem}; "
-            "tune a digital twin instead (e.g. --device sim:orin; tune devices lists what works here)"
+            f"--device cpu cannot measure energy here: {problem}; tune a digital twin instead ({runs}; "
+            "tune devices lists what works here)"
         )
     if meter not in (None, "rapl"):
         raise UserError(f"--meter {meter} does not apply to --device cpu: it is metered by RAPL; drop --meter")

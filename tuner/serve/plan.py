@@ -166,7 +166,8 @@ def plan_rates(
         existing = set(optuna.get_all_study_names(storage=open_storage(storage, None)))
     results: list[RateResult] = []
     space = serving_space(
-        narrowed_space(device, options.knobs, options.batch_sizes), window_for(options.window, "server", 1.0)
+        narrowed_space(device, options.knobs, options.batch_sizes, options.model, options.window.runtime),
+        window_for(options.window, "server", 1.0),
     )
     names = [
         study_name(options.model, device, label(window_for(options.window, "server", r)), options.max_latency_ms)

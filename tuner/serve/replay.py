@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from runners.profile import load_profile
 from tuner import atomicfile
 from tuner.devices.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.devices.virtual.queueing import (
@@ -35,6 +34,7 @@ from tuner.devices.virtual.queueing import (
 )
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import ConfigurationError
+from tuner.models import profiled
 from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
@@ -181,7 +181,7 @@ class Replayer:
         self.policy = policy
         self.clocks = clocks
         self.reaction_s = reaction_s
-        self.profile = load_profile(policy.model)
+        self.profile = profiled(policy.model)
         self.seed = seed
         self.sim_cap_s = sim_cap_s
         self.bound_s = policy.max_latency_ms / 1000.0

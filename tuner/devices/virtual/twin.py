@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from runners.profile import ModelProfile, load_profile
+from runners.profile import ModelProfile
 from tuner.devices.base import VirtualBoard
 from tuner.devices.jetson.dla import for_runtime
 from tuner.devices.virtual.queueing import ServingProfile, executed_sizes, server_measurement
@@ -39,6 +39,7 @@ from tuner.measure.stopping import (
     costs_more,
 )
 from tuner.measurement import Measurement
+from tuner.models import profiled
 from tuner.space import Config, SearchSpace, load_space, load_space_file
 
 SWEEP_CHUNK = 4096
@@ -705,7 +706,7 @@ class TwinDevice(VirtualBoard):
 
         Not one configuration of ``measure_many``: a Server window is a queueing simulation.
         """
-        profile = load_profile(model)
+        profile = profiled(model)
         if settings.scenario == "server":
             return self._unit(server_measurement(self.model.serving(profile, config), config, settings))
         result = self.model.evaluate(profile, [config])
@@ -725,7 +726,7 @@ class TwinDevice(VirtualBoard):
         """
         if settings.scenario == "server":
             return [self.measure(model, c, settings) for c in configs]
-        profile = load_profile(model)
+        profile = profiled(model)
         rng = np.random.default_rng(settings.seed) if settings.noise else None
         out: list[Measurement] = []
         for start in range(0, len(configs), SWEEP_CHUNK):
