@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--stop-z", type=float, default=3.0)
     parser.add_argument("--patience", default="3", help="patience values of the rule to judge, e.g. 3,4,5")
+    parser.add_argument("--min-measured", default="8", help="min_measured values of the rule to judge, e.g. 8,12")
     parser.add_argument("--bound-ms", type=float, default=None, help="one fixed bound (the quick start: 50)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -169,7 +170,11 @@ def main() -> None:
     for seed in boards(args.boards):
         bound = args.board_bound or ("tight", "medium", "loose")[(seed // 3) % 3]
         lands += _landscapes("judge boards", f"gen:{seed}", WORKLOADS[seed % len(WORKLOADS)], [bound], "p99")
-    rules = {f"patience={p}": StopRule(patience=int(p)) for p in args.patience.split(",")}
+    rules = {
+        f"patience={p},min={m}": StopRule(patience=int(p), min_measured=int(m))
+        for p in args.patience.split(",")
+        for m in args.min_measured.split(",")
+    }
     runs = []
     started = time.monotonic()
     for land in lands:

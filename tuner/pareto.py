@@ -20,8 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import __version__, atomicfile
 from tuner.measurement import METRIC_KEYS
-from tuner.records import is_feasible, recommended, trial_record, windows
-from tuner.storage import EARLY_STOP_ATTR
+from tuner.records import EARLY_STOP_ATTR, is_feasible, recommended, trial_record, windows
 
 PARETO_VERSION = 2
 

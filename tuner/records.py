@@ -20,6 +20,8 @@ import optuna
 from tuner.measurement import METRIC_KEYS
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
+EARLY_STOP_ATTR = "early_stop"
+"""The study user attribute that holds a stop decision (tuner.strategies.stopping): every worker reads it."""
 
 
 def is_feasible(trial: optuna.trial.FrozenTrial) -> bool:

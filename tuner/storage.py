@@ -47,13 +47,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import atomicfile, interrupts, readfile
 from tuner.errors import UserError
+from tuner.records import EARLY_STOP_ATTR
 
 PG_SCHEMES = ("postgresql", "postgres")
 PG_DIALECT = "postgresql+psycopg"
 RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "oracle", "mssql")
 DEFAULT_HEARTBEAT_S = 10
-EARLY_STOP_ATTR = "early_stop"
-"""The study user attribute that holds a stop decision (tuner.strategies.stopping): every worker reads it."""
 MAX_RETRY = 2
 # The password runs to the last "@": an unescaped "@" or "/" in it must not leave a piece of it behind.
 # (A query holding "@" is then hidden too: too much is hidden, never too little.)

@@ -52,13 +52,13 @@ Trials = typer.Option(
 EarlyStop = typer.Option(
     True,
     "--early-stop/--no-early-stop",
-    help="stop once no unmeasured configuration could save more than a window resolves (--ci) [default: on]",
+    help="stop once no unmeasured configuration could save more than a window resolves (--ci)",
 )
 WarmStart = typer.Option(
     True,
     "--warm-start/--no-warm-start",
     help="a new study first measures again the cheapest configurations that studies of this model on this "
-    "device kind at other bounds or scenarios found (same storage) [default: on]",
+    "device kind at other bounds or scenarios found (same storage)",
 )
 StudyTrials = typer.Option(
     None,
