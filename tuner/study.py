@@ -59,8 +59,22 @@ def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> st
     return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
 
 
-def narrowed_space(device: Device, knobs: list[str] | None, batch_sizes: list[int] | None) -> SearchSpace:
+def narrowed_space(
+    device: Device, knobs: list[str] | None, batch_sizes: list[int] | None, modes: list[str] | None = None
+) -> SearchSpace:
+    """The device's space narrowed to ``knobs``, ``batch_sizes`` and the power ``modes`` named (``--modes``).
+
+    A device that keeps some of its modes out of its space (a Jetson board: modes of
+    another TPC mask need a reboot) offers a named one through ``offer_modes``,
+    which says what that costs in the device's notes.
+    """
+    if modes:
+        offer = getattr(device, "offer_modes", None)
+        if offer is not None:
+            offer(modes)
     space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
+    if modes:
+        space = space.only_modes(modes)
     if not space.tuned_knobs and len(space.batch_sizes) < 2:
         raise UserError(
             "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
@@ -209,11 +223,11 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         space_file=None if request.space_file is None else str(request.space_file),
         **extra,
     )
+    narrowed_space(device, options.knobs, options.batch_sizes, options.modes)
     for note in getattr(device, "notes", []):
         if on_note is not None:
             on_note(f"note: {note}")
     check_model(options.model, options.window.runtime, device.simulated, device)
-    narrowed_space(device, options.knobs, options.batch_sizes)
     make_sampler(options.sampler, options.seed)
     return device
 
@@ -294,7 +308,7 @@ def _run_study(
     sampler: optuna.samplers.BaseSampler | None,
     on_interrupt: Callable[[optuna.Study], None] | None,
 ) -> tuple[optuna.Study, RunSummary]:
-    space = serving_space(narrowed_space(device, options.knobs, options.batch_sizes), options.window)
+    space = serving_space(narrowed_space(device, options.knobs, options.batch_sizes, options.modes), options.window)
     storage = options.storage or default_storage(options.out)
     name = study_name(options.model, device, label(options.window), options.max_latency_ms)
     sampler = sampler or make_sampler(options.sampler, options.seed)
