@@ -922,6 +922,20 @@ def gpu_context_created(root: Path) -> None:
         (tool_dir / "gpu-context").touch()
 
 
+def every_mode(device: Any) -> Any:
+    """``device`` (a JetsonDevice) with every mode of its board named, as ``tune run --modes`` would name them.
+
+    For tests of switching itself (clocks, cores, caps per mode): without names, a board offers only the
+    modes of its current TPC mask.
+    """
+    device.offer_modes([name for name in _mode_labels(device.board.modes)])
+    return device
+
+
+def _mode_labels(modes: Any) -> list[str]:
+    return [m.name[len("MODE_") :] if m.name.startswith("MODE_") else m.name for m in modes]
+
+
 def windows_create_context(measure: Any) -> Any:
     """``JetsonDevice.measure`` that first creates the GPU context on the device's board, as a real window does.
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakeboard import GRIDS, FakeBoard, make_fake_board
+from fakeboard import GRIDS, FakeBoard, every_mode, make_fake_board
 from journals import pending_journals
 
 from tuner.devices.base import Device
@@ -63,7 +63,8 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def device(board: FakeBoard, **kw: object) -> JetsonDevice:
-    return JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel), **kw)  # type: ignore[arg-type]
+    dev = JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel), **kw)  # type: ignore[arg-type]
+    return every_mode(dev)  # these tests switch between every mode of the board
 
 
 def low_gpu_mhz(board: FakeBoard) -> float:

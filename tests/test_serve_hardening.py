@@ -279,12 +279,12 @@ def test_a_named_pipe_as_the_rate_file_never_hangs_the_governor(board, tmp_path)
 def test_plan_holds_the_device_lock_for_the_whole_plan(board, tmp_path, monkeypatch):
     from tuner.cli import main, serve
     from tuner.devices import lock
-    from tuner.devices.journal import lock_path
+    from tuner.devices.journal import device_key, lock_path
 
     seen: list[bool] = []
 
     def fake_plan(device, options, on_rate=None, on_start=None):
-        seen.append(str(lock_path(device.name)) in lock._held)
+        seen.append(str(lock_path(device_key(device))) in lock._held)
         raise UserError("stop here")
 
     monkeypatch.setattr(serve, "plan_rates", fake_plan)

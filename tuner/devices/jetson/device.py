@@ -191,6 +191,21 @@ class JetsonDevice:
 
     # -- discovery ---------------------------------------------------------
 
+    @property
+    def physical_key(self) -> str:
+        """The board itself, for its one lock and one journal (tuner.devices.journal.device_key).
+
+        The space kind (``orin`` and ``orin-agx`` are one AGX Orin) and the module's
+        serial number from the device tree, ``/proc/device-tree/serial-number``
+        (NUL-terminated; /proc/device-tree links to /sys/firmware/devicetree/base, where jetson-stats
+        reads it in jtop/core/jetson_variables.py),
+        where the board has one; a host carries one Jetson module.
+        """
+        path = self.root / "proc/device-tree/serial-number"
+        serial = sysfs.read(path) if sysfs.is_file(path) else ""
+        serial = "".join(c for c in serial if c.isalnum())
+        return f"{self.kind}-{serial}" if serial else self.kind
+
     def space(self) -> SearchSpace:
         return self._space
 
