@@ -928,7 +928,7 @@ def every_mode(device: Any) -> Any:
     For tests of switching itself (clocks, cores, caps per mode): without names, a board offers only the
     modes of its current TPC mask.
     """
-    device.offer_modes([name for name in _mode_labels(device.board.modes)])
+    device.offer_modes(_mode_labels(device.board.modes))
     return device
 
 

@@ -338,6 +338,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
         textwrap.dedent(f"""
         import time
         from tuner import interrupts
+        from fakeboard import every_mode
         from tuner.devices.jetson import JetsonDevice
         from tuner.devices.hardware_session import hardware_session
         from tuner.space import Config
@@ -345,6 +346,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
             {board.model!r}, sysfs_root={str(board.root)!r}, nvpmodel={str(board.nvpmodel)!r}
         )
         dev.use_runtime({runtime!r})
+        every_mode(dev)
         with hardware_session(dev):
             dev.apply(Config(knobs={config(board, **(knobs or {})).knobs!r}, batch_size=8))
             print("applied", flush=True)
