@@ -16,7 +16,8 @@ import yaml
 from clirun import in_process
 from fakeboard import FakeBoard, board_export, make_fake_board, quick_measure
 
-from tuner.devices.jetson import JetsonDevice, MaskChangeRefused, RestoreIncomplete
+from tuner.devices.jetson import JetsonDevice, RestoreIncomplete
+from tuner.errors import NeedsReboot
 from tuner.space import Config
 
 
@@ -51,6 +52,8 @@ def test_a_study_from_maxn_with_the_mode_knob_leaves_the_board_byte_identical(
     payload = json.loads(stdout)
     assert payload["measured"] >= 1
     assert payload["best"]["config"]["nvpmodel"] in ("MAXN", "50W")  # the modes of mask 0, none of another
+    trials = next(out.rglob("trials.csv")).read_text()
+    assert "needs a reboot" not in trials and "30W" not in trials and "15W" not in trials  # never proposed
 
 
 def test_the_space_starts_in_the_current_mode_and_keeps_its_mask(tmp_path: Path, monkeypatch) -> None:
@@ -95,8 +98,9 @@ def test_a_named_mode_of_another_mask_is_said_first_and_the_restore_refuses_befo
 ) -> None:
     board = _board(tmp_path, monkeypatch, "MAXN", False)
     dev = JetsonDevice("orin-agx", sysfs_root=board.root, nvpmodel=str(board.nvpmodel))
-    with pytest.raises(MaskChangeRefused):
+    with pytest.raises(NeedsReboot, match="nothing was written") as refused:
         dev.apply(Config(knobs={**dev.space().default_config().knobs, "nvpmodel": "15W"}, batch_size=1))
+    assert refused.value.exit_code == 2 and board.mode_id() == 0
     lines = dev.offer_modes(["MAXN", "15W"])
     assert len(lines) == 1 and "15W" in lines[0] and "reboot" in lines[0] and lines[0] in dev.notes
     assert dev.space().knobs["nvpmodel"].values == ["MAXN", "15W", "50W"]
