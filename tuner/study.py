@@ -223,11 +223,11 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         space_file=None if request.space_file is None else str(request.space_file),
         **extra,
     )
+    check_model(options.model, options.window.runtime, device.simulated, device)
     narrowed_space(device, options.knobs, options.batch_sizes, options.modes)
     for note in getattr(device, "notes", []):
         if on_note is not None:
             on_note(f"note: {note}")
-    check_model(options.model, options.window.runtime, device.simulated, device)
     make_sampler(options.sampler, options.seed)
     return device
 
