@@ -37,7 +37,8 @@ SIGNAL_BOUND_S = 20.0
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
+    # MAXN: the policies' two modes (MAXN, 50W) share its TPC mask, so switching needs no reboot
+    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1, start="MAXN").install(monkeypatch)
 
 
 def one_error(r: subprocess.CompletedProcess) -> str:
