@@ -22,6 +22,7 @@ from tuner.devices.journal import (
     device_key,
     fix_hint,
     journal_dir,
+    journal_key,
     journal_path,
     lock_path,
     read_journal,
@@ -58,9 +59,9 @@ def hold(device: Device) -> Iterator[None]:
         yield
         return
     journal_dir()
-    read_journal(device_key(device))
+    read_journal(journal_key(device))
     with device_lock(lock_path(device_key(device)), device.name):
-        read_journal(device_key(device))
+        read_journal(journal_key(device))
         yield
 
 
@@ -74,8 +75,8 @@ def restore_pending(device: Device, persist: bool = False) -> bool:
     (key ``persist``: a file under /etc was changed) is restored only when
     ``persist`` says the user asked for it.
     """
-    path = journal_path(device_key(device))
-    entry = read_journal(device_key(device))
+    path = journal_path(journal_key(device))
+    entry = read_journal(journal_key(device))
     if entry is None:
         return False
     if "persist" in entry.state and not persist:
@@ -95,7 +96,7 @@ def restore_pending(device: Device, persist: bool = False) -> bool:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise UserError(f"journal {path} holds a state {device.name} cannot take ({exc!r}); {fix_hint(path)}") from None
-    clear_journal(device_key(device))
+    clear_journal(journal_key(device))
     return True
 
 
@@ -121,10 +122,10 @@ def deployment(device: Device, saved: dict[str, Any] | None = None) -> Iterator[
     """
     with interrupts.held(), hold(device):
         interrupts.check()
-        fresh = read_journal(device_key(device)) is None
+        fresh = read_journal(journal_key(device)) is None
         if saved and not fresh:
             raise UserError(
-                f"{device.name} already runs an applied mode (journal {journal_path(device_key(device))}): "
+                f"{device.name} already runs an applied mode (journal {journal_path(journal_key(device))}): "
                 f"put it back first with tune restore --device {device.name}, then apply again"
             )
         before = {**device.read_state(), **(saved or {})}
@@ -138,7 +139,7 @@ def deployment(device: Device, saved: dict[str, Any] | None = None) -> Iterator[
             with interrupts.restoring():
                 device.restore(before)
             if fresh:
-                clear_journal(device_key(device))
+                clear_journal(journal_key(device))
             _left(device.name, "restored")
             raise
         _left(device.name, "applied")
@@ -208,5 +209,5 @@ def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
                     f"restoring {device.name} failed ({exc}); its original state is kept in {path}: "
                     f"fix the cause, then run tune restore --device {device.name}"
                 ) from exc
-            clear_journal(device_key(device))
+            clear_journal(journal_key(device))
             _left(device.name, "restored")

@@ -59,6 +59,15 @@ def device_key(device: Device) -> str:
     return key if isinstance(key, str) and key else device.name
 
 
+def journal_key(device: Device) -> str:
+    """The name the device's journal is filed under: its :func:`device_key`, or its own name for a journal
+    filed by name (by a version of the tool that named journals so) while none is filed under the key."""
+    key = device_key(device)
+    if key != device.name and not os.path.lexists(journal_path(key)) and os.path.lexists(journal_path(device.name)):
+        return device.name
+    return key
+
+
 def state_dir() -> Path:
     """Where journals live: $TUNE_STATE_DIR; for root /var/lib/powertune; else the user's XDG state folder.
 
@@ -109,7 +118,7 @@ def write_journal(device: Device, state: dict[str, Any]) -> Path:
     A pending journal means an earlier run died before restoring: its state is
     the true original, so it must not be overwritten by the current (changed) one.
     """
-    key = device_key(device)
+    key = journal_key(device)
     path = journal_path(key)
     if os.path.lexists(path):
         return path
