@@ -118,11 +118,12 @@ def test_a_named_mode_of_another_mask_is_said_first_and_the_restore_refuses_befo
 def test_run_names_modes_with_modes_and_says_the_reboot_first(tmp_path: Path, monkeypatch) -> None:
     board = _board(tmp_path, monkeypatch, "MAXN", True)
     before = board.snapshot()
-    code, _stdout, stderr = in_process(*RUN, "--modes", "MAXN,15W", "--knobs", "nvpmodel", "--trials", "1")
+    out = ("--out", str(tmp_path / "studies"))
+    code, _stdout, stderr = in_process(*RUN, "--modes", "MAXN,15W", "--knobs", "nvpmodel", "--trials", "1", *out)
     assert "restoring the board will need one" in stderr
     # a desktop image holds the context from boot: nvpmodel declines 15W, so nothing changed
     assert board.snapshot() == before, (code, stderr)
-    code, _stdout, stderr = in_process(*RUN, "--modes", "MAXN,99W", "--knobs", "nvpmodel")
+    code, _stdout, stderr = in_process(*RUN, "--modes", "MAXN,99W", "--knobs", "nvpmodel", *out)
     assert code == 2 and "unknown nvpmodel mode(s) 99W" in stderr
 
 
