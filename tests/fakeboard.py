@@ -73,8 +73,8 @@ What it lays out:
   -256 C (sensor off); /proc/device-tree/model and compatible (NUL-separated);
   /etc/nv_tegra_release.
 
-- Mode switches that need a reboot: once the GPU has run since boot
-  (``create_gpu_context``), ``nvpmodel -m`` into a mode whose TPC_PG_MASK
+- Mode switches that need a reboot (the golden-context rule): once a GPU
+  context has existed since boot, ``nvpmodel -m`` into a mode whose TPC_PG_MASK
   differs from the board's prints what a real board printed when the switch
   was declined ("NVPM WARN: Golden image context is already created", "NVPM
   WARN: Reboot required for changing to this power mode: N", "NVPM WARN: DO
@@ -82,7 +82,16 @@ What it lays out:
   optMask is 1, no request for power mode"; output captured from devices in
   public Jetson tooling, e.g. a JetPack 6.1 AGX Orin going from MODE_30W
   to MAXN), reads its answer from standard input and stays in its mode; a
-  "yes" is recorded (``reboot_requested``) instead of rebooting.
+  "yes" is recorded (``reboot_requested``) instead of rebooting. The context
+  exists from boot on a desktop image (``desktop=True``: the display server
+  opens the GPU before any user logs in), and otherwise from the first window
+  the tool measures (its model runs on the GPU), or when a test calls
+  ``create_gpu_context``; a reboot clears it. The refusal is nvpmodel's own
+  rule, not jetson-stats': jtop (jtop/core/nvpmodel.py, NVPModelService
+  .set_nvpmodel_id) refuses any switch to another mask before it calls
+  nvpmodel at all ("The new nvpmodel N has a different mask M, is not
+  compatible") and only passes ``input='YES'`` when forced. The masks are the
+  conf's: AGX Orin p3701 MAXN 0, MODE_15W 248, MODE_30W 240, MODE_50W 0.
 - Switch time: ``set_switch_time`` makes every ``nvpmodel -m`` take that
   long; tuner.devices.switching.SwitchCosts.mode_s is the figure the twin
   uses (docs/serving.md says what it rests on).
@@ -402,8 +411,8 @@ def set_mode(mode_id):
 
 
 def needs_reboot(mode_id):
-    """Once the GPU has run, a mode with another TPC mask needs a reboot (the golden context is made)."""
-    if not EXTRA.get("gpu_context"):
+    """Once a GPU context exists (the golden context is made), a mode with another TPC mask needs a reboot."""
+    if not (HERE / "gpu-context").exists():
         return False
     params, modes, _ = parse()
     mode = next((m for m in modes if m["id"] == mode_id), None)
@@ -527,6 +536,10 @@ class FakeBoard:
         """Point this test's tuner (and its child processes) at the board through :meth:`env`."""
         for key, value in self.env().items():
             monkeypatch.setenv(key, value)
+        from tuner.devices.jetson.device import JetsonDevice
+
+        if not getattr(JetsonDevice.measure, "creates_context", False):
+            monkeypatch.setattr(JetsonDevice, "measure", windows_create_context(JetsonDevice.measure))
         return self
 
     def env(self) -> dict[str, str]:
@@ -537,6 +550,7 @@ class FakeBoard:
             "TUNE_SYSFS_ROOT": str(self.root),
             "TUNE_NVPMODEL": str(self.nvpmodel),
             "FAKE_KERNEL_ROOTS": str(self.root),
+            "FAKE_GPU_CONTEXT": "window",
             "PYTHONPATH": site + (os.pathsep + path if path else ""),
         }
 
@@ -610,8 +624,11 @@ class FakeBoard:
 
     def create_gpu_context(self) -> None:
         """The GPU has run since boot: from now on a mode with another TPC mask asks for a reboot."""
-        self.conf["gpu_context"] = True
-        (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
+        gpu_context_created(self.root)
+
+    def has_gpu_context(self) -> bool:
+        """Whether a GPU context has existed since the last boot (nvpmodel's golden-context rule applies)."""
+        return (self.nvpmodel.parent / "gpu-context").exists()
 
     def reboot_requested(self) -> bool:
         """Whether anyone answered yes to nvpmodel's reboot question (the fake records it, never reboots)."""
@@ -644,8 +661,11 @@ class FakeBoard:
                 os.write(fd, data)
             finally:
                 os.close(fd)
+        (self.nvpmodel.parent / "gpu-context").unlink(missing_ok=True)
         if self._module().boot() != 0:
             raise RuntimeError("fake nvpmodel could not set the boot mode")
+        if self.conf.get("desktop"):
+            self.create_gpu_context()
 
     @contextmanager
     def live(self, period_s: float = 0.02) -> Iterator[None]:
@@ -743,8 +763,13 @@ def make_fake_board(
     seed: int | None = None,
     grid: str = "jp5",
     start: str | None = None,
+    desktop: bool = False,
 ) -> FakeBoard:
-    """Lay out a fake ``model`` board under ``root`` and boot it into ``start`` (default: the conf's default)."""
+    """Lay out a fake ``model`` board under ``root`` and boot it into ``start`` (default: the conf's default).
+
+    ``desktop``: a desktop image, whose display server holds a GPU context from boot (see the module
+    docstring's golden-context rule); otherwise the first measured window creates it.
+    """
     if model not in BOARDS:
         raise ValueError(f"unknown fake board {model!r}: choose from {', '.join(BOARDS)}")
     layout = ALIASES.get(layout, layout)
@@ -852,6 +877,7 @@ def make_fake_board(
         "modes": {name: mode_id for mode_id, name, *_ in board["modes"]},
         "dla_max_hz": board.get("dla_max_hz", 0),
         "dla_caps": [_dla_cap(lay, core) for core in range(2 if "dla_caps" in board else 0)],
+        "desktop": desktop,
     }
     tool_dir = root / "etc" / "fake-nvpmodel"
     tool_dir.mkdir(parents=True, exist_ok=True)
@@ -878,7 +904,52 @@ def make_fake_board(
         if p.is_file() and not p.is_symlink() and not p.as_posix().endswith(SENSOR_SUFFIXES)
     }
     fake.set_mode(conf["modes"][start] if start is not None else board["default_mode"])
+    if desktop:
+        fake.create_gpu_context()
     return fake
+
+
+# -- the golden context (see the module docstring) --------------------------------------------------
+
+
+def gpu_context_created(root: Path) -> None:
+    """A process opened the GPU on the fake board at ``root``: nvpmodel's golden-context rule applies until reboot.
+
+    A no-op for a tree that is not a fake board (the wrapper below sees every JetsonDevice).
+    """
+    tool_dir = Path(root) / "etc" / "fake-nvpmodel"
+    if tool_dir.is_dir():
+        (tool_dir / "gpu-context").touch()
+
+
+def every_mode(device: Any) -> Any:
+    """``device`` (a JetsonDevice) with every mode of its board named, as ``tune run --modes`` would name them.
+
+    For tests of switching itself (clocks, cores, caps per mode): without names, a board offers only the
+    modes of its current TPC mask.
+    """
+    device.offer_modes(_mode_labels(device.board.modes))
+    return device
+
+
+def _mode_labels(modes: Any) -> list[str]:
+    return [m.name[len("MODE_") :] if m.name.startswith("MODE_") else m.name for m in modes]
+
+
+def windows_create_context(measure: Any) -> Any:
+    """``JetsonDevice.measure`` that first creates the GPU context on the device's board, as a real window does.
+
+    On a real board the runner's CUDA context is the golden context nvpmodel checks; the fakes have
+    no GPU, so the window's start stands for it. Installed in this process by :meth:`FakeBoard.install`
+    and in child processes by tests/fakekernel_site/sitecustomize.py (FAKE_GPU_CONTEXT=window).
+    """
+
+    def measure_on_gpu(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:
+        gpu_context_created(self.root)
+        return measure(self, model, config, settings)
+
+    measure_on_gpu.creates_context = True  # type: ignore[attr-defined]
+    return measure_on_gpu
 
 
 def quick_measure(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:
@@ -887,6 +958,7 @@ def quick_measure(self: Any, model: str, config: Config, settings: WindowSetting
     is what a run does to the board, not the measurement (tests/test_loadgen_e2e.py covers that)."""
     import time
 
+    gpu_context_created(self.root)  # the window's model would have opened the GPU
     self.check_thermal()
     meter = self.make_meter(settings.meter)
     meter.start()

@@ -6,8 +6,11 @@ from tuner.serve.policy import Band, BandProvenance, Policy
 from tuner.space import SearchSpace
 
 
-def two_band_policy(space: SearchSpace, *, model: str, device: str, device_kind: str, twin: bool) -> Policy:
-    """15W below 100 q/s, MAXN above (batch 8, 5 ms timeout), every other knob at the space's default."""
+def two_band_policy(
+    space: SearchSpace, *, model: str, device: str, device_kind: str, twin: bool, low_mode: str = "15W"
+) -> Policy:
+    """``low_mode`` below 100 q/s, the space's default mode above (batch 8, 5 ms timeout), every other knob at the
+    space's default. A board offers only the modes of its TPC mask: from MAXN, 50W is one (15W is not)."""
     base = space.default_config().knobs
 
     def band(lo: float, hi: float, **knobs) -> Band:
@@ -23,7 +26,7 @@ def two_band_policy(space: SearchSpace, *, model: str, device: str, device_kind:
             provenance=BandProvenance(study="s", storage="x", trial=0, measured_by_plan=True),
         )
 
-    low = space.effective(band(0, 1, nvpmodel="15W").config()).knobs
+    low = space.effective(band(0, 1, nvpmodel=low_mode).config()).knobs
     return Policy(
         model=model,
         device=device,

@@ -38,7 +38,9 @@ def study(tmp_path_factory) -> Path:
 
 
 def board(tmp_path: Path, layout: str, monkeypatch):
-    return make_fake_board(tmp_path / "board", "orin-agx", layout, seed=4, grid="jp6").install(monkeypatch)
+    """A board in MAXN: the twin study's answer is a mode of MAXN's TPC mask (another would need a reboot)."""
+    fake = make_fake_board(tmp_path / "board", "orin-agx", layout, seed=4, grid="jp6", start="MAXN")
+    return fake.install(monkeypatch)
 
 
 def export(study: Path, output: Path, *formats: str) -> tuple[int, str, str]:

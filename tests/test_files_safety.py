@@ -341,7 +341,8 @@ def test_a_private_token_file_is_read(tmp_path):
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
+    # MAXN: the policies' two modes (MAXN, 50W) share its TPC mask, so switching needs no reboot
+    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1, start="MAXN").install(monkeypatch)
 
 
 def _board_export(path: Path) -> None:
@@ -368,7 +369,7 @@ def test_govern_refuses_a_policy_another_user_could_rewrite_on_the_board(board, 
     from tuner.devices.registry import open_device
 
     policy = two_band_policy(
-        open_device("orin").space(), model="resnet50", device="orin", device_kind="orin-agx", twin=False
+        open_device("orin").space(), model="resnet50", device="orin", device_kind="orin-agx", twin=False, low_mode="50W"
     )
     write_policy(policy, tmp_path / "policy.yaml")
     (tmp_path / "rate").write_text("250\n")

@@ -16,14 +16,16 @@ from tuner.serve.policy import write_policy
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
+    # MAXN: its TPC mask is 50W's too, so the governor can switch between them without a reboot
+    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1, start="MAXN").install(monkeypatch)
 
 
 def board_policy(path, kind="orin-agx", model="resnet50"):
-    """Two bands the fake board supports: 15W below 100 q/s, MAXN above."""
+    """Two bands the fake board supports: 50W below 100 q/s, MAXN above (one TPC mask)."""
     from tuner.devices.registry import open_device
 
-    policy = two_band_policy(open_device("orin").space(), model=model, device="orin", device_kind=kind, twin=False)
+    space = open_device("orin").space()
+    policy = two_band_policy(space, model=model, device="orin", device_kind=kind, twin=False, low_mode="50W")
     write_policy(policy, path)
     return policy
 
@@ -55,7 +57,7 @@ def test_governor_follows_the_rate_and_the_board_comes_back_however_it_ends(boar
     rate.write_text("50\n")
     proc = start(tmp_path, policy, rate, "--state-file", str(tmp_path / "state.json"))
     state = tmp_path / "state.json"
-    # band 0: 15W
+    # band 0: 50W
     wait_while_running(lambda: state.exists() and json.loads(state.read_text())["band"] == 0, proc, timeout=90)
     wait_while_running(lambda: board.snapshot() != original, proc, timeout=90)
     low = board.snapshot()

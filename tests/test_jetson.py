@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakeboard import GRIDS, FakeBoard, make_fake_board
+from fakeboard import GRIDS, FakeBoard, every_mode, make_fake_board
 from journals import pending_journals
 
 from tuner.devices.base import Device
@@ -63,7 +63,8 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def device(board: FakeBoard, **kw: object) -> JetsonDevice:
-    return JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel), **kw)  # type: ignore[arg-type]
+    dev = JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel), **kw)  # type: ignore[arg-type]
+    return every_mode(dev)  # these tests switch between every mode of the board
 
 
 def low_gpu_mhz(board: FakeBoard) -> float:
@@ -337,6 +338,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
         textwrap.dedent(f"""
         import time
         from tuner import interrupts
+        from fakeboard import every_mode
         from tuner.devices.jetson import JetsonDevice
         from tuner.devices.hardware_session import hardware_session
         from tuner.space import Config
@@ -344,6 +346,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
             {board.model!r}, sysfs_root={str(board.root)!r}, nvpmodel={str(board.nvpmodel)!r}
         )
         dev.use_runtime({runtime!r})
+        every_mode(dev)
         with hardware_session(dev):
             dev.apply(Config(knobs={config(board, **(knobs or {})).knobs!r}, batch_size=8))
             print("applied", flush=True)

@@ -41,6 +41,7 @@ RUN = (*tiny_run("orin"), "--seed", "0")
 
 
 def test_run_export_apply_restore(board, tmp_path):
+    board.set_mode(0)  # MAXN: 50W has its TPC mask, so the study and apply can switch between them
     original = board.snapshot()
     out = tmp_path / "studies"
     r = run_cli(*RUN, "--trials", "2", "--out", str(out), "--json")
@@ -66,19 +67,19 @@ def test_run_export_apply_restore(board, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     data = yaml.safe_load(best.read_text())
-    data["knobs"].update({"nvpmodel": "15W", "gpu_mhz": 318.75})  # a mode that surely differs from the board's
+    data["knobs"].update({"nvpmodel": "50W", "gpu_mhz": 318.75})  # a mode that surely differs from the board's
     # Sealed again as tune export seals a file: with the export's own digest, an edited knob is refused (unless the
     # study's best already was this mode, which made the test pass or fail with the two trials' measured order).
     best.write_text(export_yaml(ExportedConfig.model_validate(data)))
 
     r = run_cli("apply", str(best), "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert f"would write: {board.nvpmodel} -m 1" in r.stdout
+    assert f"would write: {board.nvpmodel} -m 3" in r.stdout
     assert board.snapshot() == original
 
     r = run_cli("apply", str(best))
     assert r.returncode == 0, r.stderr
-    assert board.mode_id() == 1
+    assert board.mode_id() == 3
     assert int((board.gpu_dir / "max_freq").read_text()) == 318750000
     again = run_cli("apply", str(best))
     assert again.returncode == 0 and "already runs this configuration" in again.stdout
@@ -92,7 +93,7 @@ def test_run_export_apply_restore(board, tmp_path):
 def test_unsupported_frequency_in_an_export_writes_nothing(board, tmp_path):
     original = board.snapshot()
     best = tmp_path / "best.yaml"
-    knobs = {"nvpmodel": "MAXN", "gpu_mhz": 1234.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6}
+    knobs = {"nvpmodel": "30W", "gpu_mhz": 1234.5, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6}
     best.write_text(yaml.safe_dump(board_export(knobs)))
     r = run_cli("apply", str(best))
     assert r.returncode == 2
@@ -183,10 +184,11 @@ def test_apply_then_restore_leaves_the_board_as_it_was(tmp_path, monkeypatch, st
     gpu = sorted(int(f) for f in (fake.gpu_dir / "available_frequencies").read_text().split())[2]
     mhz = gpu / 1e6 if gpu % 1_000_000 else gpu // 1_000_000
     best = tmp_path / "best.yaml"
-    knobs = {"nvpmodel": "MAXN", "gpu_mhz": mhz, "emc_mhz": 2133, "cpu_cores": 12, "cpu_mhz": 1344}
+    mode = "MAXN" if start == "MAXN" else "30W"  # the start's own TPC mask: another would need a reboot
+    knobs = {"nvpmodel": mode, "gpu_mhz": mhz, "emc_mhz": 2133, "cpu_cores": 12, "cpu_mhz": 1344}
     best.write_text(yaml.safe_dump(board_export(knobs, model="tiny-cnn", batch_size=4)))
     invoke("apply", str(best))
-    assert fake.read("sys/devices/system/cpu/cpu8/online") == "1"
+    assert fake.read("sys/devices/system/cpu/cpu8/online") == ("1" if mode == "MAXN" else "0")
     assert int((fake.gpu_dir / "max_freq").read_text()) == gpu
     assert "restored: orin" in invoke("restore").output
     assert fake.snapshot() == original
@@ -219,9 +221,10 @@ def tune(capsys, monkeypatch, *args):
 
 
 def test_a_partial_restore_keeps_the_journal_and_says_how_to_finish(board, tmp_path, capsys, monkeypatch):
+    board.set_mode(0)  # MAXN, so that applying 50W (the same TPC mask) switches the mode
     original = board.snapshot()
     best = tmp_path / "best.yaml"
-    knobs = {"nvpmodel": "15W", "gpu_mhz": 318.75, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1113.6}
+    knobs = {"nvpmodel": "50W", "gpu_mhz": 318.75, "emc_mhz": 2133, "cpu_cores": 4, "cpu_mhz": 1113.6}
     best.write_text(yaml.safe_dump(board_export(knobs, model="tiny-cnn", batch_size=4)))
     assert tune(capsys, monkeypatch, "apply", str(best))[0] == 0
     board.set_nvpmodel_fails()  # nvpmodel -m fails, as when a release's conf names a missing devfreq node

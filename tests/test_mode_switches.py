@@ -13,7 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fakeboard import FakeBoard, make_fake_board, quick_measure
+from fakeboard import FakeBoard, every_mode, make_fake_board, quick_measure
 
 from tuner.devices.jetson import ApplyError, JetsonDevice, ModeNeedsReboot
 from tuner.devices.switching import SwitchCosts, switch_seconds
@@ -37,7 +37,7 @@ def _orin(tmp_path: Path) -> FakeBoard:
 
 
 def _device(board: FakeBoard) -> JetsonDevice:
-    return JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel))
+    return every_mode(JetsonDevice(board.model, sysfs_root=board.root, nvpmodel=str(board.nvpmodel)))
 
 
 def _config(mode: str) -> Config:

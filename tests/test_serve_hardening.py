@@ -37,7 +37,8 @@ SIGNAL_BOUND_S = 20.0
 
 @pytest.fixture
 def board(tmp_path, monkeypatch):
-    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1).install(monkeypatch)
+    # MAXN: the policies' two modes (MAXN, 50W) share its TPC mask, so switching needs no reboot
+    return make_fake_board(tmp_path / "board", "orin-agx", "l4t36", seed=1, start="MAXN").install(monkeypatch)
 
 
 def one_error(r: subprocess.CompletedProcess) -> str:
@@ -279,12 +280,12 @@ def test_a_named_pipe_as_the_rate_file_never_hangs_the_governor(board, tmp_path)
 def test_plan_holds_the_device_lock_for_the_whole_plan(board, tmp_path, monkeypatch):
     from tuner.cli import main, serve
     from tuner.devices import lock
-    from tuner.devices.journal import lock_path
+    from tuner.devices.journal import device_key, lock_path
 
     seen: list[bool] = []
 
     def fake_plan(device, options, on_rate=None, on_start=None):
-        seen.append(str(lock_path(device.name)) in lock._held)
+        seen.append(str(lock_path(device_key(device))) in lock._held)
         raise UserError("stop here")
 
     monkeypatch.setattr(serve, "plan_rates", fake_plan)

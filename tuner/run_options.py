@@ -30,6 +30,7 @@ class RunOptions(BaseModel):
     seed: int | None = None
     batch_sizes: list[int] | None = None
     knobs: list[str] | None = None
+    modes: list[str] | None = None
     sampler: str = DEFAULT_SAMPLER
     storage: str | None = None
     study_trials: int | None = None

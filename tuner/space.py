@@ -155,6 +155,25 @@ class SearchSpace(BaseModel):
             space.batch_sizes = sorted(set(batch_sizes))
         return space
 
+    def only_modes(self, modes: list[str]) -> SearchSpace:
+        """Keep only the named power modes (``--modes``), the first named one the default."""
+        if self.mode_knob is None:
+            raise UserError(f"--modes names power modes, and {self.kind} has none: leave it out")
+        knob = self.knobs[self.mode_knob]
+        names = [str(v) for v in knob.values]
+        unknown = [m for m in modes if m not in names]
+        if unknown:
+            raise UserError(
+                f"unknown mode(s) {', '.join(unknown)} for {self.kind}{did_you_mean(unknown[0], names)}: "
+                f"choose from {', '.join(names)}"
+            )
+        kept = list(dict.fromkeys(modes))
+        default = knob.default if knob.default in kept else kept[0]
+        space = self.model_copy(deep=True)
+        space.knobs[self.mode_knob] = knob.model_copy(update={"values": kept, "default": default})
+        space.modes = {name: mode for name, mode in space.modes.items() if name in kept}
+        return space
+
     def pin(self, knob: str, value: KnobValue) -> SearchSpace:
         """Fix a knob to one value (the device's current one in observe-only mode)."""
         space = self.model_copy(deep=True)

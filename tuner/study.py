@@ -66,11 +66,24 @@ def narrowed_space(
     device: Device,
     knobs: list[str] | None,
     batch_sizes: list[int] | None,
+    modes: list[str] | None = None,
     model: str | None = None,
     runtime: str = "auto",
 ) -> SearchSpace:
-    """The device's space narrowed by the user's flags and, given the model, with what it fixes pinned."""
+    """The device's space narrowed to ``knobs``, ``batch_sizes`` and the power ``modes`` named (``--modes``),
+    and, given the model, with what it fixes pinned.
+
+    A device that keeps some of its modes out of its space (a Jetson board: modes of
+    another TPC mask need a reboot) offers a named one through ``offer_modes``,
+    which says what that costs in the device's notes.
+    """
+    if modes:
+        offer = getattr(device, "offer_modes", None)
+        if offer is not None:
+            offer(modes)
     space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
+    if modes:
+        space = space.only_modes(modes)
     if model is not None:
         space = model_space(space, model, runtime)
     if not space.tuned_knobs and len(space.batch_sizes) < 2:
@@ -255,14 +268,16 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         space_file=None if request.space_file is None else str(request.space_file),
         **extra,
     )
-    for note in getattr(device, "notes", []):
+    check_model(options.model, options.window.runtime, device.simulated, device)
+    narrowed_space(device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime)
+    notes = [*getattr(device, "notes", [])]
+    pinned = pinned_note(
+        device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime
+    )
+    notes += [pinned] if pinned is not None else []
+    for note in notes:
         if on_note is not None:
             on_note(f"note: {note}")
-    check_model(options.model, options.window.runtime, device.simulated, device)
-    note = pinned_note(device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime)
-    if note is not None and on_note is not None:
-        on_note(f"note: {note}")
-    narrowed_space(device, options.knobs, options.batch_sizes, options.model, options.window.runtime)
     make_sampler(options.sampler, options.seed)
     return device
 
@@ -346,7 +361,9 @@ def _run_study(
     on_interrupt: Callable[[optuna.Study], None] | None,
 ) -> tuple[optuna.Study, RunSummary]:
     space = serving_space(
-        narrowed_space(device, options.knobs, options.batch_sizes, options.model, options.window.runtime),
+        narrowed_space(
+            device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
+        ),
         options.window,
     )
     storage = options.storage or default_storage(options.out)

@@ -3,6 +3,8 @@
 With FAKE_MEASURE=hang a child's Jetson window never ends, so a test can kill it mid-trial after
 the board was changed, without paying for a model and LoadGen in every child. With
 FAKE_TENSORRT=N a child imports tests/fake_tensorrt.py as ``tensorrt``, on a platform with N DLA cores.
+With FAKE_GPU_CONTEXT=window a child's Jetson window creates the GPU context on its fake board, as a real
+model run does (nvpmodel's golden-context rule, tests/fakeboard.py).
 """
 
 import os
@@ -29,3 +31,10 @@ if os.environ.get("FAKE_TENSORRT", "").isdigit():
 
     sys.modules["tensorrt"] = fake_tensorrt.module()
     fake_tensorrt.Builder.num_DLA_cores = int(os.environ["FAKE_TENSORRT"])
+
+if os.environ.get("FAKE_GPU_CONTEXT") == "window":
+    import fakeboard
+
+    from tuner.devices.jetson.device import JetsonDevice
+
+    JetsonDevice.measure = fakeboard.windows_create_context(JetsonDevice.measure)

@@ -87,6 +87,12 @@ Assignments = typer.Option(
     "gpu_mhz=1300; other knobs keep their default",
 )
 Repeat = typer.Option(1, "--repeat", help="measure this many times")
+RunModes = typer.Option(
+    None,
+    "--modes",
+    help="power modes to tune, e.g. MAXN,50W (default: the board's mode and those of its TPC mask; a mode of "
+    "another mask needs a reboot to undo, which tune says before the first write)",
+)
 MeasureSeed = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)")
 
 
@@ -105,6 +111,7 @@ def run(
     seed: int | None = options.Seed,
     batch_sizes: str | None = options.BatchSizes,
     knobs: str | None = options.Knobs,
+    modes: str | None = RunModes,
     sampler: str = Sampler,
     storage: str | None = options.Storage,
     out: Path = options.Out,
@@ -132,6 +139,7 @@ def run(
         seed=seed,
         batch_sizes=common.batch_list(batch_sizes),
         knobs=common.knob_list(knobs),
+        modes=common.knob_list(modes),
         sampler=common.choice(canonical(sampler), SAMPLERS, "--sampler"),
         storage=common.run_storage(storage, out),
         study_trials=study_trials,
@@ -250,7 +258,9 @@ def sweep(
     common.check_out_dir(out)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     check_model(model, runtime, dev.simulated, dev)
-    narrowed = narrowed_space(dev, common.knob_list(knobs), common.batch_list(batch_sizes), model, runtime)
+    narrowed = narrowed_space(
+        dev, common.knob_list(knobs), common.batch_list(batch_sizes), model=model, runtime=runtime
+    )
     total = narrowed.size()
     vectorized = getattr(dev, "measure_many", None) is not None
     if total > LARGE_SWEEP or not vectorized:

@@ -165,16 +165,19 @@ def deploy_config(exported: ExportedConfig, device: Device) -> Config:
     The device kind must match, and every knob value must be one the device
     supports now (a board's own frequency table, a GPU's supported clocks):
     an export from another board or L4T release fails here, not half-way
-    through writing.
+    through writing. A Jetson mode that only a reboot could enter (or leave)
+    is refused here too, with the reboot named.
     """
     if exported.device_kind != device.kind:
         raise UserError(
             f"this export is for {exported.device_kind}, but {device.name} is {device.kind}: "
             "export a configuration tuned on this kind of device"
         )
-    space = device.space()
     config = Config(knobs=dict(exported.knobs), batch_size=exported.batch_size)
-    space.validate_config(config)
+    reachable = getattr(device, "check_config_reachable", None)
+    if reachable is not None:
+        reachable(config)  # a Jetson mode of another TPC mask needs a reboot: said before anything else
+    device.space().validate_config(config)
     return config
 
 

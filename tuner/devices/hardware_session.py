@@ -19,8 +19,10 @@ from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.devices.journal import (
     clear_journal,
+    device_key,
     fix_hint,
     journal_dir,
+    journal_key,
     journal_path,
     lock_path,
     read_journal,
@@ -55,9 +57,9 @@ def hold(device: Device) -> Iterator[None]:
         yield
         return
     journal_dir()
-    read_journal(device.name)
-    with device_lock(lock_path(device.name), device.name):
-        read_journal(device.name)
+    read_journal(journal_key(device))
+    with device_lock(lock_path(device_key(device)), device.name):
+        read_journal(journal_key(device))
         yield
 
 
@@ -71,8 +73,8 @@ def restore_pending(device: Device, persist: bool = False) -> bool:
     (key ``persist``: a file under /etc was changed) is restored only when
     ``persist`` says the user asked for it.
     """
-    path = journal_path(device.name)
-    entry = read_journal(device.name)
+    path = journal_path(journal_key(device))
+    entry = read_journal(journal_key(device))
     if entry is None:
         return False
     if "persist" in entry.state and not persist:
@@ -80,7 +82,7 @@ def restore_pending(device: Device, persist: bool = False) -> bool:
             f"{device.name} runs a tuned mode made persistent by tune apply --persist (journal {path}): "
             f"remove it with tune restore --persist --device {device.name}"
         )
-    if entry.device != device.name or entry.kind != device.kind:
+    if entry.kind != device.kind:
         raise UserError(
             f"journal {path} is for {entry.device} ({entry.kind}), not {device.name} ({device.kind}); {fix_hint(path)}"
         )
@@ -92,7 +94,7 @@ def restore_pending(device: Device, persist: bool = False) -> bool:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise UserError(f"journal {path} holds a state {device.name} cannot take ({exc!r}); {fix_hint(path)}") from None
-    clear_journal(device.name)
+    clear_journal(journal_key(device))
     return True
 
 
@@ -118,10 +120,10 @@ def deployment(device: Device, saved: dict[str, Any] | None = None) -> Iterator[
     """
     with interrupts.held(), hold(device):
         interrupts.check()
-        fresh = read_journal(device.name) is None
+        fresh = read_journal(journal_key(device)) is None
         if saved and not fresh:
             raise UserError(
-                f"{device.name} already runs an applied mode (journal {journal_path(device.name)}): "
+                f"{device.name} already runs an applied mode (journal {journal_path(journal_key(device))}): "
                 f"put it back first with tune restore --device {device.name}, then apply again"
             )
         before = {**device.read_state(), **(saved or {})}
@@ -135,7 +137,7 @@ def deployment(device: Device, saved: dict[str, Any] | None = None) -> Iterator[
             with interrupts.restoring():
                 device.restore(before)
             if fresh:
-                clear_journal(device.name)
+                clear_journal(journal_key(device))
             _left(device.name, "restored")
             raise
         _left(device.name, "applied")
@@ -205,5 +207,5 @@ def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
                     f"restoring {device.name} failed ({exc}); its original state is kept in {path}: "
                     f"fix the cause, then run tune restore --device {device.name}"
                 ) from exc
-            clear_journal(device.name)
+            clear_journal(journal_key(device))
             _left(device.name, "restored")

@@ -2,8 +2,11 @@
 
 If the process dies (kill -9, power loss) between apply and restore, the
 journal still holds what the board looked like, and ``tune restore`` puts it
-back (tuner.devices.hardware_session). One file per device; it is removed
-only after a successful restore.
+back (tuner.devices.hardware_session). One file per physical device, named
+by :func:`device_key` (whatever name the device was opened by: ``orin`` and
+``orin-agx`` are one board), in one state folder per machine for root
+(``/var/lib/powertune``: ``sudo tune`` and a root shell find the same
+journal); it is removed only after a successful restore.
 
 The tool often runs as root, so the state folder is private (0700), journals
 are created under fresh names with O_EXCL (0600, never through a planted
@@ -38,12 +41,44 @@ class JournalEntry(BaseModel):
     pid: int
     written_at: float
     state: dict[str, Any]
+    key: str | None = None  # the device_key the file is named by (absent: the device's name)
+
+
+SYSTEM_STATE_DIR = Path("/var/lib/powertune")
+
+
+def device_key(device: Device) -> str:
+    """The physical device a journal and lock belong to: ``device.physical_key`` where it has one, else its name.
+
+    A backend whose device can be reached by several names (a Jetson board as
+    ``orin`` or ``orin-agx``, a GPU by index or UUID) sets ``physical_key`` to
+    something of the hardware itself (the board's serial number, the GPU's UUID),
+    so every name finds one lock and one journal.
+    """
+    key = getattr(device, "physical_key", None)
+    return key if isinstance(key, str) and key else device.name
+
+
+def journal_key(device: Device) -> str:
+    """The name the device's journal is filed under: its :func:`device_key`, or its own name for a journal
+    filed by name (by a version of the tool that named journals so) while none is filed under the key."""
+    key = device_key(device)
+    if key != device.name and not os.path.lexists(journal_path(key)) and os.path.lexists(journal_path(device.name)):
+        return device.name
+    return key
 
 
 def state_dir() -> Path:
-    """Where journals live: $TUNE_STATE_DIR, else $XDG_STATE_HOME/powertune, else ~/.local/state/powertune."""
+    """Where journals live: $TUNE_STATE_DIR; for root /var/lib/powertune; else the user's XDG state folder.
+
+    Root's is one folder per machine, not per home: ``sudo tune`` keeps HOME (and
+    XDG_STATE_HOME) on some systems and not on others, and a crash's journal must
+    be found by whichever root shell runs ``tune restore``.
+    """
     if os.environ.get("TUNE_STATE_DIR"):
         return Path(os.environ["TUNE_STATE_DIR"])
+    if os.geteuid() == 0:
+        return SYSTEM_STATE_DIR
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "powertune"
 
@@ -83,11 +118,19 @@ def write_journal(device: Device, state: dict[str, Any]) -> Path:
     A pending journal means an earlier run died before restoring: its state is
     the true original, so it must not be overwritten by the current (changed) one.
     """
-    path = journal_path(device.name)
+    key = journal_key(device)
+    path = journal_path(key)
     if os.path.lexists(path):
         return path
     journal_dir()
-    entry = JournalEntry(device=device.name, kind=device.kind, pid=os.getpid(), written_at=time.time(), state=state)
+    entry = JournalEntry(
+        device=device.name,
+        kind=device.kind,
+        pid=os.getpid(),
+        written_at=time.time(),
+        state=state,
+        key=None if key == device.name else key,
+    )
     try:
         text = entry.model_dump_json(indent=2)
     except (ValueError, TypeError) as exc:  # a plugin's read_state() returned what JSON cannot hold
@@ -119,7 +162,7 @@ def load_journal(path: Path) -> JournalEntry:
             f"journal {path} has version {entry.version}, this tool reads {JOURNAL_VERSION}; "
             "restore with the tool that wrote it"
         )
-    if journal_path(entry.device).name != path.name:
+    if journal_path(entry.key or entry.device).name != path.name:
         raise UserError(f"journal {path} names device {entry.device!r}, not the one it is filed for; {fix_hint(path)}")
     return entry
 

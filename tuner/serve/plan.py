@@ -166,7 +166,7 @@ def plan_rates(
         existing = set(optuna.get_all_study_names(storage=open_storage(storage, None)))
     results: list[RateResult] = []
     space = serving_space(
-        narrowed_space(device, options.knobs, options.batch_sizes, options.model, options.window.runtime),
+        narrowed_space(device, options.knobs, options.batch_sizes, model=options.model, runtime=options.window.runtime),
         window_for(options.window, "server", 1.0),
     )
     names = [

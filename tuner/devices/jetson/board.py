@@ -407,19 +407,44 @@ def mhz(hz: int, per_mhz: float) -> int | float:
     return int(value) if value == int(value) else value
 
 
-def _mode_name(name: str) -> str:
+def mode_label(name: str) -> str:
     """The conf's MODE_30W is the space's 30W; MAXN stays MAXN."""
     return name[len("MODE_") :] if name.startswith("MODE_") else name
 
 
-def board_space(base: SearchSpace, board: Board, runtime: str | None = None) -> tuple[SearchSpace, str | None]:
+def same_mask(board: Board, mode_id: int) -> list[BoardMode]:
+    """The board's modes that nvpmodel can switch to from ``mode_id`` and back without a reboot.
+
+    nvpmodel refuses to change the GPU's TPC power-gating mask once a GPU
+    context exists since boot (it warns "Reboot required for changing to this
+    power mode" and asks on stdin); jetson-stats refuses such a switch before
+    calling nvpmodel (jtop/core/nvpmodel.py: "has a different mask ..., is not
+    compatible"). A mode whose conf sets no mask, on a conf that gates no TPCs,
+    is always reachable.
+    """
+    current = next((m for m in board.modes if m.id == mode_id), None)
+    if current is None:
+        return list(board.modes)
+    return [m for m in board.modes if m.tpc_pg_mask == current.tpc_pg_mask]
+
+
+def board_space(
+    base: SearchSpace,
+    board: Board,
+    runtime: str | None = None,
+    current_mode: int | None = None,
+    named: tuple[int, ...] = (),
+) -> tuple[SearchSpace, str | None]:
     """The search space of this board for a runtime: its own tables and modes; the YAML fills in the rest.
 
     Knobs for another runtime are left out (the DLA knobs and the TensorRT
     precision stay only with ``runtime="tensorrt"``), and the DLA knobs only
-    stay where the board has DLAs. Returns the space and, where the board
-    disagrees with the committed YAML, one line saying so (the board's values
-    are used).
+    stay where the board has DLAs. With ``current_mode`` (the mode the board is
+    in) the mode knob starts there and offers only the modes of the same TPC
+    mask (:func:`same_mask`) plus the ids in ``named`` (modes the user asked for
+    by name); without it, every mode, starting at the conf's default. Returns
+    the space and, where the board disagrees with the committed YAML, one line
+    saying so (the board's values are used).
     """
     base = for_runtime(base, runtime, dlas=bool(board.dla_caps))
     knobs = dict(base.knobs)
@@ -444,14 +469,18 @@ def board_space(base: SearchSpace, board: Board, runtime: str | None = None) -> 
     modes = dict(base.modes)
     mode_knob = base.mode_knob
     if board.modes and mode_knob is not None:
-        modes = {_mode_name(m.name): _space_mode(m, board, tables, knobs) for m in board.modes}
-        names = list(modes)
+        every = {mode_label(m.name): _space_mode(m, board, tables, knobs) for m in board.modes}
         file_caps = {n: (m.id, m.caps) for n, m in base.modes.items()}
-        board_caps = {n: (m.id, m.caps) for n, m in modes.items()}
+        board_caps = {n: (m.id, m.caps) for n, m in every.items()}
         if file_caps != board_caps:
-            differs.append(f"nvpmodel modes {', '.join(names)} (file: {', '.join(base.modes)})")
-        default = next((m.name for m in board.modes if m.id == board.default_mode), board.modes[0].name)
-        knobs[mode_knob] = Knob(**{**knobs[mode_knob].model_dump(), "values": names, "default": _mode_name(default)})
+            differs.append(f"nvpmodel modes {', '.join(every)} (file: {', '.join(base.modes)})")
+        start = board.default_mode if current_mode is None else current_mode
+        offered = {m.id for m in (board.modes if current_mode is None else same_mask(board, current_mode))}
+        offered |= set(named)
+        modes = {name: mode for name, mode in every.items() if mode.id in offered}
+        names = list(modes)
+        default = next((m.name for m in board.modes if m.id == start and m.id in offered), board.modes[0].name)
+        knobs[mode_knob] = Knob(**{**knobs[mode_knob].model_dump(), "values": names, "default": mode_label(default)})
     note = None
     if differs:
         note = f"the board's tables differ from search_spaces/{base.kind}.yaml, using the board's: " + "; ".join(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tuner.devices.jetson import sysfs
-from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover
+from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover, mode_label
 from tuner.devices.jetson.meters import JtopMeter, RailMeter
 from tuner.devices.jetson.persist import unpersist
 from tuner.devices.jetson.restore import plan_restore
@@ -73,6 +73,18 @@ class ApplyError(JetsonError):
 
 class ModeNeedsReboot(ApplyError, NeedsReboot):
     """nvpmodel asked for a reboot to enter a mode: it was answered no, and the board is as it was."""
+
+
+class MaskChangeRefused(NeedsReboot):
+    """A mode whose TPC mask differs from the board's, not asked for by name: refused before any write.
+
+    Once a GPU context exists nvpmodel can enter such a mode, or come back from
+    it, only through a reboot; the tool never reboots, so it never goes there
+    unless the user named the mode (see :meth:`JetsonDevice.offer_modes`).
+    Bad input for ``tune apply`` (exit 2); a study never proposes such a mode.
+    """
+
+    exit_code = 2
 
 
 class ThermalLimitError(JetsonError):
@@ -170,12 +182,29 @@ class JetsonDevice:
                 f"this board is a Jetson {MODEL_NAMES[detected]} ({detected}), not {kind}: use --device {detected}"
             )
         self.board: Board = discover(self.root)
-        self._space, note = board_space(self._base_space, self.board)
-        self.notes = [note] if note else []
         self.nvpmodel = _find_nvpmodel(nvpmodel or os.environ.get("TUNE_NVPMODEL") or "nvpmodel")
+        self._named: tuple[int, ...] = ()
+        self.start_mode = self.query_mode() if self.board.modes else None
+        self._space, note = self._board_space(None)
+        self.notes = [note] if note else []
         self.last_switch_s: float | None = None
 
     # -- discovery ---------------------------------------------------------
+
+    @property
+    def physical_key(self) -> str:
+        """The board itself, for its one lock and one journal (tuner.devices.journal.device_key).
+
+        The space kind (``orin`` and ``orin-agx`` are one AGX Orin) and the module's
+        serial number from the device tree, ``/proc/device-tree/serial-number``
+        (NUL-terminated; /proc/device-tree links to /sys/firmware/devicetree/base, where jetson-stats
+        reads it in jtop/core/jetson_variables.py),
+        where the board has one; a host carries one Jetson module.
+        """
+        path = self.root / "proc/device-tree/serial-number"
+        serial = sysfs.read(path) if sysfs.is_file(path) else ""
+        serial = "".join(c for c in serial if c.isalnum())
+        return f"{self.kind}-{serial}" if serial else self.kind
 
     def space(self) -> SearchSpace:
         return self._space
@@ -184,7 +213,79 @@ class JetsonDevice:
         """The runtime the study runs the model with: only TensorRT can put work on the DLAs, so only it gets
         the DLA knobs (and only on a board that has DLAs) and its precision knob."""
         self._runtime = runtime
-        self._space, _ = board_space(self._base_space, self.board, runtime)
+        self._space, _ = self._board_space(runtime)
+
+    # -- modes that need a reboot --------------------------------------------
+
+    def _board_space(self, runtime: str | None) -> tuple[SearchSpace, str | None]:
+        """The board's space from the mode it is in: the modes of its TPC mask, and those the user named."""
+        self._space_runtime = runtime
+        return board_space(self._base_space, self.board, runtime, self.start_mode, self._named)
+
+    def _mask(self, mode_id: int | None) -> int | None:
+        return next((m.tpc_pg_mask for m in self.board.modes if m.id == mode_id), None)
+
+    def offer_modes(self, names: list[str]) -> list[str]:
+        """Let a study tune the modes the user named, other TPC masks included; the lines to say before any write.
+
+        A named mode with another mask than the board's is entered (nvpmodel allows
+        it while no GPU context exists yet), but the tool's own first window makes
+        the context, so coming back to the board's mode needs a reboot: the returned
+        line says so, and the restore at the end refuses, before its first write,
+        with how to finish.
+        """
+        every = {mode_label(m.name): m for m in self.board.modes}
+        unknown = [n for n in names if n not in every]
+        if unknown:
+            raise UserError(
+                f"unknown nvpmodel mode(s) {', '.join(unknown)} for this board: choose from {', '.join(every)}"
+            )
+        start = self._mask(self.start_mode)
+        self._named = tuple(every[n].id for n in names)
+        self._space, _ = self._board_space(self._space_runtime)
+        other = [n for n in names if every[n].tpc_pg_mask != start]
+        if not other:
+            return []
+        line = (
+            f"nvpmodel mode(s) {', '.join(other)} gate other GPU TPCs than the board's mode "
+            f"{self._mode_name(self.start_mode)} (TPC_PG_MASK {', '.join(str(every[n].tpc_pg_mask) for n in other)} "
+            f"vs {start}): once the GPU has run, nvpmodel changes the mask only through a reboot, so restoring "
+            f"the board will need one (afterwards: sudo nvpmodel -m {self.start_mode}, answer yes, then "
+            f"tune restore --device {self.name})"
+        )
+        if line not in self.notes:
+            self.notes.append(line)
+        return [line]
+
+    def _mode_name(self, mode_id: int | None) -> str:
+        return next((mode_label(m.name) for m in self.board.modes if m.id == mode_id), str(mode_id))
+
+    def check_config_reachable(self, config: Config) -> None:
+        """:meth:`check_reachable` for a configuration's mode, named as the space names it (``tune apply``)."""
+        knob = self._space.mode_knob
+        mode = next((m for m in self.board.modes if knob and mode_label(m.name) == config.knobs.get(knob)), None)
+        if mode is not None:
+            self.check_reachable(mode.id)
+
+    def check_reachable(self, mode_id: int) -> None:
+        """Refuse, before any write, a switch to a mode of another TPC mask that the user did not name.
+
+        The check jetson-stats makes before it calls nvpmodel (jtop/core/nvpmodel.py,
+        NVPModelService.set_nvpmodel_id: "The new nvpmodel N has a different mask M,
+        is not compatible"), against the mode the board is in now.
+        """
+        current = self.query_mode()
+        if mode_id == current or mode_id in self._named:
+            return
+        now, then = self._mask(current), self._mask(mode_id)
+        if now == then:
+            return
+        raise MaskChangeRefused(
+            f"nvpmodel mode {self._mode_name(mode_id)} has TPC_PG_MASK {then}, the board's mode "
+            f"{self._mode_name(current)} has {now}: the masks are not compatible without a reboot (once the GPU "
+            "has run, nvpmodel asks to reboot, and coming back needs another); nothing was written. To use it: "
+            f"sudo nvpmodel -m {mode_id}, answer yes to reboot, then run the command again in that mode"
+        )
 
     def describe(self) -> dict[str, Any]:
         b = self.board
@@ -282,9 +383,14 @@ class JetsonDevice:
     def targets(self, config: Config) -> dict[str, Any]:
         """What a configuration asks of the board after the mode's caps: mode id, cores, kHz, Hz."""
         space = self._space
+        mode_knob = space.mode_knob
+        outside = mode_knob is not None and config.knobs.get(mode_knob) not in space.knobs[mode_knob].values
         if set(config.knobs) - set(space.knobs):
             # A configuration a TensorRT study exported (DLA knobs) applied by a command that runs no model.
             space, _ = board_space(self._base_space, self.board, "tensorrt")
+        elif outside:
+            # A mode of another TPC mask: check_reachable refuses it before any write unless the user named it.
+            space, _ = board_space(self._base_space, self.board, self._space_runtime)
         space.validate_config(config)
         mode = space.mode_of(config)
         assert mode is not None
@@ -312,6 +418,7 @@ class JetsonDevice:
         nvpmodel resets the clocks.
         """
         t = self.targets(config)
+        self.check_reachable(t["mode"])
         return self._plan(t, mode_change=self.query_mode() != t["mode"])
 
     def _plan(self, t: dict[str, Any], mode_change: bool) -> list[Write]:
@@ -328,6 +435,7 @@ class JetsonDevice:
         started = time.monotonic()
         self.last_switch_s = None
         t = self.targets(config)
+        self.check_reachable(t["mode"])
         self.check_thermal()
         mode_change = self.query_mode() != t["mode"]
         planned = self._plan(t, mode_change)
@@ -353,7 +461,8 @@ class JetsonDevice:
             "dla": [_try_int(p) for p in b.dla_caps],
         }
         if assume_mode is not None:
-            mode = next(m for m in self._space.modes.values() if m.id == assume_mode)
+            every, _ = board_space(self._base_space, self.board, "tensorrt")
+            mode = next(m for m in every.modes.values() if m.id == assume_mode)
             cpu_cap = round(mode.caps.get("cpu_mhz", 1e9) * 1000)
             gpu_cap = _floor(b.gpu_hz, round(mode.caps.get("gpu_mhz", 1e9) * 1e6))
             cur["cpu"] = {
@@ -523,6 +632,16 @@ class JetsonDevice:
             try:
                 if self.query_mode() != plan.mode:
                     self.set_mode(plan.mode)
+            except ModeNeedsReboot:
+                # nvpmodel declined and wrote nothing; the rest of the saved state belongs to that mode,
+                # so nothing else is written either: the board stays exactly as it is.
+                raise RestoreIncomplete(
+                    f"restore of {self.name} refused before any write: nvpmodel enters mode "
+                    f"{self._mode_name(plan.mode)} (TPC_PG_MASK {self._mask(plan.mode)}) again only through a "
+                    f"reboot, the board is in {self._mode_name(self.query_mode())} as the run left it; "
+                    f"run sudo nvpmodel -m {plan.mode}, answer yes to reboot, then tune restore --device {self.name} "
+                    "(the journal is kept)"
+                ) from None
             except ApplyError as exc:
                 problems.append(str(exc))
         if isinstance(state, dict) and "persist" in state:
