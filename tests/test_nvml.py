@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from fakenvml import FakeNVML, FakeNVMLError
 
 import runners
 from tuner.devices.nvml.device import NvmlDevice, kind_of
@@ -14,118 +15,7 @@ from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config
 
-NO_PERMISSION = 4
-NOT_SUPPORTED = 3
 HW_SLOWDOWN = 0x8
-
-
-class FakeNVMLError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__(f"NVML error {value}")
-        self.value = value
-
-
-class FakeNVML:
-    """The pynvml functions the device uses, with card state and every write attempt recorded."""
-
-    NVMLError = FakeNVMLError
-
-    def __init__(self, name: str = "NVIDIA H200", deny: tuple[str, ...] = (), energy_counter: bool = True) -> None:
-        self.name = name
-        self.deny = deny
-        self.energy_counter = energy_counter
-        self.write_attempts: list[tuple[str, tuple]] = []
-        self.locked_sm: tuple[int, int] | None = None
-        self.locked_mem: tuple[int, int] | None = None
-        self.power_limit_mw = 700_000
-        self.reasons = 0
-        self.graphics = list(range(1980, 344, -15))
-        self.origin = time.monotonic()
-
-    def __getattribute__(self, attr: str):
-        if attr.startswith(("nvmlDeviceSet", "nvmlDeviceReset")):
-            fn = object.__getattribute__(self, attr)
-
-            def recorded(*args):
-                attempts = object.__getattribute__(self, "write_attempts")
-                attempts.append((attr, args[1:]))
-                if attr.startswith(object.__getattribute__(self, "deny")):
-                    raise FakeNVMLError(NO_PERMISSION)
-                return fn(*args)
-
-            return recorded
-        return object.__getattribute__(self, attr)
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
-        return f"handle{index}"
-
-    def nvmlDeviceGetName(self, h) -> str:
-        return self.name
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return "580.159.04"
-
-    def nvmlDeviceGetSupportedMemoryClocks(self, h) -> list[int]:
-        return [3201, 2201]
-
-    def nvmlDeviceGetSupportedGraphicsClocks(self, h, mem) -> list[int]:
-        return self.graphics
-
-    def nvmlDeviceGetPowerManagementLimitConstraints(self, h) -> list[int]:
-        return [200_000, 700_000]
-
-    def nvmlDeviceGetPowerManagementLimit(self, h) -> int:
-        return self.power_limit_mw
-
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, h) -> int:
-        return 700_000
-
-    def nvmlDeviceGetApplicationsClock(self, h, clock) -> int:
-        return {0: 1980, 2: 3201}[clock]
-
-    def nvmlDeviceGetPersistenceMode(self, h) -> int:
-        return 1
-
-    def nvmlDeviceGetComputeMode(self, h) -> int:
-        return 0
-
-    def nvmlDeviceGetMaxClockInfo(self, h, clock) -> int:
-        return {0: 1980, 2: 3201}[clock]
-
-    def nvmlDeviceGetTemperature(self, h, sensor) -> int:
-        return 41
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h) -> int:
-        return self.reasons
-
-    def nvmlDeviceGetPowerUsage(self, h) -> int:
-        return 300_000
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h) -> int:
-        if not self.energy_counter:
-            raise FakeNVMLError(NOT_SUPPORTED)
-        steps = int((time.monotonic() - self.origin) / 0.1)
-        return steps * 30_000  # 300 W, updated at 10 Hz
-
-    def nvmlDeviceSetGpuLockedClocks(self, h, low, high) -> None:
-        self.locked_sm = (low, high)
-
-    def nvmlDeviceSetMemoryLockedClocks(self, h, low, high) -> None:
-        self.locked_mem = (low, high)
-
-    def nvmlDeviceResetGpuLockedClocks(self, h) -> None:
-        self.locked_sm = None
-
-    def nvmlDeviceResetMemoryLockedClocks(self, h) -> None:
-        self.locked_mem = None
-
-    def nvmlDeviceSetPowerManagementLimit(self, h, mw) -> None:
-        self.power_limit_mw = mw
 
 
 def _config(sm=1980, mem=3201, power=700, precision="fp16", batch=8) -> Config:
@@ -164,25 +54,32 @@ def test_device_names_and_missing_gpu():
         NvmlDevice(0, nvml=NoDriver())
 
 
-def test_observe_only_pins_device_knobs_and_never_writes():
+def _observed(precision="fp16", batch=8, power=700) -> Config:
+    return Config(
+        knobs={"power_limit_w": power, "precision": precision, "channels_last": True, "graph": "eager"},
+        batch_size=batch,
+    )
+
+
+def test_observe_only_locks_no_clock_pins_the_power_limit_and_never_writes():
     nvml = FakeNVML()
     device = NvmlDevice(0, nvml=nvml)
     space = device.space()
-    assert space.knobs["sm_mhz"].values == [1980]
-    assert space.knobs["mem_mhz"].values == [3201]
+    assert "sm_mhz" not in space.knobs and "mem_mhz" not in space.knobs  # the driver's boost runs the clocks
     assert space.knobs["power_limit_w"].values == [700]
     assert space.tuned_knobs == ["precision", "channels_last", "graph"]
     assert len(space.batch_sizes) > 1
 
     state = device.read_state()
     before = device.observe_only_state()
-    device.apply(_config(precision="bf16", batch=32))
+    device.apply(_observed(precision="bf16", batch=32))
     device.restore(state)
     assert nvml.write_attempts == []
     assert device.observe_only_state() == before
     assert before["power_limit_mw"] == 700_000 and before["app_clock_sm_mhz"] == 1980
-    with pytest.raises(UserError):
-        device.apply(_config(sm=1500))
+    for bad in (_config(sm=1500), _observed(power=400)):
+        with pytest.raises(UserError):
+            device.apply(bad)
     assert nvml.write_attempts == []
 
 
