@@ -422,3 +422,19 @@ def test_an_observe_only_study_from_the_cli_records_clocks_and_exports_no_lock(f
     assert nvml.locked_sm is None and nvml.locked_mem is None
     assert [fn for fn, _ in nvml.write_attempts] == ["nvmlDeviceSetPowerManagementLimit"]
     assert in_process("restore", "--device", "cuda:0")[0] == 0
+
+
+def test_tune_devices_lists_cuda_ordinals_as_torch_numbers_them(monkeypatch):
+    import json
+    import sys
+
+    from clirun import in_process
+
+    nvml = FakeNVML(gpus=2)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    code, out, err = in_process("devices", "--json")
+    assert code == 0, err
+    gpus = [d for d in json.loads(out)["devices"] if d["name"].startswith("cuda:")]
+    assert [(d["name"], d["usable"]) for d in gpus] == [("cuda:0", True)]
+    assert nvml.gpus[1].uuid in gpus[0]["title"] and nvml.gpus[1].bus_id in gpus[0]["title"]

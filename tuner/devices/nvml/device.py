@@ -263,6 +263,7 @@ class NvmlDevice:
         self._counter_rhythm: deque[float] = deque(maxlen=EDGES_FOR_PERIOD)
         self._locks: dict[str, float] = {}
         self._not_held: list[str] = []
+        self._read_power: Any | None = None
 
     def _refuse_mig(self) -> None:
         modes = self._try("nvmlDeviceGetMigMode")
@@ -582,7 +583,9 @@ class NvmlDevice:
 
     def read_power_w(self) -> float:
         """Board power now as NVML reports it, in watts (the report samples it for its power-over-time figure)."""
-        return self.power_reader()[0]()
+        if self._read_power is None:
+            self._read_power = self.power_reader()[0]
+        return self._read_power()
 
     def close_runner(self) -> None:
         self.runners.close()
