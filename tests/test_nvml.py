@@ -438,3 +438,24 @@ def test_tune_devices_lists_cuda_ordinals_as_torch_numbers_them(monkeypatch):
     gpus = [d for d in json.loads(out)["devices"] if d["name"].startswith("cuda:")]
     assert [(d["name"], d["usable"]) for d in gpus] == [("cuda:0", True)]
     assert nvml.gpus[1].uuid in gpus[0]["title"] and nvml.gpus[1].bus_id in gpus[0]["title"]
+
+
+def test_the_torch_runner_names_its_gpu_as_nvml_does(monkeypatch):
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    from runners.torch_runner import gpu_uuid
+
+    props = SimpleNamespace(uuid="00000001-aaaa-bbbb-cccc-000000000001")  # str(props.uuid) has no GPU- prefix
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    assert gpu_uuid(torch.device("cuda", 0)) == "GPU-00000001-aaaa-bbbb-cccc-000000000001"
+    assert gpu_uuid(torch.device("cpu")) is None
+
+
+def test_one_card_has_one_physical_key_whatever_cuda_ordinal_names_it(monkeypatch):
+    nvml = FakeNVML(gpus=2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    as_first = NvmlDevice(0, nvml=nvml).physical_key()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert NvmlDevice(1, nvml=nvml).physical_key() == as_first == f"nvml-{nvml.gpus[1].uuid}"
+    assert NvmlDevice(0, nvml=nvml).physical_key() != as_first

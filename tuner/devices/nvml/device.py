@@ -265,6 +265,10 @@ class NvmlDevice:
         self._not_held: list[str] = []
         self._read_power: Any | None = None
 
+    def physical_key(self) -> str:
+        """What names this card for its lock and journal, whatever ``cuda:N`` reached it: its NVML UUID."""
+        return f"nvml-{self.uuid}"
+
     def _refuse_mig(self) -> None:
         modes = self._try("nvmlDeviceGetMigMode")
         if modes and int(modes[0]) == 1:
