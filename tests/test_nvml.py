@@ -307,8 +307,9 @@ def test_observe_only_records_the_clocks_that_ran_not_the_applications_clock(fak
     result = device.measure("resnet50", _observed(batch=4), _window(tmp_path))
     assert result.valid, result.reason
     extra = result.extra
-    assert extra["sm_mhz_min"] == 1410 and extra["sm_mhz_max"] == 1980
-    assert 1410 < extra["sm_mhz_mean"] < 1980
+    # at least two samples (window start and end), whatever the load: consecutive reads of the boost differ
+    assert {extra["sm_mhz_min"], extra["sm_mhz_max"]} <= {1410, 1755, 1980}
+    assert extra["sm_mhz_min"] < extra["sm_mhz_max"] and extra["sm_mhz_min"] <= extra["sm_mhz_mean"] <= 1980
     assert extra["mem_mhz_mean"] == 3201
     assert extra["sm_clock"] == "driver boost (not locked)"
     assert nvml.write_attempts == []
@@ -411,7 +412,7 @@ def test_an_observe_only_study_from_the_cli_records_clocks_and_exports_no_lock(f
     exported = yaml.safe_load(best.read_text())
     assert "sm_mhz" not in exported["knobs"] and "mem_mhz" not in exported["knobs"]
     ran = exported["metrics"]["clocks_ran"]
-    assert ran["sm_clock"] == "driver boost (not locked)" and ran["sm_mhz_min"] == 1410 and ran["sm_mhz_max"] == 1980
+    assert ran["sm_clock"] == "driver boost (not locked)" and 1410 <= ran["sm_mhz_min"] < ran["sm_mhz_max"] <= 1980
     measured = exported["provenance"]["measured_on"]
     assert measured["gpu_uuid"] == nvml.gpus[0].uuid and measured["observe_only"] is True
     assert measured["pci_bus_id"] == nvml.gpus[0].bus_id
