@@ -158,6 +158,21 @@ def _parse_device(device: str) -> torch.device:
     return parsed
 
 
+def gpu_uuid(device: torch.device) -> str | None:
+    """The UUID of the GPU torch runs on, as NVML and nvidia-smi spell it (GPU-...; MIG-... for an instance).
+
+    The device (tuner.devices.nvml) checks it against the card it meters, so the
+    GPU measured is the GPU that ran the model whatever CUDA_VISIBLE_DEVICES says.
+    """
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
 def load_weights(model: nn.Module, path: str | Path, model_name: str) -> None:
     """Load a user's state_dict file into a zoo model, strictly."""
     path = Path(path)
@@ -211,6 +226,7 @@ class TorchRunner:
         self.name = self._source.name
         self._device = _parse_device(device)
         self.device = str(self._device)
+        self.gpu_uuid = gpu_uuid(self._device)
         self._base = self._source.build().eval()
         if weights is not None:
             load_weights(self._base, weights, self.name)

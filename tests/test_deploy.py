@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from clirun import in_process
 from fakeboard import make_fake_board
-from test_nvml import FakeNVML
+from fakenvml import FakeNVML
 
 from tuner.deploy import apply_export, load_export
 from tuner.deploy.formats import FORMATS, LIMITS
@@ -159,6 +159,21 @@ def test_observe_only_gpu_dry_run_says_what_it_cannot_apply_and_what_the_runtime
     device = NvmlDevice(0, nvml=nvml)
     plan = apply_export(exported, device, dry_run=True)
     assert plan.writes == []
-    assert {k for k, _tuned, _now in plan.cannot_apply} == {"sm_mhz", "mem_mhz", "power_limit_w"}
+    # the file's sm_mhz/mem_mhz are the applications clocks the old tool pinned, not clocks that ran: never applied
+    assert {k for k, _tuned, _now in plan.cannot_apply} == {"power_limit_w"}
+    assert plan.unlocked == ["sm_mhz", "mem_mhz"]
     assert plan.runtime["batch_size"] == exported.batch_size and plan.runtime["precision"] == "fp16"
+    assert "sm_mhz" not in plan.runtime
     assert nvml.write_attempts == []
+
+
+def test_an_observe_only_export_applied_with_clock_changes_locks_no_clock():
+    old = load_export(REPO / "studies/h200/resnet50/best.yaml")  # observe-only: sm_mhz 1980 never ran locked
+    # the runner knobs the H200 space has gained since that study, at their defaults
+    exported = old.model_copy(update={"knobs": {**old.knobs, "channels_last": True, "graph": "eager"}})
+    nvml = FakeNVML()
+    device = NvmlDevice(0, allow_clock_changes=True, nvml=nvml)
+    plan = apply_export(exported, device)
+    assert plan.unlocked == ["sm_mhz", "mem_mhz"]
+    assert [fn for fn, _ in nvml.write_attempts] == ["nvmlDeviceSetPowerManagementLimit"]
+    assert nvml.locked_sm is None and nvml.locked_mem is None

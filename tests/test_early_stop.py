@@ -5,8 +5,8 @@ import json
 
 import optuna
 import pytest
-
 from clirun import run_cli
+
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.measure.settings import WindowSettings
 from tuner.run_options import RunOptions

@@ -20,6 +20,8 @@ from typing import Any
 from tuner import __version__
 from tuner.devices.base import Device
 
+# What names the physical card a device ran on, and how its clocks were governed, where the device says.
+CARD_KEYS = ("gpu_uuid", "pci_bus_id", "nvml_index", "cuda_visible_devices", "observe_only")
 PACKAGES = {"torch": "torch", "onnxruntime": "onnxruntime", "loadgen": "mlcommons-loadgen", "optuna": "optuna"}
 
 
@@ -54,7 +56,9 @@ def device_provenance(device: Device) -> dict[str, Any]:
     earlier windows of real hardware says that instead, ``replayed``); a Jetson board is named by
     its device tree and its L4T release by /etc/nv_tegra_release (both under
     the sysfs root, so tests and containers see their own); an NVIDIA GPU by
-    NVML's name and driver version.
+    NVML's name and driver version, and the physical card by its UUID and PCI
+    bus id (``cuda:N`` names another card under another CUDA_VISIBLE_DEVICES),
+    with whether its clocks were left to the driver (``observe_only``).
     """
     try:
         info = device.describe()
@@ -68,6 +72,9 @@ def device_provenance(device: Device) -> dict[str, Any]:
         "driver": info.get("driver"),
         "host": socket.gethostname(),
     }
+    for key in CARD_KEYS:
+        if info.get(key) is not None:
+            record[key] = info[key]
     if info.get("backend") == "jetson":
         root = Path(info.get("sysfs_root") or "/")
         record["hardware"] = _first_line(root / "proc/device-tree/model") or f"Jetson ({device.kind})"

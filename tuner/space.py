@@ -158,12 +158,12 @@ class SearchSpace(BaseModel):
     def only_modes(self, modes: list[str]) -> SearchSpace:
         """Keep only the named power modes (``--modes``), the first named one the default."""
         if self.mode_knob is None:
-            raise UserError(f"--modes names power modes, and {self.kind} has none: leave it out")
+            raise ConfigurationError(f"--modes names power modes, and {self.kind} has none: leave it out")
         knob = self.knobs[self.mode_knob]
         names = [str(v) for v in knob.values]
         unknown = [m for m in modes if m not in names]
         if unknown:
-            raise UserError(
+            raise ConfigurationError(
                 f"unknown mode(s) {', '.join(unknown)} for {self.kind}{did_you_mean(unknown[0], names)}: "
                 f"choose from {', '.join(names)}"
             )

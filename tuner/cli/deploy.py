@@ -73,6 +73,8 @@ def apply(
                 "dry_run": dry_run,
                 "writes": steps,
                 "cannot_apply": [{"knob": k, "tuned": v, "now": n} for k, v, n in plan.cannot_apply],
+                "not_locked": plan.unlocked,
+                "clocks_ran": exported.metrics.get("clocks_ran"),
                 "runtime": plan.runtime,
                 "persisted": plan.persisted,
                 "batch_size": exported.batch_size,
@@ -106,6 +108,13 @@ def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run:
         same = ": already as tuned" if now is not None and float(now) == float(tuned) else ""
         current = "unknown" if now is None else f"{float(now):g}"
         common.out_console.print(f"cannot apply (observe-only): {knob}={tuned} (the device runs {current}{same})")
+    ran = exported.metrics.get("clocks_ran") or {}
+    if plan.unlocked or ran.get("sm_clock") == "driver boost (not locked)":
+        seen = ""
+        if "sm_mhz_min" in ran and "sm_mhz_max" in ran:
+            seen = f": SM {ran['sm_mhz_min']:g}-{ran['sm_mhz_max']:g} MHz, mean {ran.get('sm_mhz_mean', 0):g}"
+        names = f" ({', '.join(plan.unlocked)} in the file are not applied)" if plan.unlocked else ""
+        common.out_console.print(f"clocks: not locked, as measured (the driver's boost ran{seen}){names}")
     if plan.cannot_apply:
         common.out_console.print(
             "observe-only: nothing was written; an operator with the right to change the card applies those, "

@@ -98,6 +98,9 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     metrics["meter"] = record["meter"]
     metrics["windows"] = record["windows"]
     metrics["verdict"] = record["verdict"]
+    ran = clocks_ran(trial.user_attrs.get("extra") or {})
+    if ran:
+        metrics["clocks_ran"] = ran
     measured = dict(attrs.get("provenance") or {})
     software = measured.pop("software", None)
     return ExportedConfig(
@@ -120,6 +123,30 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
             software=software,
         ),
     )
+
+
+# The clocks a GPU window sampled (tuner.devices.nvml), carried into the export beside the figures they produced.
+CLOCK_EXTRAS = ("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max", "mem_mhz_mean", "mem_mhz_min", "mem_mhz_max", "sm_clock")
+
+
+def clocks_ran(extra: dict[str, Any]) -> dict[str, Any]:
+    """What the card ran in the trial's (last) window: SM and memory clocks, and how the SM clock was held."""
+    return {k: extra[k] for k in CLOCK_EXTRAS if k in extra}
+
+
+def unlocked_knobs(exported: ExportedConfig, device: Device) -> list[str]:
+    """Clock-lock knobs an export names that were not locked when it was measured, so applying it must not lock them.
+
+    A study on a real GPU in observe-only mode measured the driver's boost;
+    exports written before the study recorded that (no ``observe_only`` in
+    ``measured_on``) carry the applications clock in these knobs, which is not
+    what ran. A twin's export keeps them: the twin modelled those locks.
+    """
+    locks = getattr(device, "lock_knobs", ())
+    measured = exported.provenance.measured_on or {}
+    if exported.twin or not locks or measured.get("observe_only", True) is False:
+        return []
+    return [k for k in locks if k in exported.knobs]
 
 
 def export_yaml(config: ExportedConfig) -> str:
@@ -173,11 +200,15 @@ def deploy_config(exported: ExportedConfig, device: Device) -> Config:
             f"this export is for {exported.device_kind}, but {device.name} is {device.kind}: "
             "export a configuration tuned on this kind of device"
         )
-    config = Config(knobs=dict(exported.knobs), batch_size=exported.batch_size)
+    space = device.space()
+    unlocked = unlocked_knobs(exported, device)
+    config = Config(
+        knobs={k: v for k, v in exported.knobs.items() if k not in unlocked}, batch_size=exported.batch_size
+    )
     reachable = getattr(device, "check_config_reachable", None)
     if reachable is not None:
         reachable(config)  # a Jetson mode of another TPC mask needs a reboot: said before anything else
-    device.space().validate_config(config)
+    getattr(device, "check_config", space.validate_config)(config)
     return config
 
 
@@ -188,10 +219,13 @@ class DeployPlan(BaseModel):
     observe-only GPU: knob, the value tuned, the value the device runs now);
     ``runtime`` lists what only the serving runtime can honour (batch size,
     precision, CUDA graphs, DLA lanes), which no write on the device makes.
+    ``unlocked`` lists clock locks the export names but its study never made
+    (an observe-only GPU study: the driver's boost ran), so none is applied.
     """
 
     writes: list[str]
     cannot_apply: list[tuple[str, Any, Any]] = []
+    unlocked: list[str] = []
     runtime: dict[str, Any] = {}
     persisted: str | None = None
 
@@ -199,7 +233,12 @@ class DeployPlan(BaseModel):
 def runtime_needs(exported: ExportedConfig, device: Device) -> dict[str, Any]:
     """The batch size and every runner knob of the export: what the serving runtime must be given."""
     space = device.space()
-    runner = {k: v for k, v in exported.knobs.items() if k not in space.knobs or space.knobs[k].group == "runner"}
+    unlocked = unlocked_knobs(exported, device)
+    runner = {
+        k: v
+        for k, v in exported.knobs.items()
+        if k not in unlocked and (k not in space.knobs or space.knobs[k].group == "runner")
+    }
     return {"batch_size": exported.batch_size, **runner}
 
 
@@ -209,12 +248,13 @@ def observe_only_plan(exported: ExportedConfig, device: Device) -> DeployPlan:
         deploy_config(exported, device)  # the one-line kind mismatch
     current = device.current_clocks() if hasattr(device, "current_clocks") else {}
     space = device.space()
+    unlocked = unlocked_knobs(exported, device)
     cannot = [
         (k, v, current.get(k))
         for k, v in exported.knobs.items()
-        if k in space.knobs and space.knobs[k].group == "device"
+        if k in space.knobs and space.knobs[k].group == "device" and k not in unlocked
     ]
-    return DeployPlan(writes=[], cannot_apply=cannot, runtime=runtime_needs(exported, device))
+    return DeployPlan(writes=[], cannot_apply=cannot, runtime=runtime_needs(exported, device), unlocked=unlocked)
 
 
 def is_observe_only(device: Device) -> bool:
@@ -243,11 +283,18 @@ def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False
         return _persist(exported, device, config, dry_run, needs)
     plan = getattr(device, "plan_writes", None)
     steps = [w.shell() for w in plan(config)] if plan is not None else [f"{k}={v}" for k, v in config.knobs.items()]
+    unlocked = unlocked_knobs(exported, device)
     if dry_run or device.simulated:
-        return DeployPlan(writes=steps, runtime=needs)
+        return DeployPlan(writes=steps, runtime=needs, unlocked=unlocked)
     with deployment(device):
         device.apply(config)
-    return DeployPlan(writes=steps, runtime=needs)
+        missed = getattr(device, "settings_not_held", list)()
+        if missed:
+            raise UserError(
+                f"{device.name} did not take the configuration ({'; '.join(missed)}): it was put back; "
+                "apply an export whose settings this card holds"
+            )
+    return DeployPlan(writes=steps, runtime=needs, unlocked=unlocked)
 
 
 def _persist(

@@ -319,13 +319,17 @@ def _gpus() -> list[dict[str, Any]]:
     except Exception as exc:
         why = f"no NVIDIA driver here (NVML: {' '.join(str(exc).split()) or type(exc).__name__})"
         return [{**gpu, "name": "cuda:N", "title": "NVIDIA datacenter GPU", "usable": False, "why": why}]
+    from tuner.devices.nvml.visible import visible_gpus
+
     found = []
-    why = "the NVIDIA driver lists no GPU"
+    why = "no NVIDIA GPU is visible (the driver lists none, or CUDA_VISIBLE_DEVICES hides them)"
     try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            title = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            title = title if isinstance(title, str) else title.decode()
+        # cuda:N as torch numbers them (after CUDA_VISIBLE_DEVICES), each named by its physical card
+        for i, card in enumerate(visible_gpus(pynvml)):
+            title = f"{card.name} ({card.uuid}, PCI {card.pci_bus_id})"
             found.append({**gpu, "name": f"cuda:{i}", "title": title, "usable": True, "why": ""})
+    except UserError as exc:
+        why = str(exc)
     except Exception as exc:
         why = f"NVML could not list the GPUs ({' '.join(str(exc).split()) or type(exc).__name__})"
     finally:

@@ -1,12 +1,19 @@
-"""NVIDIA datacenter GPUs through NVML: ``cuda:N``.
+"""NVIDIA datacenter GPUs through NVML: ``cuda:N``, torch's numbering (after CUDA_VISIBLE_DEVICES).
 
-Observe-only by default: every ``group: device`` knob (locked SM clock,
-memory clock, power limit) is pinned to what the card runs now, so a study
-tunes only batch size and runner knobs (precision, ...) and no NVML set
-function is ever called. With ``allow_clock_changes=True`` the device locks
-clocks and sets the power limit, and ``restore`` resets the locks and puts the
-original power limit back; that path needs root (or ``nvidia-smi -acp
-UNRESTRICTED``) and is exercised only against a fake NVML in the tests.
+``cuda:N`` is mapped to the physical card by UUID (tuner.devices.nvml.visible),
+so the card whose clocks are set and whose energy is read is the one torch
+runs the model on; the runner's own UUID is checked against it.
+
+Observe-only by default: the clock locks (SM, memory) are not knobs at all,
+since the driver's boost runs the clocks, and the power limit is pinned to
+what the card has now, so a study tunes only batch size and runner knobs
+(precision, ...) and no NVML set function is ever called. Every window
+records the SM and memory clocks that ran (sampled by the telemetry thread).
+With ``allow_clock_changes=True`` the device locks clocks and sets the power
+limit, reads them back, and ``restore`` resets the locks and puts the
+original power limit back; NVML's set calls need root (NVML reference,
+"Device Commands": non-admin users get NVML_ERROR_NO_PERMISSION) and that path
+is exercised only against a fake NVML in the tests (docs/hardware-nvml.md).
 
 NVML has no getter for locked clocks, so ``restore`` can only reset locks to
 the driver default; clocks locked by someone else before the run are not
@@ -15,6 +22,7 @@ reinstated (read_state records the clock-event reasons that hint at them).
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from typing import Any
@@ -22,6 +30,7 @@ from typing import Any
 from tuner.devices.host.meters import RaplMeter
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.nvml.meters import EDGES_FOR_PERIOD, NvmlEnergyMeter
+from tuner.devices.nvml.visible import PhysicalGpu, cuda_gpu
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, SampledPowerMeter
@@ -34,11 +43,29 @@ from tuner.space import Config, SearchSpace, load_space
 
 KIND_BY_NAME = (("H200", "h200"), ("H100", "h100"), ("A30", "a30"))
 METERS = ("nvml-energy", "nvml-power", "rapl")
-NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_SUCCESS = 0
 CLOCK_GRAPHICS = 0
+CLOCK_SM = 1
 CLOCK_MEM = 2
 TEMPERATURE_GPU = 0
+# nvmlDeviceGetPowerUsage is a 1 s average on Ampere (but GA100) and newer (NVML reference, nvmlDeviceGetPowerUsage);
+# the field value NVML_FI_DEV_POWER_INSTANT at GPU scope is the power now, where the card reports it.
+FI_DEV_POWER_INSTANT = 186
+POWER_SCOPE_GPU = 0
+# The knobs that lock a clock; an observe-only device has none, and a configuration without one leaves it to the driver.
+LOCK_KNOBS = ("sm_mhz", "mem_mhz")
+KNOB_OF_SET_CALL = {
+    "nvmlDeviceSetGpuLockedClocks": "sm_mhz",
+    "nvmlDeviceSetMemoryLockedClocks": "mem_mhz",
+    "nvmlDeviceSetPowerManagementLimit": "power_limit_w",
+}
+# How far a locked clock may read from its lock (relative) before the setting counts as not held.
+CLOCK_TOLERANCE = 0.02
+# A power limit read back within this of the request (mW) holds.
+POWER_LIMIT_TOLERANCE_MW = 1000
 # Clock-event reason bits (nvml.h): these mean the clocks were pulled down by
 # something other than the configuration under test, so the window is untrusted.
 THROTTLE_BITS = {
@@ -49,6 +76,11 @@ THROTTLE_BITS = {
 }
 # SW power cap is the configured power limit doing its job: recorded, not disqualifying.
 POWER_CAP_BIT = 0x4
+GPU_IDLE_BIT = 0x1
+# Applications-clocks or locked-clocks setting in force (nvml.h nvmlClocksEventReasonApplicationsClocksSetting).
+USER_CLOCKS_BIT = 0x2
+# Samples with any of these bits may run below a lock without the lock failing.
+BELOW_LOCK_BITS = GPU_IDLE_BIT | POWER_CAP_BIT | sum(THROTTLE_BITS)
 POWER_SAMPLE_PERIOD_S = 0.05
 TELEMETRY_PERIOD_S = 0.1
 
@@ -90,7 +122,12 @@ def kind_of(gpu_name: str) -> str:
 
 
 class NvmlTelemetry:
-    """Samples temperature and clock-event reasons on a thread during a window."""
+    """Samples temperature, clock-event reasons and the SM and memory clocks on a thread during a window.
+
+    The clocks are what the card ran (nvmlDeviceGetClockInfo), not what was
+    asked: an observe-only window records the driver's boost, a locked one
+    shows whether the lock held.
+    """
 
     def __init__(self, nvml: Any, handle: Any, period_s: float = TELEMETRY_PERIOD_S) -> None:
         self.nvml = nvml
@@ -100,6 +137,7 @@ class NvmlTelemetry:
         self.reasons = 0
         self.power_capped_samples = 0
         self.samples = 0
+        self.clocks: list[tuple[float | None, float | None, int | None]] = []
         self._poller = Poller(self.sample, period_s, "nvml-telemetry")
 
     def _reasons_now(self) -> int:
@@ -108,17 +146,28 @@ class NvmlTelemetry:
             getter = self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(getter(self.handle))
 
+    def _read(self, fn: str, *args: Any) -> Any | None:
+        try:
+            return getattr(self.nvml, fn)(self.handle, *args)
+        except Exception as exc:
+            if not _is_nvml_error(self.nvml, exc):
+                raise
+            return None
+
     def sample(self) -> None:
+        temp = self._read("nvmlDeviceGetTemperature", TEMPERATURE_GPU)
+        if temp is not None:
+            self.temps_c.append(float(temp))
+        sm = self._read("nvmlDeviceGetClockInfo", CLOCK_SM)
+        mem = self._read("nvmlDeviceGetClockInfo", CLOCK_MEM)
         try:
-            self.temps_c.append(float(self.nvml.nvmlDeviceGetTemperature(self.handle, TEMPERATURE_GPU)))
+            reasons: int | None = self._reasons_now()
         except Exception as exc:
             if not _is_nvml_error(self.nvml, exc):
                 raise
-        try:
-            reasons = self._reasons_now()
-        except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
-                raise
+            reasons = None
+        self.clocks.append((None if sm is None else float(sm), None if mem is None else float(mem), reasons))
+        if reasons is None:
             return
         self.reasons |= reasons
         self.power_capped_samples += bool(reasons & POWER_CAP_BIT)
@@ -126,6 +175,7 @@ class NvmlTelemetry:
 
     def start(self) -> None:
         self.temps_c, self.reasons, self.power_capped_samples, self.samples = [], 0, 0, 0
+        self.clocks = []
         self.sample()
         self._poller.start()
 
@@ -137,11 +187,48 @@ class NvmlTelemetry:
     def throttle_reasons(self) -> list[str]:
         return [text for bit, text in THROTTLE_BITS.items() if self.reasons & bit]
 
+    def clock_extras(self) -> dict[str, float]:
+        """Mean, minimum and maximum of the SM and memory clocks sampled over the window (MHz)."""
+        out: dict[str, float] = {}
+        for position, name in ((0, "sm_mhz"), (1, "mem_mhz")):
+            values = [c[position] for c in self.clocks if c[position] is not None]
+            if values:
+                out[f"{name}_mean"] = round(sum(values) / len(values), 1)
+                out[f"{name}_min"] = min(values)
+                out[f"{name}_max"] = max(values)
+        return out
+
+    def lock_misses(self, sm_lock: float | None, mem_lock: float | None) -> list[str]:
+        """Locks the sampled clocks did not follow, as ``knob locked X MHz, ran A-B MHz``.
+
+        The SM clock may run below its lock while the power cap, a slowdown or
+        idling pulls it down (those samples are not judged); above it, or below
+        it without such a reason, the lock did not hold. The memory clock is
+        judged on every sample without a slowdown: drivers can accept a memory
+        lock and not honour it.
+        """
+        misses = []
+        slow = sum(THROTTLE_BITS)
+        for position, lock, name, excused in ((0, sm_lock, "sm_mhz", BELOW_LOCK_BITS), (1, mem_lock, "mem_mhz", slow)):
+            if lock is None:
+                continue
+            off = [
+                c[position]
+                for c in self.clocks
+                if c[position] is not None
+                and abs(c[position] - lock) > CLOCK_TOLERANCE * lock
+                and not (c[position] < lock and (c[2] or 0) & excused)
+            ]
+            if off:
+                misses.append(f"{name} locked at {lock:g} MHz ran {min(off):g}-{max(off):g} MHz")
+        return misses
+
 
 class NvmlDevice:
-    """One NVIDIA GPU by index, observe-only unless ``allow_clock_changes``."""
+    """One NVIDIA GPU by torch's ``cuda:N``, mapped to its physical card by UUID; observe-only unless allowed."""
 
     simulated = False
+    lock_knobs = LOCK_KNOBS
 
     def __init__(
         self,
@@ -163,20 +250,32 @@ class NvmlDevice:
                 f"NVML is not available ({exc}): {self.name} needs an NVIDIA GPU and driver; "
                 "use --device sim:h200 to try the tool without one"
             ) from None
-        count = int(self.nvml.nvmlDeviceGetCount())
-        if not 0 <= index < count:
-            raise UserError(
-                f"no GPU {self.name}: this machine has {count} NVIDIA GPU(s)"
-                + (f", cuda:0..cuda:{count - 1}" if count else "; use --device sim:h200")
-            )
-        self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-        self.gpu_name = _text(self.nvml.nvmlDeviceGetName(self.handle))
+        self.card: PhysicalGpu = cuda_gpu(self.nvml, index)
+        self.uuid = self.card.uuid
+        self.handle = self.nvml.nvmlDeviceGetHandleByIndex(self.card.nvml_index)
+        self.gpu_name = self.card.name
+        self._refuse_mig()
         self.space_file = space_file
         self.kind = load_space(space_file).kind if space_file else kind_of(self.gpu_name)
         self.slug = self.kind
         self._space: SearchSpace | None = None
         self.runners = RunnerCache(self.name)
         self._counter_rhythm: deque[float] = deque(maxlen=EDGES_FOR_PERIOD)
+        self._locks: dict[str, float] = {}
+        self._not_held: list[str] = []
+        self._read_power: Any | None = None
+
+    def physical_key(self) -> str:
+        """What names this card for its lock and journal, whatever ``cuda:N`` reached it: its NVML UUID."""
+        return f"nvml-{self.uuid}"
+
+    def _refuse_mig(self) -> None:
+        modes = self._try("nvmlDeviceGetMigMode")
+        if modes and int(modes[0]) == 1:
+            raise UserError(
+                f"{self.name} ({self.gpu_name}, {self.uuid}) is in MIG mode: NVML meters and sets the whole GPU, "
+                "not one instance; tune a GPU with MIG off (nvidia-smi -mig 0 as root)"
+            )
 
     def _call(self, fn: str, *args: Any) -> Any:
         return getattr(self.nvml, fn)(self.handle, *args)
@@ -190,12 +289,14 @@ class NvmlDevice:
             return None
 
     def current_clocks(self) -> dict[str, float]:
-        """What the card runs now: applications clocks where readable, else the max clocks."""
+        """What the card runs now: the power limit, and the SM and memory clocks at this instant.
+
+        The clocks move with the load (an idle H200 sits at 345 MHz, boosts to
+        1980 under work); they are shown beside an export, never pinned as knobs.
+        """
         values: dict[str, float] = {}
-        for knob, clock in (("sm_mhz", CLOCK_GRAPHICS), ("mem_mhz", CLOCK_MEM)):
-            value = self._try("nvmlDeviceGetApplicationsClock", clock)
-            if not value:
-                value = self._try("nvmlDeviceGetMaxClockInfo", clock)
+        for knob, clock in (("sm_mhz", CLOCK_SM), ("mem_mhz", CLOCK_MEM)):
+            value = self._try("nvmlDeviceGetClockInfo", clock)
             if value:
                 values[knob] = float(value)
         limit = self._try("nvmlDeviceGetPowerManagementLimit")
@@ -204,7 +305,7 @@ class NvmlDevice:
         return values
 
     def space(self) -> SearchSpace:
-        """The kind's space cut to what this card supports; device knobs pinned if observe-only."""
+        """The kind's space cut to what this card supports; observe-only: no clock locks, the power limit pinned."""
         if self._space is None:
             self._space = self._build_space()
         return self._space
@@ -226,6 +327,7 @@ class NvmlDevice:
                 update={"values": kept, "default": default if default in kept else kept[-1]}
             )
         if not self.allow_clock_changes:
+            space = without_knobs(space, LOCK_KNOBS)
             current = self.current_clocks()
             for name, knob in list(space.knobs.items()):
                 if knob.group != "device":
@@ -235,6 +337,12 @@ class NvmlDevice:
                 value = current[name]
                 space = space.pin(name, int(value) if float(value).is_integer() else value)
         return space
+
+    def check_config(self, config: Config) -> None:
+        """Refuse a configuration the space does not allow; a clock lock it leaves out stays with the driver."""
+        space = self.space()
+        free = tuple(k for k in LOCK_KNOBS if k in space.knobs and k not in config.knobs)
+        without_knobs(space, free).validate_config(config)
 
     def _supported(self) -> dict[str, Any]:
         """Predicates for values the card accepts; None where NVML cannot say."""
@@ -261,7 +369,7 @@ class NvmlDevice:
         return result
 
     def read_state(self) -> dict[str, Any]:
-        """Power limit, clocks and clock-event reasons as found, before any write."""
+        """Power limit, clocks and clock-event reasons as found, before any write; the card by UUID."""
         reasons = None
         getter = "nvmlDeviceGetCurrentClocksEventReasons"
         if not hasattr(self.nvml, getter):
@@ -270,13 +378,15 @@ class NvmlDevice:
         return {
             "device": self.name,
             "gpu": self.gpu_name,
+            "gpu_uuid": self.uuid,
+            "pci_bus_id": self.card.pci_bus_id,
             "allow_clock_changes": self.allow_clock_changes,
             "power_limit_mw": self._try("nvmlDeviceGetPowerManagementLimit"),
             "default_power_limit_mw": self._try("nvmlDeviceGetPowerManagementDefaultLimit"),
             "clocks": self.current_clocks(),
             "clocks_event_reasons": reasons,
             # bit 0x2: clocks held by an applications-clock or locked-clock setting
-            "user_defined_clocks": bool(reasons is not None and reasons & 0x2),
+            "user_defined_clocks": bool(reasons is not None and reasons & USER_CLOCKS_BIT),
         }
 
     def observe_only_state(self) -> dict[str, Any]:
@@ -297,15 +407,18 @@ class NvmlDevice:
         }
 
     def apply(self, config: Config) -> None:
-        """Check the configuration; lock clocks and set the power limit only if allowed.
+        """Check the configuration; lock clocks and set the power limit only if allowed, then read them back.
 
         Observe-only: device knobs must equal the pinned current values and no
         NVML set function is called. Otherwise, writes go SM clock, memory
         clock, power limit; if one fails, those already made are undone before
         the error is raised, so a missing privilege leaves the card untouched.
+        A power limit the card does not read back (or enforces lower) is a
+        setting that did not hold (:meth:`settings_not_held`); the clock locks
+        are judged on the clocks each window samples.
         """
-        space = self.space()
-        space.validate_config(config)
+        self.check_config(config)
+        self._locks, self._not_held = {}, []
         if not self.allow_clock_changes:
             return
         knobs = config.knobs
@@ -343,15 +456,48 @@ class NvmlDevice:
                 for undo_fn, undo_with in reversed(done):
                     if undo_fn != "nvmlDeviceSetPowerManagementLimit" or undo_with:
                         self._try(undo_fn, *undo_with)
-                raise self._write_error(fn, exc) from None
+                raise self._write_error(fn, args, exc) from None
             done.append((undo, undo_args))
+        self._locks = {k: float(knobs[k]) for k in LOCK_KNOBS if k in knobs}
+        if "power_limit_w" in knobs:
+            self._not_held = self._power_limit_misses(round(float(knobs["power_limit_w"]) * 1000))
 
-    def _write_error(self, fn: str, exc: BaseException) -> UserError:
-        if _error_code(exc) == NVML_ERROR_NO_PERMISSION:
+    def _power_limit_misses(self, requested_mw: int) -> list[str]:
+        """Read back the power limit just set, and the limit the card enforces (another cap may be lower)."""
+        misses = []
+        now = self._try("nvmlDeviceGetPowerManagementLimit")
+        if now is None or abs(int(now) - requested_mw) > POWER_LIMIT_TOLERANCE_MW:
+            shown = "unreadable" if now is None else f"{int(now) / 1000:g} W"
+            misses.append(f"power_limit_w set to {requested_mw / 1000:g} W reads back {shown}")
+        enforced = self._try("nvmlDeviceGetEnforcedPowerLimit")
+        if enforced is not None and int(enforced) < requested_mw - POWER_LIMIT_TOLERANCE_MW:
+            misses.append(f"power_limit_w {requested_mw / 1000:g} W is enforced as {int(enforced) / 1000:g} W")
+        return misses
+
+    def settings_not_held(self) -> list[str]:
+        """What the last apply set that the card did not take, read back right after the writes."""
+        return list(self._not_held)
+
+    def _write_error(self, fn: str, args: tuple[Any, ...], exc: BaseException) -> UserError:
+        knob = KNOB_OF_SET_CALL.get(fn, fn)
+        others = [k for k in self.space().tuned_knobs if k != knob]
+        drop = f"--knobs {','.join(others)}" if others else f"a --space file without {knob}"
+        code = _error_code(exc)
+        if code == NVML_ERROR_NO_PERMISSION:
             return UserError(
-                f"{fn} on {self.name} needs root (or `nvidia-smi -acp UNRESTRICTED` for clocks): "
-                "run as root, "
+                f"{fn} on {self.name} needs root (NVML's set calls are root-only; `nvidia-smi -acp UNRESTRICTED` "
+                "lifts that only for applications clocks and auto boost): run as root, "
                 "or drop --allow-clock-changes to tune batch size and precision only"
+            )
+        if code == NVML_ERROR_NOT_SUPPORTED:
+            return UserError(
+                f"{self.gpu_name} ({self.name}) cannot set {knob} ({fn}: not supported): leave it out with {drop}"
+            )
+        if code == NVML_ERROR_INVALID_ARGUMENT:
+            value = args[-1] / 1000 if knob == "power_limit_w" else args[-1]
+            return UserError(
+                f"{self.gpu_name} ({self.name}) refuses {knob}={value:g} ({fn}: invalid argument): leave {knob} "
+                f"out with {drop}, or give a --space file without that value"
             )
         return UserError(f"{fn} on {self.name} failed ({exc}): the card refused the setting; nothing was kept")
 
@@ -360,9 +506,17 @@ class NvmlDevice:
 
         A state journaled by an earlier run that was allowed to change clocks
         is restored even by an observe-only device: it is the card's original.
+        A state journaled for another card (``cuda:N`` numbers cards by
+        CUDA_VISIBLE_DEVICES, which may differ now) is refused before any write.
         """
         if not (self.allow_clock_changes or state.get("allow_clock_changes")):
             return
+        journaled = state.get("gpu_uuid")
+        if journaled is not None and journaled != self.uuid:
+            raise UserError(
+                f"the journal for {self.name} is for GPU {journaled}, but {self.name} is {self.uuid} here: "
+                f"run tune restore with CUDA_VISIBLE_DEVICES={journaled} --device cuda:0"
+            )
         failures: list[str] = []
         for fn, args in (
             ("nvmlDeviceResetGpuLockedClocks", ()),
@@ -383,6 +537,37 @@ class NvmlDevice:
                     failures.append(f"{fn}: {exc}")
         if failures:
             raise UserError(f"could not restore {self.name} ({'; '.join(failures)}): run `tune restore` as root")
+        self._locks, self._not_held = {}, []
+
+    def _instant_power_mw(self) -> int | None:
+        """NVML_FI_DEV_POWER_INSTANT at GPU scope, or None where the card does not report it."""
+        try:
+            value = self._call("nvmlDeviceGetFieldValues", [(FI_DEV_POWER_INSTANT, POWER_SCOPE_GPU)])[0]
+        except Exception as exc:
+            if not _is_nvml_error(self.nvml, exc):
+                raise
+            return None
+        if int(value.nvmlReturn) != NVML_SUCCESS:
+            return None
+        return int(value.value.uiVal)
+
+    def power_reader(self) -> tuple[Any, str]:
+        """How board power is read: the instant field where the card has it, else the 1 s average; and its label."""
+        if self._instant_power_mw() is not None:
+
+            def instant() -> float:
+                mw = self._instant_power_mw()
+                if mw is None:
+                    raise UserError(f"{self.name} stopped reporting NVML_FI_DEV_POWER_INSTANT: use --meter nvml-energy")
+                return mw / 1000.0
+
+            return instant, f"{self.name} board power, instantaneous (NVML_FI_DEV_POWER_INSTANT)"
+        if self._try("nvmlDeviceGetPowerUsage") is None:
+            raise UserError(f"{self.name} reports no power reading through NVML: no sensor to measure energy")
+        return (
+            lambda: self._call("nvmlDeviceGetPowerUsage") / 1000.0,
+            f"{self.name} board power, nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer)",
+        )
 
     def make_meter(self, choice: str | None) -> Meter:
         """nvml-energy where the counter works (default), nvml-power at 50 ms, or rapl."""
@@ -396,28 +581,42 @@ class NvmlDevice:
             if choice == "nvml-energy":
                 raise UserError(f"{self.gpu_name} has no NVML energy counter (Volta or newer): use --meter nvml-power")
         if choice in (None, "nvml-power"):
-            if self._try("nvmlDeviceGetPowerUsage") is None:
-                raise UserError(f"{self.name} reports no power reading through NVML: no sensor to measure energy")
-            return SampledPowerMeter(
-                lambda: self._call("nvmlDeviceGetPowerUsage") / 1000.0,
-                POWER_SAMPLE_PERIOD_S,
-                "nvml-power",
-                [f"{self.name} board power"],
-            )
+            read, rail = self.power_reader()
+            return SampledPowerMeter(read, POWER_SAMPLE_PERIOD_S, "nvml-power", [rail])
         return RaplMeter()
 
     def read_power_w(self) -> float:
         """Board power now as NVML reports it, in watts (the report samples it for its power-over-time figure)."""
-        return self._call("nvmlDeviceGetPowerUsage") / 1000.0
+        if self._read_power is None:
+            self._read_power = self.power_reader()[0]
+        return self._read_power()
 
     def close_runner(self) -> None:
         self.runners.close()
 
+    def _check_runner_card(self, runner: Any) -> None:
+        """Refuse a runner whose GPU is not this card (a runtime that numbers GPUs otherwise than CUDA does)."""
+        uuid = getattr(runner, "gpu_uuid", None)
+        if uuid is not None and str(uuid) != self.uuid:
+            raise UserError(
+                f"the model runs on GPU {uuid} but NVML meters {self.uuid} for {self.name}: name the GPU by UUID "
+                f"(CUDA_VISIBLE_DEVICES={self.uuid}) and use --device cuda:0"
+            )
+
+    def clock_state(self, telemetry: NvmlTelemetry) -> str:
+        """How the SM clock was governed in a window: locked by this tool, held by another setting, or boosting."""
+        if "sm_mhz" in self._locks:
+            return f"locked at {self._locks['sm_mhz']:g} MHz"
+        if telemetry.reasons & USER_CLOCKS_BIT:
+            return "held by an applications-clock or locked-clock setting made outside this tool"
+        return "driver boost (not locked)"
+
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
-        """One LoadGen window on this GPU, metered and watched for throttling."""
+        """One LoadGen window on this GPU, metered and watched for throttling and for settings that did not hold."""
         meter = device_meter(settings.meter, self.make_meter)
         warm = sizes_to_warm(settings, config.batch_size)
         runner = self.runners.get(model, config, self.space(), settings.runtime, warm)
+        self._check_runner_card(runner)
         telemetry = NvmlTelemetry(self.nvml, self.handle)
         started = time.monotonic()
         result = measure_with(
@@ -436,12 +635,17 @@ class NvmlDevice:
         extra["runner_prepare_s"] = self.runners.last_prepare_s
         extra["window_call_s"] = measured_s
         extra["clocks_event_reasons"] = f"0x{telemetry.reasons:x}"
+        extra.update(telemetry.clock_extras())
+        extra["sm_clock"] = self.clock_state(telemetry)
         if telemetry.samples:
             extra["power_capped_fraction"] = telemetry.power_capped_samples / telemetry.samples
         update["extra"] = extra
         throttles = telemetry.throttle_reasons()
         if throttles:
-            return mark_invalid(result, f"throttled: {', '.join(throttles)}", throttled=True, **update)
+            result = mark_invalid(result, f"throttled: {', '.join(throttles)}", throttled=True)
+        not_held = self._not_held + telemetry.lock_misses(self._locks.get("sm_mhz"), self._locks.get("mem_mhz"))
+        if not_held:
+            result = mark_invalid(result, f"settings did not hold: {'; '.join(not_held)}")
         return result.model_copy(update=update)
 
     def describe(self) -> dict[str, Any]:
@@ -455,6 +659,10 @@ class NvmlDevice:
             "name": self.name,
             "kind": self.kind,
             "gpu": self.gpu_name,
+            "gpu_uuid": self.uuid,
+            "pci_bus_id": self.card.pci_bus_id,
+            "nvml_index": self.card.nvml_index,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "driver": driver,
             "observe_only": not self.allow_clock_changes,
             "simulated": False,
@@ -468,3 +676,13 @@ class NvmlDevice:
         except Exception as exc:
             if not _is_nvml_error(self.nvml, exc):
                 raise
+
+
+def without_knobs(space: SearchSpace, names: tuple[str, ...]) -> SearchSpace:
+    """The space less the named knobs (the clock locks an observe-only GPU does not make)."""
+    gone = set(names) & set(space.knobs)
+    if not gone:
+        return space
+    knobs = {n: k for n, k in space.knobs.items() if n not in gone}
+    tuned = [n for n in space.tuned if n not in gone] if space.tuned is not None else None
+    return space.model_copy(update={"knobs": knobs, "tuned": tuned})
