@@ -63,6 +63,19 @@ def scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
+def storage_url(value: str) -> str:
+    """What ``--storage`` names, as a URL: a path without a scheme (``/tmp/x.db``, ``x.db``) is that SQLite file.
+
+    The path is made absolute (``sqlite:////tmp/x.db``), so every message and
+    output names the same file whatever the working folder.
+    """
+    if "://" in value or not value.strip() or value == ":memory:":
+        return value
+    if any(ch in value for ch in "?#") or value.startswith(("sqlite:", "postgresql:", "postgres:")):
+        raise UserError(f"--storage {value!r} is neither a URL nor a file path: write sqlite:////abs/path/tune.db")
+    return f"sqlite:///{Path(os.path.abspath(value)).as_posix()}"
+
+
 def is_postgres(url: str) -> bool:
     return scheme(url).split("+", 1)[0] in PG_SCHEMES
 
