@@ -15,7 +15,7 @@ from typing import Any
 
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
-from tuner.usercode import user_code
+from tuner.usercode import import_target, user_code
 
 PLUGIN_GROUP = "powertune.meters"
 
@@ -45,7 +45,7 @@ def open_meter(spec: str) -> Meter:
         return RemoteMeter.from_url(spec)
     fix = "fix the plugin or pick another --meter (docs/meters.md)"
     if spec.startswith("py:"):
-        factory = _import_target(spec)
+        factory = import_target(spec, "--meter", "py:package.module:Class")
     else:
         entry = _entry_point(spec.split(":", 1)[0])
         if entry is None:
@@ -57,25 +57,6 @@ def open_meter(spec: str) -> Meter:
     if not isinstance(meter, Meter):
         raise UserError(f"meter plugin {spec} did not return a Meter (name, rails, min_window_s, start, stop)")
     return meter
-
-
-def _import_target(spec: str) -> Any:
-    """``py:package.module:Class`` to the object it names."""
-    import importlib
-
-    module_name, _, attr = spec[3:].partition(":")
-    if not module_name or not attr:
-        raise UserError(f"cannot read --meter {spec}: write py:package.module:Class")
-    try:
-        with user_code(f"importing {module_name} for --meter {spec}", "check PYTHONPATH and the module"):
-            module = importlib.import_module(module_name)
-    except UserError as exc:
-        if "ModuleNotFoundError" in str(exc) or "ImportError" in str(exc):
-            raise UserError(f"cannot import {module_name} for --meter {spec}: check PYTHONPATH") from None
-        raise
-    if not hasattr(module, attr):
-        raise UserError(f"{module_name} has no {attr!r} for --meter {spec}: check the name")
-    return getattr(module, attr)
 
 
 def check_external(spec: str, device: str) -> None:
