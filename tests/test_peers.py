@@ -294,7 +294,11 @@ def test_a_lying_meter_server_is_meter_lost_never_a_traceback_or_nan(handler):
         assert "\n" not in str(caught.value)
 
 
-SLOW = [("silent", silent), ("trickling", trickle(b"x" * 1000, 0.1)), ("trickled challenge", trickle(challenge(), 1.0))]
+SLOW = [
+    ("silent", silent),
+    ("trickling", trickle(b'{"op": "' + b"x" * 1000, 0.1)),
+    ("trickled challenge", trickle(challenge(), 1.0)),
+]
 
 
 @pytest.mark.parametrize("handler", [r[1] for r in SLOW], ids=[r[0] for r in SLOW])
@@ -304,6 +308,34 @@ def test_a_slow_server_ends_at_the_total_deadline(handler):
         with pytest.raises(MeterLost, match=r"within|closed"):
             RemoteMeter("127.0.0.1", peer.port, TOKEN, timeout_s=2.0).start()
         assert time.monotonic() - started < BOUND_S
+
+
+GARBAGE = [
+    ("binary", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
+    ("a banner without a newline", b"220 mail.example.com ESMTP"),
+    ("NUL bytes", b"\x00" * 8),
+]
+
+
+@pytest.mark.parametrize("garbage", [g[1] for g in GARBAGE], ids=[g[0] for g in GARBAGE])
+def test_garbage_instead_of_a_login_challenge_fails_at_once_not_at_the_deadline(garbage, rapl_at_15w, monkeypatch):
+    from clirun import in_process
+
+    monkeypatch.setenv("TUNE_METER_TOKEN", TOKEN)
+
+    def handler(conn: socket.socket) -> None:
+        conn.sendall(garbage)
+        time.sleep(60)
+
+    with HostilePeer(handler) as peer:
+        started = time.monotonic()
+        code, out, err = in_process(
+            "measure", "--model", "tiny-cnn", "--device", "cpu", "-b", "2", "--meter", f"remote://127.0.0.1:{peer.port}"
+        )
+        elapsed = time.monotonic() - started
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "not this protocol" in lines[0] and out == "", err
+    assert elapsed < BOUND_S
 
 
 def _signal_self_after(seconds: float, sig: int = signal.SIGTERM) -> threading.Timer:
