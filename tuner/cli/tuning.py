@@ -15,6 +15,8 @@ from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
+from tuner.errors import UserError
+from tuner.measure.session import meter_lost
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
@@ -341,6 +343,11 @@ def measure(
     space_.validate_config(config)
     effective = space_.effective(config)
     results = measure_repeats(dev, model, effective, settings, repeat)
+    lost = [meter_lost(m) for m in results]
+    if all(lost):
+        raise UserError(
+            f"{'--meter ' + meter if meter else dev.name + ' meter'}: no window got energy from it: {lost[-1]}"
+        )
     payload = {
         "device": dev.name,
         "twin": dev.simulated,
