@@ -487,6 +487,16 @@ def test_a_bad_rate_source_url_is_one_line(spec):
 
 # -- tune meter-serve from the command line -------------------------------------------------------
 
+_METER = (
+    "from tuner.measure.meters import EnergyReading\n"
+    "class M:\n"
+    "    def __init__(self, spec):\n"
+    "        self.name, self.rails, self.min_window_s = 'm', ['r'], 0.0\n"
+    "    def start(self):\n"
+    "        pass\n"
+    "    def stop(self):\n"
+    "        return EnergyReading(1.0, 1.0, 1.0, 'm', ['r'], 2)\n"
+)
 PLUGINS = [
     ("raises at import", "raise RuntimeError('broken at import')\n", "py:plug:M", "RuntimeError: broken at import"),
     ("sys.exit at import", "import sys\nsys.exit(3)\n", "py:plug:M", "called sys.exit(3)"),
@@ -494,7 +504,17 @@ PLUGINS = [
     ("sys.exit in the factory", "import sys\ndef M(spec):\n    sys.exit(0)\n", "py:plug:M", "called sys.exit(0)"),
     ("os._exit in the factory", "import os\ndef M(spec):\n    os._exit(0)\n", "py:plug:M", "called os._exit(0)"),
     ("a syntax error", "def (:\n", "py:plug:M", "SyntaxError"),
-]
+    ("returns a number", "def M(spec):\n    return 5\n", "py:plug:M", "not a Meter instance"),
+    ("returns its class", _METER + "def F(spec):\n    return M\n", "py:plug:F", "not a Meter instance"),
+    ("rails not a list", _METER + "def F(spec):\n    m = M(spec)\n    m.rails = None\n    return m\n", "py:plug:F",
+     "its rails are not a list"),
+    ("a NaN min_window_s", _METER + "def F(spec):\n    m = M(spec)\n    m.min_window_s = float('nan')\n    return m\n",
+     "py:plug:F", "min_window_s nan"),
+    ("NaN readings", _METER.replace("1.0, 1.0, 1.0", "float('nan'), 1.0, float('nan')"), "py:plug:M",
+     "read energy_j nan"),
+    ("a stop that raises", _METER.replace("return EnergyReading(", "raise OSError('sensor gone')  # "),
+     "py:plug:M", "OSError: sensor gone"),
+]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -510,7 +530,7 @@ def test_meter_serve_with_a_broken_plugin_is_one_line_exit_2(tmp_path, source, s
         "--listen",
         "127.0.0.1:0",
         env={"PYTHONPATH": str(tmp_path), "TUNE_METER_TOKEN": TOKEN},
-        timeout=120,
+        timeout=60,
     )
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fix in lines[0], r.stderr

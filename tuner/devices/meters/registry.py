@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tuner.errors import UserError
-from tuner.measure.meters import Meter
+from tuner.measure.meters import Meter, MeterLost, checked_reading, meter_problem
 from tuner.usercode import import_target, user_code
 
 PLUGIN_GROUP = "powertune.meters"
@@ -54,9 +54,33 @@ def open_meter(spec: str) -> Meter:
             factory = entry.load()
     with user_code(f"meter plugin {spec} while starting", fix):
         meter = factory(spec)
-    if not isinstance(meter, Meter):
-        raise UserError(f"meter plugin {spec} did not return a Meter (name, rails, min_window_s, start, stop)")
+    problem = meter_problem(meter)
+    if problem is not None:
+        raise UserError(f"meter plugin {spec} did not return a Meter: {problem}; {fix}")
     return meter
+
+
+def first_reading(spec: str, meter: Meter, most_s: float = 5.0) -> None:
+    """One short window read from a freshly opened plugin meter: one that fails or reads NaN is refused now.
+
+    It waits the meter's ``min_window_s`` (at most ``most_s``), ending at once at a signal.
+    """
+    import time
+
+    from tuner import interrupts
+
+    fix = "fix the plugin or pick another --meter (docs/meters.md)"
+    with user_code(f"meter plugin {spec} on its first reading", fix):
+        meter.start()
+        end = time.monotonic() + min(max(meter.min_window_s, 0.1), most_s)
+        while time.monotonic() < end and interrupts.pending() is None:
+            time.sleep(0.05)
+        reading = meter.stop()
+    try:
+        checked_reading(meter.name, reading)
+    except MeterLost as exc:
+        raise UserError(f"meter plugin {spec} on its first reading: {exc}") from None
+    interrupts.check()
 
 
 def check_external(spec: str, device: str) -> None:
