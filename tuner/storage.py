@@ -175,11 +175,37 @@ def storage_errors(url: str) -> Iterator[None]:
         )
         raise UserError(f"storage {redact(url)} needs {missing}, which is not installed: {fix}") from None
     except Exception as exc:
+        cause = _driver_error(exc)
+        if cause is not None and _disk_full(cause):
+            raise UserError(
+                f"study storage {redact(url)}: the database or its disk is full; free some space (the study keeps "
+                "every trial it had recorded: resume it with the same command)"
+            ) from None
         if type(exc).__module__.startswith(("sqlalchemy", "psycopg")) or isinstance(exc, ValueError):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            fix = "free some space" if "disk is full" in first else "check the URL"
-            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; {fix}") from None
+            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; check the URL") from None
         raise
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    """The database driver's error behind ``exc``, however Optuna wrapped or replaced it (cause and context)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__module__.startswith(("sqlalchemy", "sqlite3", "psycopg")):
+            return current
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """SQLite's SQLITE_FULL ("database or disk is full") or PostgreSQL's disk_full (SQLSTATE 53100)."""
+    text = str(exc)
+    return "disk is full" in text or "No space left on device" in text or "53100" in text
 
 
 def _stale_callback_kwargs() -> dict[str, Any]:
