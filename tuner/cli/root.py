@@ -25,7 +25,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from tuner import __version__, interrupts
+from tuner import __version__, atomicfile, interrupts
 from tuner.errors import UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script (``argv`` lets tests call it in-process)."""
     interrupts.install_process_handlers()
     try:
-        code = app(args=argv, prog_name="tune", standalone_mode=False)
+        with atomicfile.undone_on_failure():
+            code = app(args=argv, prog_name="tune", standalone_mode=False)
     except UserError as exc:
         typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
         sys.exit(exc.exit_code)
