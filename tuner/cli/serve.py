@@ -318,6 +318,17 @@ def _warn(message: str) -> None:
     common.err_console.print(f"warning: {message}")
 
 
+def _say_above_top(above: dict | None) -> None:
+    """The replay's line for a trace that goes above the policy's top band (nothing when it stays within)."""
+    if above is not None:
+        common.out_console.print(
+            f"over the policy: the trace reaches {above['peak_qps']:g} q/s, above its top band (up to "
+            f"{above['top_band_max_qps']:g} q/s) for {above['seconds']:g} s ({above['trace_pct']:g}% of the trace); "
+            f"the governor went over the bound for {above['governor_over_bound_pct']:g}% of queries: plan with "
+            f"--rates up to {above['peak_qps']:g}, or lower --rate-scale"
+        )
+
+
 def replay_cmd(
     policy_file: Path = options.PolicyFile,
     trace: str = Trace,
@@ -365,14 +376,7 @@ def replay_cmd(
             [[r[key] for key in columns] for r in summary["strategies"]],
         )
     )
-    above = summary["above_top_band"]
-    if above is not None:
-        common.out_console.print(
-            f"over the policy: the trace reaches {above['peak_qps']:g} q/s, above its top band (up to "
-            f"{above['top_band_max_qps']:g} q/s) for {above['seconds']:g} s ({above['trace_pct']:g}% of the trace); "
-            f"the governor went over the bound for {above['governor_over_bound_pct']:g}% of queries: plan with "
-            f"--rates up to {above['peak_qps']:g}, or lower --rate-scale"
-        )
+    _say_above_top(summary["above_top_band"])
     saved = report.savings()
     common.out_console.print(
         "energy the governor saves: "
