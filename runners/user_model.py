@@ -11,21 +11,18 @@ The factory takes no arguments and returns ``(module, input)``, where
 - a callable ``make_batch(batch_size)`` returning a tensor or a tuple of
   tensors on the CPU; floating tensors are cast to the runner's precision.
 
-The module is imported the way ``python -m`` would: the current directory
-comes first on the path, so a file ``mymodels.py`` beside the user is found
-as ``py:mymodels:build``.
+The module is found by the rule every ``py:`` spec follows
+(:func:`tuner.usercode.import_module`): the current directory first, as
+``python -m`` does, so a file ``mymodels.py`` beside the user is found as
+``py:mymodels:build``, and a file another user could rewrite is refused.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 from typing import Any
 
 from tuner.errors import UserError
-from tuner.usercode import user_code
+from tuner.usercode import find_module, import_module, split_target, user_code
 
 PREFIX = "py:"
 EXAMPLE = "py:mypackage.models:build"
@@ -39,32 +36,12 @@ def is_user_model(model: str) -> bool:
 
 def parse(model: str) -> tuple[str, str]:
     """Split ``py:module.path:factory``; a malformed one is a one-line error with an example."""
-    body = model[len(PREFIX) :]
-    module, sep, factory = body.rpartition(":")
-    valid = sep and module and factory.isidentifier()
-    if not valid or not all(part.isidentifier() for part in module.split(".")):
-        raise UserError(f"bad user model {model!r}: write it as {EXAMPLE} (a module path, a colon, a function)")
-    return module, factory
-
-
-def _with_cwd() -> None:
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+    return split_target(model, "--model", EXAMPLE)
 
 
 def check(model: str) -> None:
-    """Check that the module can be found, without importing it (no torch, no side effects)."""
-    module, _ = parse(model)
-    _with_cwd()
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise UserError(
-            f"cannot find module {module!r} for {model!r}: run from the folder that holds it or add it to PYTHONPATH"
-        )
+    """Check that the module can be found and trusted, without importing it (no torch, no side effects)."""
+    find_module(parse(model)[0], "--model", model)
 
 
 def load(model: str) -> Any:
@@ -75,9 +52,7 @@ def load(model: str) -> Any:
     from runners.torch_runner import ModelSource
 
     module_name, factory_name = parse(model)
-    _with_cwd()
-    with user_code(f"--model {model}", "fix the module (see docs/models.md)"):
-        module = importlib.import_module(module_name)
+    module = import_module(module_name, "--model", model)
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise UserError(f"module {module_name!r} has no function {factory_name!r}: check {model!r}")

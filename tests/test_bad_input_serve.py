@@ -211,10 +211,10 @@ def test_replay_prints_its_savings_as_a_sentence_and_the_plot_where_help_says(fo
     )
     assert code == 0, err
     assert "energy the governor saves: " in out and "% vs static" in out and "{" not in out
-    assert (tmp_path / "replay-good-sim-orin.png").is_file()
-    assert [p.name for p in tmp_path.iterdir()] == ["replay-good-sim-orin.png"]
+    assert (folder / "replay-good-sim-orin.png").is_file()
+    assert list(tmp_path.iterdir()) == []
     code, out, _ = _in_process(("replay", "--help"))
-    assert "replay-<trace>-<device>.png in the current folder" in " ".join(out.split())
+    assert "replay-<trace>-<device>.png beside the policy" in " ".join(out.split())
 
 
 # -- a full disk leaves the old file -------------------------------------------------

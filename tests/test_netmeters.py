@@ -250,3 +250,16 @@ def test_an_installed_powertune_meters_entry_point_is_found_by_name(monkeypatch)
     assert is_external("usb:/dev/ttyUSB0") and not is_external("rails")
     meter = open_meter("usb:/dev/ttyUSB0")
     assert isinstance(meter, ConstantMeter)
+
+
+@pytest.mark.slow  # a LoadGen window of the tiny CNN on this CPU
+@pytest.mark.parametrize("watts", [float("nan"), -5.0])
+def test_tune_measure_through_a_ptdaemon_logging_no_valid_watts_is_one_line_exit_2(rapl_at_15w, watts):
+    fake = FakePtd(watts=watts)
+    result = run_cli(
+        "measure", "--model", "tiny-cnn", "--device", "cpu", "--window", "1", "--batch-size", "2", "--repeat", "2",
+        "--meter", ptd_url(fake, "interval_ms=50&settle_s=0"),
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "no window got energy" in lines[0], result.stderr
+    assert "check the analyzer" in lines[0] and result.stdout == ""

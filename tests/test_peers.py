@@ -294,7 +294,11 @@ def test_a_lying_meter_server_is_meter_lost_never_a_traceback_or_nan(handler):
         assert "\n" not in str(caught.value)
 
 
-SLOW = [("silent", silent), ("trickling", trickle(b"x" * 1000, 0.1)), ("trickled challenge", trickle(challenge(), 1.0))]
+SLOW = [
+    ("silent", silent),
+    ("trickling", trickle(b'{"op": "' + b"x" * 1000, 0.1)),
+    ("trickled challenge", trickle(challenge(), 1.0)),
+]
 
 
 @pytest.mark.parametrize("handler", [r[1] for r in SLOW], ids=[r[0] for r in SLOW])
@@ -304,6 +308,34 @@ def test_a_slow_server_ends_at_the_total_deadline(handler):
         with pytest.raises(MeterLost, match=r"within|closed"):
             RemoteMeter("127.0.0.1", peer.port, TOKEN, timeout_s=2.0).start()
         assert time.monotonic() - started < BOUND_S
+
+
+GARBAGE = [
+    ("binary", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
+    ("a banner without a newline", b"220 mail.example.com ESMTP"),
+    ("NUL bytes", b"\x00" * 8),
+]
+
+
+@pytest.mark.parametrize("garbage", [g[1] for g in GARBAGE], ids=[g[0] for g in GARBAGE])
+def test_garbage_instead_of_a_login_challenge_fails_at_once_not_at_the_deadline(garbage, rapl_at_15w, monkeypatch):
+    from clirun import in_process
+
+    monkeypatch.setenv("TUNE_METER_TOKEN", TOKEN)
+
+    def handler(conn: socket.socket) -> None:
+        conn.sendall(garbage)
+        time.sleep(60)
+
+    with HostilePeer(handler) as peer:
+        started = time.monotonic()
+        code, out, err = in_process(
+            "measure", "--model", "tiny-cnn", "--device", "cpu", "-b", "2", "--meter", f"remote://127.0.0.1:{peer.port}"
+        )
+        elapsed = time.monotonic() - started
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "not this protocol" in lines[0] and out == "", err
+    assert elapsed < BOUND_S
 
 
 def _signal_self_after(seconds: float, sig: int = signal.SIGTERM) -> threading.Timer:
@@ -455,6 +487,16 @@ def test_a_bad_rate_source_url_is_one_line(spec):
 
 # -- tune meter-serve from the command line -------------------------------------------------------
 
+_METER = (
+    "from tuner.measure.meters import EnergyReading\n"
+    "class M:\n"
+    "    def __init__(self, spec):\n"
+    "        self.name, self.rails, self.min_window_s = 'm', ['r'], 0.0\n"
+    "    def start(self):\n"
+    "        pass\n"
+    "    def stop(self):\n"
+    "        return EnergyReading(1.0, 1.0, 1.0, 'm', ['r'], 2)\n"
+)
 PLUGINS = [
     ("raises at import", "raise RuntimeError('broken at import')\n", "py:plug:M", "RuntimeError: broken at import"),
     ("sys.exit at import", "import sys\nsys.exit(3)\n", "py:plug:M", "called sys.exit(3)"),
@@ -462,7 +504,17 @@ PLUGINS = [
     ("sys.exit in the factory", "import sys\ndef M(spec):\n    sys.exit(0)\n", "py:plug:M", "called sys.exit(0)"),
     ("os._exit in the factory", "import os\ndef M(spec):\n    os._exit(0)\n", "py:plug:M", "called os._exit(0)"),
     ("a syntax error", "def (:\n", "py:plug:M", "SyntaxError"),
-]
+    ("returns a number", "def M(spec):\n    return 5\n", "py:plug:M", "not a Meter instance"),
+    ("returns its class", _METER + "def F(spec):\n    return M\n", "py:plug:F", "not a Meter instance"),
+    ("rails not a list", _METER + "def F(spec):\n    m = M(spec)\n    m.rails = None\n    return m\n", "py:plug:F",
+     "its rails are not a list"),
+    ("a NaN min_window_s", _METER + "def F(spec):\n    m = M(spec)\n    m.min_window_s = float('nan')\n    return m\n",
+     "py:plug:F", "min_window_s nan"),
+    ("NaN readings", _METER.replace("1.0, 1.0, 1.0", "float('nan'), 1.0, float('nan')"), "py:plug:M",
+     "read energy_j nan"),
+    ("a stop that raises", _METER.replace("return EnergyReading(", "raise OSError('sensor gone')  # "),
+     "py:plug:M", "OSError: sensor gone"),
+]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -478,7 +530,7 @@ def test_meter_serve_with_a_broken_plugin_is_one_line_exit_2(tmp_path, source, s
         "--listen",
         "127.0.0.1:0",
         env={"PYTHONPATH": str(tmp_path), "TUNE_METER_TOKEN": TOKEN},
-        timeout=120,
+        timeout=60,
     )
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and fix in lines[0], r.stderr

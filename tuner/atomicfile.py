@@ -24,8 +24,9 @@ through this module; tests/test_one_writer.py fails on a write elsewhere.
 Public API: :func:`write_bytes`, :func:`write_text`, :func:`writing`, :func:`write_figure`,
 :func:`append_line`, :func:`move_file`, :func:`ensure_folder`,
 :func:`check_folder`, :func:`check_target`, :func:`create_file`,
-:func:`open_lock`, :func:`remove_file`, :func:`private_folder` and :func:`replacing` (a
-temporary path for code that can only write to a path).
+:func:`open_lock`, :func:`write_lock_holder`, :func:`remove_file`, :func:`private_folder`,
+:func:`replacing` (a temporary path for code that can only write to a path) and
+:func:`undone_on_failure` (a failed command leaves no folder or lock file it created).
 """
 
 from __future__ import annotations
@@ -107,12 +108,16 @@ def _walk(folder: Path, create: bool, private: bool = False) -> int:
             except FileNotFoundError:
                 if not create:
                     raise UserError(f"cannot use {shown}: no such folder; create it or give another path") from None
+                made = False
                 with suppress(FileExistsError):
                     os.mkdir(name, PRIVATE_MODE, dir_fd=fd)
+                    made = True
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError:
                     raise _refuse_entry(fd, name, shown) from None
+                if made:
+                    _record(shown, folder=True)
                 info = os.fstat(child)
                 if info.st_uid == os.geteuid():
                     os.fchmod(child, PRIVATE_MODE if private else FOLDER_MODE)
@@ -288,14 +293,21 @@ def create_file(path: Path, what: str, mode: int = 0o644) -> None:
 
 
 def open_lock(path: Path) -> int:
-    """A descriptor of the lock file ``path`` (created 0600 if missing), for flock; the caller closes it."""
+    """A descriptor of the lock file ``path`` (created 0600 if missing), for flock; the caller closes it.
+
+    The caller checks after taking the flock that the file is still linked
+    (:func:`lock_is_live`): a failed command removes a lock file it created.
+    """
     path = Path(path)
     parent, name = _split(path)
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     with _folder(parent) as dir_fd:
         try:
-            fd = os.open(
-                name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
-            )
+            try:
+                fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
+                _record(Path(os.path.abspath(path)), folder=False)
+            except FileExistsError:
+                fd = os.open(name, flags, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UserError(f"refusing the lock file {path}: it is a symbolic link; remove it") from None
@@ -305,6 +317,62 @@ def open_lock(path: Path) -> int:
         os.close(fd)
         raise UserError(f"refusing the lock file {path}: not a plain file of this user's; remove it")
     return fd
+
+
+def lock_is_live(fd: int) -> bool:
+    """Whether a locked file is still linked (not removed by a command that created it and then failed)."""
+    return os.fstat(fd).st_nlink > 0
+
+
+def write_lock_holder(fd: int, path: Path, data: bytes) -> None:
+    """Replace the content of a held lock file with ``data`` (who holds it); a full disk is one line."""
+    try:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except OSError as exc:
+        with suppress(OSError):
+            os.ftruncate(fd, 0)
+        raise _write_error(Path(path), exc) from None
+
+
+_scopes: list[list[tuple[Path, bool]]] = []
+
+
+def _record(path: Path, folder: bool) -> None:
+    if _scopes:
+        _scopes[-1].append((path, folder))
+
+
+@contextmanager
+def undone_on_failure() -> Iterator[None]:
+    """Folders and lock files this block created are removed again if it fails, so a refusal leaves nothing.
+
+    Only what is still empty goes (a folder with anything in it, a lock file
+    with a holder's record, stays); each is reached as a write is (no link).
+    """
+    created: list[tuple[Path, bool]] = []
+    _scopes.append(created)
+    try:
+        yield
+    except BaseException:
+        for path, folder in reversed(created):
+            with suppress(OSError, UserError):
+                _remove_empty(path, folder)
+        raise
+    finally:
+        _scopes.remove(created)
+
+
+def _remove_empty(path: Path, folder: bool) -> None:
+    with _folder(path.parent, create=False) as dir_fd:
+        if folder:
+            os.rmdir(path.name, dir_fd=dir_fd)
+            return
+        info = os.lstat(path.name, dir_fd=dir_fd)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0 and info.st_uid == os.geteuid():
+            os.unlink(path.name, dir_fd=dir_fd)
 
 
 def move_file(source: Path, dest: Path) -> None:

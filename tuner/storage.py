@@ -64,6 +64,19 @@ def scheme(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
+def storage_url(value: str) -> str:
+    """What ``--storage`` names, as a URL: a path without a scheme (``/tmp/x.db``, ``x.db``) is that SQLite file.
+
+    The path is made absolute (``sqlite:////tmp/x.db``), so every message and
+    output names the same file whatever the working folder.
+    """
+    if "://" in value or not value.strip() or value == ":memory:":
+        return value
+    if any(ch in value for ch in "?#") or value.startswith(("sqlite:", "postgresql:", "postgres:")):
+        raise UserError(f"--storage {value!r} is neither a URL nor a file path: write sqlite:////abs/path/tune.db")
+    return f"sqlite:///{Path(os.path.abspath(value)).as_posix()}"
+
+
 def is_postgres(url: str) -> bool:
     return scheme(url).split("+", 1)[0] in PG_SCHEMES
 
@@ -163,11 +176,37 @@ def storage_errors(url: str) -> Iterator[None]:
         )
         raise UserError(f"storage {redact(url)} needs {missing}, which is not installed: {fix}") from None
     except Exception as exc:
+        cause = _driver_error(exc)
+        if cause is not None and _disk_full(cause):
+            raise UserError(
+                f"study storage {redact(url)}: the database or its disk is full; free some space (the study keeps "
+                "every trial it had recorded: resume it with the same command)"
+            ) from None
         if type(exc).__module__.startswith(("sqlalchemy", "psycopg")) or isinstance(exc, ValueError):
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            fix = "free some space" if "disk is full" in first else "check the URL"
-            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; {fix}") from None
+            raise UserError(f"cannot open study storage {redact(url)}: {scrub(first, url)}; check the URL") from None
         raise
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    """The database driver's error behind ``exc``, however Optuna wrapped or replaced it (cause and context)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__module__.startswith(("sqlalchemy", "sqlite3", "psycopg")):
+            return current
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """SQLite's SQLITE_FULL ("database or disk is full") or PostgreSQL's disk_full (SQLSTATE 53100)."""
+    text = str(exc)
+    return "disk is full" in text or "No space left on device" in text or "53100" in text
 
 
 def _stale_callback_kwargs() -> dict[str, Any]:

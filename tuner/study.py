@@ -413,7 +413,7 @@ def _run_study(
 
     try:
         if target > 0:
-            with hardware_session(device):
+            with hardware_session(device), storage_errors(storage):
                 _optimize(study, objective, callback, deadline)
         interrupts.check()
     except KeyboardInterrupt:

@@ -126,6 +126,11 @@ def run_storage(storage: str | None, out: Path) -> str:
         flag = "--storage" if storage is not None else "--out"
         if path.is_dir():
             raise UserError(f"--storage {storage}: {path} is a folder: name the database file, e.g. {path}/tune.db")
+        if storage is not None and not os.path.lexists(path.parent):
+            raise UserError(
+                f"--storage {storage}: the folder {path.parent} does not exist: create it (mkdir -p {path.parent}) "
+                "or name a file in a folder that does"
+            )
         check_out_dir(path.parent, flag)
         atomicfile.check_target(path, flag)
         if not path.exists():

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from tuner.cli import common
-from tuner.devices.meters.registry import is_external, open_meter
+from tuner.devices.meters.registry import first_reading, is_external, open_meter
 from tuner.devices.meters.remote import DEFAULT_PORT, TOKEN_ENV, read_token
 from tuner.devices.meters.serve import MeterServer
 from tuner.errors import UserError
@@ -40,7 +40,9 @@ def meter_factory(meter: str, device: str | None):
     if is_external(meter):
         if device is not None:
             raise UserError(f"--device does not apply to --meter {meter}: drop it")
-        open_meter(meter)
+        opened = open_meter(meter)
+        if not meter.startswith(("ptd://", "remote://")):
+            first_reading(meter, opened)
         return lambda: open_meter(meter)
     if device is None:
         raise UserError(f"--meter {meter} is a device's meter: name the device, e.g. --device cuda:0 --meter {meter}")

@@ -49,11 +49,20 @@ Out = typer.Option(
     "go to <out>/<device>/<model>/, or <out>/<model>/ when --out already ends with the device's folder name "
     "(e.g. --out studies/h200 on an H200); a file such as best.yaml is named with -o, not --out",
 )
+
+
+def _storage_url(value: str | None) -> str | None:
+    from tuner.storage import storage_url
+
+    return None if value is None else storage_url(value)
+
+
 Storage = typer.Option(
     None,
     "--storage",
-    help="Optuna storage URL (default sqlite:///<out>/tune.db); keep PostgreSQL passwords out of it: "
-    "PGPASSWORD, ~/.pgpass or ?password_env=VAR",
+    callback=_storage_url,
+    help="Optuna storage URL (default sqlite:///<out>/tune.db), or the path of an SQLite file (x.db is "
+    "sqlite:///x.db); keep PostgreSQL passwords out of it: PGPASSWORD, ~/.pgpass or ?password_env=VAR",
 )
 Json = typer.Option(False, "--json", help="print one JSON object on stdout and nothing else there")
 BatchSizes = typer.Option(None, "--batch-sizes", help="narrow batch sizes, e.g. 1,8,32")

@@ -27,7 +27,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from tuner import __version__, interrupts
+from tuner import __version__, atomicfile, interrupts
 from tuner.errors import BoundUnmet, ConfigurationError, DeviceRefused, UserError
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script (``argv`` lets tests call it in-process)."""
     interrupts.install_process_handlers()
     try:
-        code = app(args=argv, prog_name="tune", standalone_mode=False)
+        with atomicfile.undone_on_failure():
+            code = app(args=argv, prog_name="tune", standalone_mode=False)
     except UserError as exc:
         _say(exc)
         sys.exit(exit_code(exc))

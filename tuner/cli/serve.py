@@ -81,7 +81,7 @@ RateScale = typer.Option(1.0, "--rate-scale", help="multiply the trace's rates (
 ReplaySeed = typer.Option(0, "--seed", help="seed of arrivals and the governor's rate estimates")
 ReplayInterval = typer.Option(1.0, "--interval", help="the governor's seconds between rate reads")
 Plot = typer.Option(
-    None, "--plot", help="rate, band and power over time (default replay-<trace>-<device>.png in the current folder)"
+    None, "--plot", help="rate, band and power over time (default replay-<trace>-<device>.png beside the policy)"
 )
 Headroom = typer.Option(DEFAULT_HEADROOM, "--headroom", help="choose the band for the rate x (1 + this)")
 Hysteresis = typer.Option(
@@ -318,6 +318,17 @@ def _warn(message: str) -> None:
     common.err_console.print(f"warning: {message}")
 
 
+def _say_above_top(above: dict | None) -> None:
+    """The replay's line for a trace that goes above the policy's top band (nothing when it stays within)."""
+    if above is not None:
+        common.out_console.print(
+            f"over the policy: the trace reaches {above['peak_qps']:g} q/s, above its top band (up to "
+            f"{above['top_band_max_qps']:g} q/s) for {above['seconds']:g} s ({above['trace_pct']:g}% of the trace); "
+            f"the governor went over the bound for {above['governor_over_bound_pct']:g}% of queries: plan with "
+            f"--rates up to {above['peak_qps']:g}, or lower --rate-scale"
+        )
+
+
 def replay_cmd(
     policy_file: Path = options.PolicyFile,
     trace: str = Trace,
@@ -339,7 +350,7 @@ def replay_cmd(
     policy = load_policy(policy_file)
     dev = options.open_for(device, False, None)
     path = trace_path(trace)
-    figure = plot or Path(f"replay-{path.stem}-{dev.slug}.png")
+    figure = plot or policy_file.parent / f"replay-{path.stem}-{dev.slug}.png"
     _output(figure, "--plot")
     check_policy_for(policy, dev)
     rates = load_trace(path, scale)
@@ -365,6 +376,7 @@ def replay_cmd(
             [[r[key] for key in columns] for r in summary["strategies"]],
         )
     )
+    _say_above_top(summary["above_top_band"])
     saved = report.savings()
     common.out_console.print(
         "energy the governor saves: "

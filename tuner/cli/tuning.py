@@ -16,6 +16,8 @@ from tuner.cli.root import BOUND_UNMET
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
+from tuner.errors import UserError
+from tuner.measure.session import meter_lost
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
@@ -374,6 +376,11 @@ def measure(
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
     results = api.measure_repeats_of(model, dev, effective, repeat, window=settings)
+    lost = [meter_lost(m) for m in results]
+    if all(lost):
+        raise UserError(
+            f"{'--meter ' + meter if meter else dev.name + ' meter'}: no window got energy from it: {lost[-1]}"
+        )
     payload = {
         "device": dev.name,
         "twin": dev.simulated,

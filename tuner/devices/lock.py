@@ -54,18 +54,26 @@ def device_lock(path: Path, device_name: str) -> Iterator[None]:
         finally:
             _held[key][1] -= 1
         return
-    fd = atomicfile.open_lock(path)
+    while True:
+        fd = atomicfile.open_lock(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, command = _holder(fd)
+            os.close(fd)
+            raise UserError(
+                f"{device_name} is in use by PID {pid} ({command}): wait for it to finish or stop it "
+                "(one tuner per device)"
+            ) from None
+        if atomicfile.lock_is_live(fd):
+            break
+        os.close(fd)  # removed by a command that created it and failed: take the new one
+    holder = json.dumps({"pid": os.getpid(), "command": _command(), "since": time.time()}).encode()
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid, command = _holder(fd)
+        atomicfile.write_lock_holder(fd, path, holder)
+    except UserError:
         os.close(fd)
-        raise UserError(
-            f"{device_name} is in use by PID {pid} ({command}): wait for it to finish or stop it (one tuner per device)"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, json.dumps({"pid": os.getpid(), "command": _command(), "since": time.time()}).encode())
+        raise
     _held[key] = [fd, 1]
     try:
         yield

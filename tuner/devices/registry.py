@@ -10,7 +10,7 @@ from typing import Any
 
 from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
-from tuner.usercode import user_code
+from tuner.usercode import import_target, user_code
 
 KNOWN_DEVICES = (
     "sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (digital twins; orin-trt: a TensorRT INT8 runtime profile), "
@@ -77,7 +77,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
             raise UserError(f"{exc}; or try its digital twin: --device sim:{name}") from None
     if name.startswith("py:"):
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
-        return _plugin(name, _import_target(name[3:]))
+        return _plugin(name, import_target(name, "--device", "py:package.module:Class"))
     entry = _entry_point(name.split(":", 1)[0])
     if entry is not None:
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
@@ -104,24 +104,6 @@ def device_name_for_kind(kind: str) -> str:
         if jetson_kind == kind:
             return name
     raise UserError(f"exports for {kind} are applied with --device (e.g. --device cuda:0): name the device")
-
-
-def _import_target(target: str) -> Any:
-    """``package.module:Class`` to the object it names; a typo is a one-line user error."""
-    import importlib
-
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise UserError(f"cannot read --device py:{target}: write py:package.module:Class")
-    with user_code(f"--device py:{target}", "fix the module (see docs/plugins.md)"):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UserError(f"cannot import {module_name} for --device py:{target}: {exc}; check PYTHONPATH") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UserError(f"{module_name} has no {attr!r} for --device py:{target}: check the name") from None
 
 
 def _entry_point(name: str) -> Any:

@@ -8,6 +8,7 @@ the sensor is not working, and that is a :class:`UserError`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,41 @@ class Meter(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> EnergyReading: ...
+
+
+MAX_RAILS = 64
+MAX_MIN_WINDOW_S = 7200.0
+
+
+def meter_problem(meter: object) -> str | None:
+    """Why an object a plugin returned cannot serve as a :class:`Meter` (None: it can), checked before any use."""
+    if isinstance(meter, type) or not isinstance(meter, Meter):
+        return "it is not a Meter instance (name, rails, min_window_s, start, stop)"
+    name, rails, min_window = meter.name, meter.rails, meter.min_window_s
+    if not isinstance(name, str) or not name or len(name) > 80 or not name.isprintable():
+        return f"its name {str(name)[:40]!r} is not a printable string of 1-80 characters"
+    if not isinstance(rails, list | tuple) or len(rails) > MAX_RAILS or not all(isinstance(r, str) for r in rails):
+        return f"its rails are not a list of at most {MAX_RAILS} strings"
+    if isinstance(min_window, bool) or not isinstance(min_window, int | float):
+        return "its min_window_s is not a number"
+    if not (math.isfinite(min_window) and 0 <= min_window <= MAX_MIN_WINDOW_S):
+        return f"its min_window_s {min_window!r} is outside 0..{MAX_MIN_WINDOW_S:g} s"
+    if not callable(getattr(meter, "start", None)) or not callable(getattr(meter, "stop", None)):
+        return "its start or stop is not callable"
+    return None
+
+
+def checked_reading(meter_name: str, reading: object) -> EnergyReading:
+    """A meter's reading, whole and finite, or :class:`MeterLost`: a NaN never becomes a measured figure."""
+    if not isinstance(reading, EnergyReading):
+        raise MeterLost(f"meter {meter_name} returned {type(reading).__name__}, not an EnergyReading: fix the meter")
+    for field_name in ("energy_j", "duration_s", "avg_w"):
+        value = getattr(reading, field_name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise MeterLost(f"meter {meter_name} read {field_name} {value!r}, not a finite number >= 0: fix the meter")
+    if isinstance(reading.samples, bool) or not isinstance(reading.samples, int) or reading.samples < 0:
+        raise MeterLost(f"meter {meter_name} read {reading.samples!r} samples, not a count: fix the meter")
+    return reading
 
 
 def energy_reader(meter: Meter) -> Callable[[], tuple[float, float] | None] | None:

@@ -49,6 +49,15 @@ def measure_with(
     return build_measurement(window, meter, percentile)
 
 
+LOST = "no energy for this window: "
+
+
+def meter_lost(measurement: Measurement) -> str | None:
+    """Why the window got no energy at all from its meter (see :func:`lost_measurement`); None if it did."""
+    reason = measurement.reason or ""
+    return reason.removeprefix(LOST) if not measurement.valid and reason.startswith(LOST) else None
+
+
 def lost_measurement(meter: Meter, why: str) -> Measurement:
     """A window whose meter failed or went away: invalid, with no energy or rate at all (never a partial figure)."""
     nan = float("nan")
@@ -65,7 +74,7 @@ def lost_measurement(meter: Meter, why: str) -> Measurement:
         meter=meter.name,
         rails=list(meter.rails),
         valid=False,
-        reason=f"no energy for this window: {why}",
+        reason=f"{LOST}{why}",
     )
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tuner import atomicfile, interrupts
 from tuner.errors import UserError
-from tuner.measure.meters import energy_reader
+from tuner.measure.meters import checked_reading, energy_reader
 from tuner.measure.stopping import (
     CUT_REASONS,
     QUANTILES,
@@ -374,7 +374,7 @@ class _BatchingSUT:
             self.hold_deadline = self.end + self.hold_max_s
         try:
             if self.meter is not None and self.open:
-                self.reading = self.meter.stop()
+                self.reading = checked_reading(self.meter.name, self.meter.stop())
         finally:
             self.telemetry = [m.stop() for m in reversed(self._started)][::-1]
 

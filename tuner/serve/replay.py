@@ -109,11 +109,20 @@ def load_trace(path: Path, scale: float = 1.0) -> Trace:
     try:
         rows = list(csv.DictReader(lines))
         times = np.array([float(r["t_s"]) for r in rows])
-        rates = np.array([float(r["rate_qps"]) for r in rows]) * scale
+        raw = [float(r["rate_qps"]) for r in rows]
     except (KeyError, TypeError, ValueError, csv.Error):
         raise ConfigurationError(
             f"trace {path} must be CSV with columns t_s,rate_qps and numbers in every row"
         ) from None
+    if not (math.isfinite(scale) and scale > 0):
+        raise ConfigurationError("--rate-scale must be a positive number, e.g. 10")
+    highest = max(raw, default=0.0)
+    if any(not math.isfinite(r) or r < 0 for r in raw) or highest > MAX_RATE_QPS / scale:
+        raise ConfigurationError(
+            f"trace {path}: rates (times --rate-scale) must be from 0 to {MAX_RATE_QPS:g} queries/s; "
+            f"the highest is {highest:g}" + ("" if scale == 1 else f" times {scale:g}")
+        )
+    rates = np.array(raw) * scale
     with np.errstate(over="ignore", invalid="ignore"):
         steps = np.diff(times)
     if len(times) < 2 or not np.all(np.isfinite(times)) or not np.all(np.isfinite(steps)) or np.any(steps <= 0):
@@ -462,6 +471,21 @@ class ReplayReport:
             for name in ("static", "default", "default_locked")
         }
 
+    def above_top(self) -> dict | None:
+        """Where the trace's rate exceeds the policy's top band (planned for no such rate): None if nowhere."""
+        top = self.policy.bands[self.policy.top]
+        over = self.trace.rates > top.max_qps
+        if not over.any():
+            return None
+        seconds = float(self.trace.durations[over].sum())
+        return {
+            "top_band_max_qps": top.max_qps,
+            "peak_qps": float(self.trace.rates.max()),
+            "seconds": round(seconds, 3),
+            "trace_pct": round(100 * seconds / float(self.trace.durations.sum()), 3),
+            "governor_over_bound_pct": round(100 * self.results["governor"].over_fraction, 3),
+        }
+
     def summary(self) -> dict:
         return {
             "trace": self.trace.name,
@@ -472,6 +496,7 @@ class ReplayReport:
             "hours": round(float(self.trace.durations.sum()) / 3600, 3),
             "peak_qps": float(self.trace.rates.max()),
             "strategies": [self.results[n].row() for n in STRATEGIES],
+            "above_top_band": self.above_top(),
             **self.savings(),
         }
 
@@ -602,7 +627,10 @@ def plot_replay(report: ReplayReport, path: Path) -> None:
     axes[0].set_ylabel("rate (q/s)")
     axes[1].step(hours, report.results["governor"].bands, where="post", color="tab:green", label="governor")
     axes[1].axhline(report.results["static"].bands[0], color="tab:orange", ls="--", label="static (peak)")
-    axes[1].set_ylabel("band")
+    bands = report.policy.bands
+    axes[1].set_yticks(range(len(bands)), [f"{b.min_qps:g}-{b.max_qps:g} q/s" for b in bands], fontsize=7)
+    axes[1].set_ylim(-0.5, len(bands) - 0.5)
+    axes[1].set_ylabel("band (its rates)")
     axes[1].legend(fontsize=7)
     colours = {"default": "tab:red", "default_locked": "tab:purple", "static": "tab:orange", "governor": "tab:green"}
     for name, colour in colours.items():

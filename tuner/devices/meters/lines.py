@@ -86,12 +86,22 @@ def text(value: Any, what: str, limit: int = 200) -> str:
     return value
 
 
-class LineConnection:
-    """Send a line, read a line; ``\\r\\n`` out, ``\\n`` (optionally after ``\\r``) in."""
+_CONTROL = bytes(c for c in range(32) if c not in (9, 10, 13)) + b"\x7f"
 
-    def __init__(self, host: str, port: int, what: str, timeout_s: float = 10.0) -> None:
+
+class LineConnection:
+    """Send a line, read a line; ``\\r\\n`` out, ``\\n`` (optionally after ``\\r``) in.
+
+    Both protocols spoken over it are text lines, so a control byte from the
+    peer ends the exchange at once (it is not the peer we expect, and waiting
+    for a newline would only wait out the deadline); so does a line that
+    cannot begin as ``line_start`` says (``{`` for a JSON protocol).
+    """
+
+    def __init__(self, host: str, port: int, what: str, timeout_s: float = 10.0, line_start: bytes = b"") -> None:
         self.what = what
         self.timeout_s = timeout_s
+        self.line_start = line_start
         self._buffer = b""
         try:
             self._sock: socket.socket | None = socket.create_connection((host, port), timeout=min(timeout_s, 5.0))
@@ -135,11 +145,24 @@ class LineConnection:
                 self.close()
                 raise MeterLost(f"{self.what} closed the connection during {doing}")
             self._buffer += chunk
+            self._check_text(chunk, doing)
             if len(self._buffer) > MAX_LINE:
                 self.close()
                 raise MeterLost(f"{self.what} sent a line over {MAX_LINE} bytes during {doing}")
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.rstrip(b"\r").decode("utf-8", "replace")
+
+    def _check_text(self, chunk: bytes, doing: str) -> None:
+        """Fail at once on bytes that no line of this protocol holds, rather than wait for a newline."""
+        head = self._buffer[:64].split(b"\n", 1)[0].lstrip(b" \t\r")
+        start = head[: len(self.line_start)]
+        bad = any(c in _CONTROL for c in chunk) or not self.line_start.startswith(start)
+        if bad:
+            shown = self._buffer[:40]
+            self.close()
+            raise MeterLost(
+                f"{self.what} answered {doing} with {shown!r}, which is not this protocol: is it the right port?"
+            )
 
     def ask(self, line: str) -> str:
         self.send(line)

@@ -171,6 +171,11 @@ class PtdMeter:
             conn.close()
             self._conn = None
         good = [w for w in watts if math.isfinite(w) and w >= 0]
+        if not good and watts:
+            raise MeterLost(
+                f"PTDaemon logged no valid sample: all {len(watts)} read NaN, negative or no Watts field: "
+                "check the analyzer and its wiring (PTDaemon's own log says why)"
+            )
         if not good:
             raise MeterLost(
                 f"PTDaemon logged no valid sample in a {duration:.2f} s window: lengthen --window "

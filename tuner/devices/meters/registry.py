@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tuner.errors import UserError
-from tuner.measure.meters import Meter
-from tuner.usercode import user_code
+from tuner.measure.meters import Meter, MeterLost, checked_reading, meter_problem
+from tuner.usercode import import_target, user_code
 
 PLUGIN_GROUP = "powertune.meters"
 
@@ -45,7 +45,7 @@ def open_meter(spec: str) -> Meter:
         return RemoteMeter.from_url(spec)
     fix = "fix the plugin or pick another --meter (docs/meters.md)"
     if spec.startswith("py:"):
-        factory = _import_target(spec)
+        factory = import_target(spec, "--meter", "py:package.module:Class")
     else:
         entry = _entry_point(spec.split(":", 1)[0])
         if entry is None:
@@ -54,28 +54,33 @@ def open_meter(spec: str) -> Meter:
             factory = entry.load()
     with user_code(f"meter plugin {spec} while starting", fix):
         meter = factory(spec)
-    if not isinstance(meter, Meter):
-        raise UserError(f"meter plugin {spec} did not return a Meter (name, rails, min_window_s, start, stop)")
+    problem = meter_problem(meter)
+    if problem is not None:
+        raise UserError(f"meter plugin {spec} did not return a Meter: {problem}; {fix}")
     return meter
 
 
-def _import_target(spec: str) -> Any:
-    """``py:package.module:Class`` to the object it names."""
-    import importlib
+def first_reading(spec: str, meter: Meter, most_s: float = 5.0) -> None:
+    """One short window read from a freshly opened plugin meter: one that fails or reads NaN is refused now.
 
-    module_name, _, attr = spec[3:].partition(":")
-    if not module_name or not attr:
-        raise UserError(f"cannot read --meter {spec}: write py:package.module:Class")
+    It waits the meter's ``min_window_s`` (at most ``most_s``), ending at once at a signal.
+    """
+    import time
+
+    from tuner import interrupts
+
+    fix = "fix the plugin or pick another --meter (docs/meters.md)"
+    with user_code(f"meter plugin {spec} on its first reading", fix):
+        meter.start()
+        end = time.monotonic() + min(max(meter.min_window_s, 0.1), most_s)
+        while time.monotonic() < end and interrupts.pending() is None:
+            time.sleep(0.05)
+        reading = meter.stop()
     try:
-        with user_code(f"importing {module_name} for --meter {spec}", "check PYTHONPATH and the module"):
-            module = importlib.import_module(module_name)
-    except UserError as exc:
-        if "ModuleNotFoundError" in str(exc) or "ImportError" in str(exc):
-            raise UserError(f"cannot import {module_name} for --meter {spec}: check PYTHONPATH") from None
-        raise
-    if not hasattr(module, attr):
-        raise UserError(f"{module_name} has no {attr!r} for --meter {spec}: check the name")
-    return getattr(module, attr)
+        checked_reading(meter.name, reading)
+    except MeterLost as exc:
+        raise UserError(f"meter plugin {spec} on its first reading: {exc}") from None
+    interrupts.check()
 
 
 def check_external(spec: str, device: str) -> None:

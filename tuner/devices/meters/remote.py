@@ -140,7 +140,9 @@ class RemoteMeter:
 
     def connect(self) -> None:
         """Open the connection, log in, learn the meter and measure the clock offset."""
-        self._conn = LineConnection(self.host, self.port, f"meter server {self.host}:{self.port}", self.timeout_s)
+        self._conn = LineConnection(
+            self.host, self.port, f"meter server {self.host}:{self.port}", self.timeout_s, line_start=b"{"
+        )
         hello = self._login()
 
         def describe() -> tuple[str, list[str], float, bool]:

@@ -30,7 +30,7 @@ from typing import Any
 from tuner.devices.meters.lines import BadMessage, json_line
 from tuner.devices.meters.remote import PROTOCOL_VERSION, login_mac, welcome_mac
 from tuner.errors import UserError
-from tuner.measure.meters import Meter, energy_reader
+from tuner.measure.meters import Meter, checked_reading, energy_reader
 
 MAX_REQUEST = 64 * 1024
 MAX_HELLO = 1024
@@ -191,7 +191,7 @@ class MeterServer:
                 now = read() if read is not None else None
                 return meter, {"ok": True, "t": None if now is None else now[0], "j": None if now is None else now[1]}
             if op == "stop" and meter is not None:
-                reading = asdict(meter.stop())
+                reading = asdict(checked_reading(meter.name, meter.stop()))
                 return None, {"ok": True, "reading": reading}
         except Exception as exc:
             return None if op in ("start", "stop") else meter, {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
