@@ -19,6 +19,7 @@ The module is found by the rule every ``py:`` spec follows
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tuner.errors import UserError
@@ -85,10 +86,7 @@ def profile(model: str) -> Any:
     profiles were made; counted once per process for each version of the
     module's file.
     """
-    check(model)
-    module_name, _ = parse(model)
-    spec = importlib.util.find_spec(module_name)
-    origin = (spec.origin if spec is not None else None) or ""
+    origin = find_module(parse(model)[0], "--model", model)
     try:
         stamp = os.stat(origin).st_mtime_ns if origin else 0
     except OSError:

@@ -125,7 +125,7 @@ def test_a_board_that_refuses_a_configuration_is_a_device_error_and_is_left_as_i
     from tuner.devices.jetson import JetsonDevice
 
     monkeypatch.setenv("TUNE_STATE_DIR", str(tmp_path / "state"))
-    board = make_fake_board(tmp_path / "board", "orin-agx", "l4t36.4")
+    board = make_fake_board(tmp_path / "board", "orin-agx", "l4t36.4", start="MAXN")
     board.set_nvpmodel_ignores_m()
     before = board.snapshot()
     orin = JetsonDevice("orin-agx", sysfs_root=board.root, nvpmodel=str(board.nvpmodel), mode_timeout_s=0.3)

@@ -93,15 +93,21 @@ def _check_trusted(origin: str, module: str, flag: str, spec: str) -> None:
             )
 
 
-def find_module(module: str, flag: str, spec: str) -> None:
-    """Find ``module`` and each package above it without running any of them, and check every file found."""
+def find_module(module: str, flag: str, spec: str) -> str:
+    """Find ``module`` and each package above it without running any of them, and check every file found.
+
+    Returns the module's file ("" for a namespace package or a built-in), which
+    callers key caches on.
+    """
     locations: list[str] | None = _search_path()
+    origin = ""
     parts = module.split(".")
     for depth in range(1, len(parts) + 1):
         name = ".".join(parts[:depth])
         loaded = sys.modules.get(name)
         if loaded is not None:
             locations = list(getattr(loaded, "__path__", None) or [])
+            origin = getattr(loaded, "__file__", None) or ""
             continue
         found = importlib.machinery.PathFinder.find_spec(name, locations)
         if found is None:
@@ -109,9 +115,11 @@ def find_module(module: str, flag: str, spec: str) -> None:
                 f"cannot import {module} for {flag} {spec}: cannot find module {name!r}; run from the folder "
                 "that holds it, or check PYTHONPATH"
             )
-        if found.origin and found.has_location:
-            _check_trusted(found.origin, module, flag, spec)
+        origin = found.origin if found.origin and found.has_location else ""
+        if origin:
+            _check_trusted(origin, module, flag, spec)
         locations = list(found.submodule_search_locations or [])
+    return origin
 
 
 def import_module(module: str, flag: str, spec: str) -> ModuleType:

@@ -21,7 +21,10 @@ COMMANDS: tuple[tuple[str, str], ...] = (
         "export",
         "Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON.",
     ),
-    ("dashboard", "Browse the studies in optuna-dashboard (optional extra: pip install 'powertune[dashboard]')."),
+    (
+        "dashboard",
+        "Browse the studies in optuna-dashboard, read-only (optional extra: pip install 'powertune[dashboard]').",
+    ),
     ("apply", "Apply an exported best mode at deploy time (idempotent; undo with tune restore)."),
     ("restore", "Put a device back as it was before tune apply or a crashed run, from the journal."),
     ("verify", "Check an export on this unit (at most 3 windows); re-tune locally if it does not hold."),

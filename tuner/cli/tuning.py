@@ -133,6 +133,7 @@ def run(
     """Run (or resume) a study: minimum energy per query subject to the latency bound."""
     trials = _trial_budget(trials, study_trials, heartbeat, timeout)
     bound_ms = common.latency(max_latency)
+    measured = options.window_settings(window, percentile, meter, seed, True, min_window, ci, runtime)
     settings = dict(
         trials=trials,
         early_stop=early_stop,
@@ -148,11 +149,7 @@ def run(
         worker_id=worker_id,
         heartbeat_s=heartbeat,
         out=out,
-        window=window_for(
-            options.window_settings(window, percentile, meter, seed, True, min_window, ci, runtime),
-            scenario,
-            target_qps,
-        ),
+        window=window_for(measured, scenario, target_qps),
         allow_clock_changes=allow_clock_changes,
         sysfs_root=sysfs_root,
         space_file=space,

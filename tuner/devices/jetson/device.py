@@ -75,7 +75,7 @@ class ModeNeedsReboot(ApplyError, NeedsReboot):
     """nvpmodel asked for a reboot to enter a mode: it was answered no, and the board is as it was."""
 
 
-class MaskChangeRefused(NeedsReboot):
+class MaskChangeRefused(NeedsReboot, ConfigurationError):
     """A mode whose TPC mask differs from the board's, not asked for by name: refused before any write.
 
     Once a GPU context exists nvpmodel can enter such a mode, or come back from
