@@ -55,7 +55,11 @@ class LearnedSampler(GuidedSampler):
     save (``headroom``: energy ``stop_z`` standard deviations below the mean
     of the trusted model, among configurations at least ``stop_feasible`` likely to
     meet the bound; the whole grid is scored once the sample leaves under
-    ``full_check``), which tells the study when it is done.
+    ``full_check``; ``stop_latent``: the spread of the true energy, not of a
+    window), which tells the study when it is done. ``settle``: once at most
+    this many unmeasured configurations could still win by that bound, the
+    next proposal is the one that could save most (0: never), so a study
+    that has found its answer measures what stands between it and its end.
     """
 
     def __init__(
@@ -79,6 +83,8 @@ class LearnedSampler(GuidedSampler):
         stop_z: float = 3.0,
         stop_feasible: float = 0.05,
         full_check: float = 0.05,
+        stop_latent: bool = False,
+        settle: int = 0,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
@@ -98,11 +104,13 @@ class LearnedSampler(GuidedSampler):
         self.stop_z = stop_z
         self.stop_feasible = stop_feasible
         self.full_check = full_check
+        self.stop_latent = stop_latent
+        self.settle = settle
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
         self.profile_note = ""
         self.rng = np.random.default_rng(seed)
-        self.bounding = Headroom(stop_z, stop_feasible, full_check)
+        self.bounding = Headroom(stop_z, stop_feasible, full_check, stop_latent)
         self.models: Models | None = None
         self.candidates: Candidates | None = None
         self.acquisition: Acquisition | None = None
@@ -164,10 +172,19 @@ class LearnedSampler(GuidedSampler):
         fitted = models.fit(table, rows, y_e, y_l, roof)
         models.scored |= {int(r) for r in rows}
         why_model = models.choose_trust(roof is not None, self.profile_note)
-        trusted = {models.trust: fitted[models.trust]}
         best = recommended_of([t for t in trials if t.state == optuna.trial.TrialState.COMPLETE])
         if best is not None and best.value is not None and float(best.value) > 0:
-            self.headroom = self.bounding.bound(table, cand, seen - {None}, trusted, float(best.value), self.bound_ms)
+            self.headroom = self.bounding.bound(
+                table, cand, seen - {None}, fitted, models.trust, float(best.value), self.bound_ms
+            )
+            gain, could = self.headroom
+            if 0 < could <= self.settle and self.bounding.winners:
+                self.reason = (
+                    f"settle({models.trust})",
+                    f"one of the {could} unmeasured configurations that could still beat the best by the model's "
+                    f"bound (up to {gain:.1%}): measured so the study can end",
+                )
+                return table.grid[self.bounding.winners[0]]
         config, self.reason = acquisition.choose(
             table,
             cand,
