@@ -37,15 +37,14 @@ from tuner.serve.replay import (
     DEFAULT_REACTION_S,
     GovernorRules,
     Replayer,
-    StrategyResult,
-    Trace,
     default_band,
     deployed_reaction,
-    load_trace,
-    plot_replay,
     replay,
     unlocked_idle_w,
 )
+from tuner.serve.replay_plot import plot_replay
+from tuner.serve.replay_report import StrategyResult
+from tuner.serve.trace import Trace, load_trace
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -43,7 +43,9 @@ from tuner.serve.plan import (
 )
 from tuner.serve.policy import Policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
-from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay, shipped_traces, trace_path
+from tuner.serve.replay import GovernorRules, replay
+from tuner.serve.replay_plot import plot_replay
+from tuner.serve.trace import load_trace, shipped_traces, trace_path
 from tuner.serve.validate import check_policy_for, check_rules
 from tuner.units import MAX_TRIALS, check_count
 
