@@ -8,8 +8,9 @@ import pytest
 from fakenvml import FakeNVML, FakeNVMLError
 
 import runners
-from tuner.devices.nvml.device import NvmlDevice, kind_of
+from tuner.devices.nvml.device import NvmlDevice
 from tuner.devices.nvml.meters import NvmlEnergyMeter
+from tuner.devices.nvml.space import kind_of
 from tuner.errors import UserError
 from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.settings import WindowSettings

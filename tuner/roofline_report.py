@@ -25,7 +25,8 @@ from tuner.space import Config
 def roofline_report(dev: Device, model: str, points: int, seed: int, window: float, folder: Path) -> dict:
     """Measure a seeded design (see :func:`measure_design`), fit the rooflines, plot them, and write roofline.json."""
     from tuner.models import model_profile
-    from tuner.roofline import features, fit_measurements, intensity_summary, layer_intensity, plot
+    from tuner.roofline import features, fit_measurements, intensity_summary, layer_intensity
+    from tuner.roofline_plot import plot
 
     space = dev.space()
     measured = measure_design(dev, model, points, seed, window)

@@ -10,7 +10,7 @@ twin's queueing model and scaled to their length; the time around every
 switch is simulated as one run of arrivals, so the queue a switch leaves and
 the switch's own time and energy are both counted. The rules and their
 sources are in docs/serving.md. The traces are tuner.serve.trace, what a
-replay found tuner.serve.replay_report, its figure tuner.serve.replay_plot.
+replay found tuner.serve.replay_report, its figure tuner.serve.figures.
 """
 
 from __future__ import annotations

@@ -1,11 +1,42 @@
-"""The figure of a replay: the trace's rate, the governor's band and each strategy's power over time."""
+"""The figures of ``tune plan`` (energy per query against rate, by band) and ``tune replay`` (power over the trace)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tuner import atomicfile
+from tuner.serve.policy import Policy
 from tuner.serve.replay_report import ReplayReport
+
+
+def plot_policy(policy: Policy, path: Path) -> None:
+    """Energy per query against arrival rate: the planned points, coloured by band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    feasible = [p for p in policy.points if p.feasible]
+    for i, band in enumerate(policy.bands):
+        pts = [p for p in feasible if band.min_qps < p.rate_qps <= band.max_qps]
+        ax.plot(
+            [p.rate_qps for p in pts],
+            [p.j_per_query for p in pts],
+            "o-",
+            label=f"band {i}: <= {band.max_qps:g} q/s",
+        )
+    missed = [p.rate_qps for p in policy.points if not p.feasible]
+    if missed:
+        ax.axvspan(min(missed), max(missed), color="0.9", label="no feasible configuration")
+    ax.set_xlabel("arrival rate (queries/s)")
+    ax.set_ylabel("energy per query (J)")
+    twin = " [digital twin]" if policy.twin else ""
+    ax.set_title(f"{policy.model} on {policy.device}, {policy.percentile} <= {policy.max_latency_ms:g} ms{twin}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    atomicfile.write_figure(path, fig, dpi=120)
+    plt.close(fig)
 
 
 def plot_replay(report: ReplayReport, path: Path) -> None:
