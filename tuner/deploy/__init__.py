@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from tuner import __version__, atomicfile
+from tuner.baseline import Saved, saved_of
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
 from tuner.errors import BoundUnmet, UserError
@@ -28,7 +29,9 @@ from tuner.storage import redact
 from tuner.units import format_ms
 from tuner.yamlfile import load_yaml_model
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
+OLDEST_EXPORT_VERSION = 1
+"""Version 2 adds ``saved`` (the answer against its baseline); a version 1 file, which has none, still loads."""
 
 
 class Provenance(BaseModel):
@@ -52,7 +55,11 @@ class Provenance(BaseModel):
 
 
 class ExportedConfig(BaseModel):
-    """A deployable power mode: the knobs and batch size, and what they measured."""
+    """A deployable power mode: the knobs and batch size, and what they measured.
+
+    ``saved``: what it saves against the study's baseline (tuner.baseline),
+    when the study measured one.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,11 +74,15 @@ class ExportedConfig(BaseModel):
     percentile: str
     metrics: dict[str, Any]
     provenance: Provenance
+    saved: Saved | None = None
     digest: str | None = None
 
     def content_digest(self) -> str:
-        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks)."""
-        body = self.model_dump(mode="json", exclude={"digest"})
+        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks).
+
+        An export without ``saved`` digests as a version 1 file did, so those still verify.
+        """
+        body = self.model_dump(mode="json", exclude={"digest"} | ({"saved"} if self.saved is None else set()))
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def sealed(self) -> ExportedConfig:
@@ -113,6 +124,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
         max_latency_ms=max_latency_ms,
         percentile=percentile,
         metrics=metrics,
+        saved=saved_of(study),
         provenance=Provenance(
             study=study.study_name,
             storage=redact(storage),
@@ -174,6 +186,7 @@ def load_export(path: Path, sealed: bool = False) -> ExportedConfig:
         "exported configuration",
         "re-create it with tune export",
         version=EXPORT_VERSION,
+        oldest=OLDEST_EXPORT_VERSION,
         trusted=True,
     )
     if exported.digest is None and sealed:
