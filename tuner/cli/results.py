@@ -137,7 +137,10 @@ def export(
                 f"the nvpmodel format is a Jetson board's power mode; this study is of {exported.device_kind}: "
                 "export triton, trtexec, env or json instead"
             )
-        board = open_device(device_name_for_kind(exported.device_kind), sysfs_root=sysfs_root)
+        if exported.twin and sysfs_root is None:
+            board = open_device(exported.device)  # the twin's model of NVIDIA's conf (labelled so in the file)
+        else:
+            board = open_device(device_name_for_kind(exported.device_kind), sysfs_root=sysfs_root)
     written = write_exports(exported, output, wanted, board)
     if as_json:
         common.emit_json({"written": [str(p) for p in written.values()], **exported.sealed().model_dump(mode="json")})

@@ -109,6 +109,9 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     metrics["meter"] = record["meter"]
     metrics["windows"] = record["windows"]
     metrics["verdict"] = record["verdict"]
+    executed = (trial.user_attrs.get("extra") or {}).get("batch_sizes_executed")
+    if executed:
+        metrics["batch_sizes_executed"] = executed
     ran = clocks_ran(trial.user_attrs.get("extra") or {})
     if ran:
         metrics["clocks_ran"] = ran
