@@ -105,7 +105,8 @@ def parse_spec(text: str | None, space: SearchSpace) -> dict[str, KnobValue]:
 def label_of(text: str | None, device: Device, space: SearchSpace) -> str:
     """How a line names the baseline: the default by what it is, the user's own by what they wrote."""
     if text is not None and text.strip().lower() not in ("", DEFAULT):
-        return ", ".join(item.strip() for item in text.split(",") if item.strip())
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        return ", ".join(item if "=" in item else f"mode {item}" for item in items)
     if space.mode_knob is not None:
         return f"the default mode {space.knobs[space.mode_knob].default}"
     if getattr(device, "lock_knobs", ()):

@@ -137,10 +137,12 @@ def export(
                 f"the nvpmodel format is a Jetson board's power mode; this study is of {exported.device_kind}: "
                 "export triton, trtexec, env or json instead"
             )
-        if exported.twin and sysfs_root is None:
-            board = open_device(exported.device)  # the twin's model of NVIDIA's conf (labelled so in the file)
-        else:
+        try:
             board = open_device(device_name_for_kind(exported.device_kind), sysfs_root=sysfs_root)
+        except UserError as exc:
+            if not exported.twin or sysfs_root is not None or "no Jetson board" not in str(exc):
+                raise
+            board = open_device(exported.device)  # no board here: the twin's model of NVIDIA's conf, said in the file
     written = write_exports(exported, output, wanted, board)
     if as_json:
         common.emit_json({"written": [str(p) for p in written.values()], **exported.sealed().model_dump(mode="json")})

@@ -221,8 +221,7 @@ def env(exported: ExportedConfig) -> str:
 
 
 def as_json(exported: ExportedConfig) -> str:
-    sealed = exported.sealed().model_dump(mode="json")
-    return json.dumps({"cannot_express": LIMITS["json"], **sealed}, indent=2) + "\n"
+    return json.dumps({"cannot_express": LIMITS["json"], **exported.document()}, indent=2) + "\n"
 
 
 def render(exported: ExportedConfig, fmt: str, nvpmodel_block: str | None = None) -> str:
