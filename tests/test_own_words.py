@@ -223,3 +223,49 @@ def test_apply_set_on_a_twin_writes_nothing_and_says_there_is_nothing_to_restore
 
 def test_the_dashboard_names_the_objective_j_per_query(study):
     assert _study(study).metric_names == ["J/query"]
+
+
+TOKENS = """
+import torch
+from torch import nn
+
+
+def tokens():
+    class Bag(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(100, 16)
+            self.head = nn.Linear(16, 2)
+
+        def forward(self, ids):
+            return self.head(torch.relu(self.embed(ids)).mean(1))
+
+    return Bag(), {"shape": [12], "dtype": "int64", "high": 100}
+"""
+
+
+def test_trtexec_of_a_py_model_names_its_forward_arguments_and_shapes(tmp_path):
+    pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+    (tmp_path / "mymodels.py").write_text(TOKENS)
+    args = ("-m", "py:mymodels:tokens", "-d", "sim:h200", "-l", "20ms")
+    assert run_cli("run", *args, "--trials", "3", cwd=tmp_path).returncode == 0
+    r = run_cli("export", *args, "-f", "trtexec", "-o", "mine.sh", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    script = (tmp_path / "mine.sh").read_text()
+    assert "--minShapes=ids:1x12" in script and "--onnx=mymodels.tokens.onnx" in script, script
+    assert "# export py:mymodels:tokens to mymodels.tokens.onnx first" in script
+
+
+def test_a_server_studys_triton_config_prefers_the_sizes_its_windows_executed(tmp_path):
+    args = ("-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--scenario", "server", "--out", str(tmp_path))
+    assert in_process("run", *args, "--target-qps", "100", "--trials", "4", "--seed", "1")[0] == 0
+    code, _, err = in_process("export", *args, "-f", "triton", "-o", str(tmp_path / "s.pbtxt"))
+    assert code == 0, err
+    study = optuna.load_study(
+        study_name="resnet50|sim-orin|server@100qps|50ms", storage=f"sqlite:///{tmp_path}/tune.db"
+    )
+    best = study.best_trial
+    executed = sorted({int(item.split(":")[0]) for item in best.user_attrs["extra"]["batch_sizes_executed"].split()})
+    text = (tmp_path / "s.pbtxt").read_text()
+    assert f"max_batch_size: {best.user_attrs['batch_size']}\n" in text
+    assert f"preferred_batch_size: [ {', '.join(map(str, executed))} ]" in text
