@@ -107,8 +107,9 @@ def label_of(text: str | None, device: Device, space: SearchSpace) -> str:
     if text is not None and text.strip().lower() not in ("", DEFAULT):
         items = [item.strip() for item in text.split(",") if item.strip()]
         return ", ".join(item if "=" in item else f"mode {item}" for item in items)
-    if space.mode_knob is not None:
-        return f"the default mode {space.knobs[space.mode_knob].default}"
+    full = device.space()
+    if full.mode_knob is not None:
+        return f"the default mode {full.knobs[full.mode_knob].default}"
     if getattr(device, "lock_knobs", ()):
         return "the default clocks (none locked)"
     return "the default configuration"
@@ -127,6 +128,8 @@ def baseline_config(device: Device, space: SearchSpace, text: str | None, batch_
     full = device.space()
     named = parse_spec(text, full)
     defaults = space.default_config(batch_size).knobs
+    if full.mode_knob is not None:  # the device's own mode, whatever --modes the study searched
+        defaults[full.mode_knob] = full.knobs[full.mode_knob].default
     own = {k: v for k, v in {**defaults, **named}.items() if k in full.knobs}
     if not named:
         own = {k: v for k, v in own.items() if k not in getattr(device, "lock_knobs", ())}
