@@ -7,10 +7,12 @@ import optuna
 import pytest
 from clirun import run_cli
 
+from tuner.devices.virtual.recorded import RecordedBoard
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.measure.settings import WindowSettings
 from tuner.run_options import RunOptions
 from tuner.storage import CONSTRAINTS_KEY, EARLY_STOP_ATTR, QuotaStudy, StudyFull
+from tuner.strategies import LearnedSampler
 from tuner.strategies.stopping import CONVERGED, EXHAUSTED, StopRule, decide, stored_decision
 from tuner.study import MEMORY_STORAGE, open_study, run_study
 
@@ -150,3 +152,28 @@ def test_no_warm_start_starts_from_nothing(tmp_path):
     run_study(TwinDevice("sim:orin"), options(tmp_path, storage=storage, max_latency_ms=30.0, trials=8))
     study, summary = run_study(TwinDevice("sim:orin"), options(tmp_path, storage=storage, trials=8, warm_start=False))
     assert summary.reused == [] and study.trials[0].user_attrs["proposed_by"] == "baseline"
+
+
+def _recorded_bert(settle: int):
+    options = RunOptions(
+        model="bert-base",
+        max_latency_ms=20.0,
+        trials=25,
+        seed=0,
+        storage=MEMORY_STORAGE,
+        early_stop=False,
+        window=WindowSettings(seed=0),
+    )
+    study, _ = run_study(RecordedBoard("measured:h200"), options, sampler=LearnedSampler(seed=0, settle=settle))
+    return sorted(study.trials, key=lambda t: t.number)
+
+
+def test_the_few_configurations_that_could_still_win_are_measured_so_the_study_can_end():
+    """The H200's bert-base at 20 ms ran to its cap while 1-8 unmeasured configurations kept the bound open."""
+    trials = _recorded_bert(settle=3)
+    settled = [t for t in trials if str(t.user_attrs.get("proposed_by", "")).startswith("settle(")]
+    assert settled, [t.user_attrs.get("proposed_by") for t in trials]
+    for t in settled:
+        assert 0 < int(t.user_attrs["could_win"]) <= 3
+        assert "could still beat the best" in t.user_attrs["why"]
+    assert not any(str(t.user_attrs.get("proposed_by", "")).startswith("settle(") for t in _recorded_bert(settle=0))
