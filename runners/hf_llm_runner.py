@@ -277,7 +277,11 @@ class HfLlmRunner:
             generation_config=generation, continuous_batching_config=config
         )
         manager.warmup()
-        manager.start()
+        # The library's generation thread takes its daemon flag from the thread that starts it: started from a
+        # daemon thread it never holds the process open at exit (devices are not closed on every path).
+        starter = threading.Thread(target=manager.start, name="powertune-llm-start", daemon=True)
+        starter.start()
+        starter.join()
         self._sized = (prompt, output)
         return manager
 

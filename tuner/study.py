@@ -33,7 +33,7 @@ from tuner.measure.prompts import DEFAULT_SHAPE
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs
 from tuner.objective import MeasurementRejected, Objective
-from tuner.pareto import ParetoFile, results_dir, write_results
+from tuner.pareto import LLM_OBJECTIVE, ParetoFile, results_dir, write_results
 from tuner.provenance import provenance, twin_note
 from tuner.records import recommended, trial_record, unmet_bound, unmet_bounds
 from tuner.run_options import RunOptions
@@ -654,7 +654,7 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     ]
     study.set_user_attr("latency_bound", ", ".join(said))
     if is_llm(options.model):
-        study.set_user_attr("objective", "J per output token")
+        study.set_user_attr("objective", LLM_OBJECTIVE)
         study.set_user_attr("max_ttft_ms", options.window.max_ttft_ms)
         study.set_user_attr("max_tpot_ms", options.window.max_tpot_ms)
         study.set_user_attr("prompts", options.window.prompts or DEFAULT_SHAPE)

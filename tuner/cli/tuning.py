@@ -167,6 +167,11 @@ def run(
     _report_run(result, as_json)
 
 
+def value_unit(trial: optuna.trial.FrozenTrial) -> str:
+    """What a trial's value is in: J per output token for an LLM trial, else J per query."""
+    return "J/token" if "j_per_token" in trial.user_attrs else "J/query"
+
+
 def _report_run(result: StudyResult, as_json: bool) -> None:
     """Print the run's answer; a bound no configuration met ends the command with its own exit code."""
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
@@ -472,7 +477,8 @@ class trial_progress:
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
         best = recommended(study)
-        label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
+        unit = value_unit(trial)
+        label = "-" if best is None else f"{best.value:.4g} {unit} (trial {best.number})"
         if self.study_wide:
             measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         if self.lines:
@@ -488,7 +494,7 @@ class trial_progress:
         elapsed = time.monotonic() - self.started
         left = "-" if done == 0 else common.clock(elapsed / done * (self.total - done))
         if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
-            outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
+            outcome = f"{trial.value:.4g} {value_unit(trial)}, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
         else:
             outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
         return (
