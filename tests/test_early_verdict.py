@@ -55,7 +55,7 @@ def test_a_hopeless_offline_configuration_ends_after_a_few_batches_as_a_miss():
 
 def test_a_hopeless_window_beside_dla_lanes_is_proven_by_its_query_count_as_on_hardware():
     # The engines' batches differ in size and speed: the share of batches past the bound proves nothing there
-    # (tuner.measure.window._tail_rule), so the twin cuts after about 1% of the window's queries, not 5 batches.
+    # (tuner.measure.loadgen_settings.tail_rule), so the twin cuts after about 1% of the queries, not 5 batches.
     device = TwinDevice("sim:orin-trt")
     values = {name: knob.default for name, knob in device.space().knobs.items()}
     gpu_only = Config(knobs={**values, "dla_cores": 0}, batch_size=64)

@@ -74,7 +74,7 @@ ALLOWED = {
     ("tuner/devices/jetson/sysfs.py", "os.open"): "a board attribute under /sys (hardware, never created)",
     ("tuner/storage.py", "sqlite3.connect"): "opened with mode=ro to see whether a study is there",
     ("tuner/serve/rates.py", "os.unlink"): "the governor's own unix socket, removed only if it is still that socket",
-    ("tuner/measure/window.py", ".outdir="): "LoadGen writes into atomicfile.private_folder, moved by move_file",
+    ("tuner/measure/loadgen_run.py", ".outdir="): "LoadGen writes into atomicfile.private_folder, moved by move_file",
 }
 
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from tuner.errors import UserError
+from tuner.measure.loadgen_run import run_window
+from tuner.measure.logparse import parse_logs
 from tuner.measure.meters import EnergyReading
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import StopRule, TailProof, relative_half_width, within_needed
-from tuner.measure.window import parse_logs, run_window
 
 
 class SleepyRunner:

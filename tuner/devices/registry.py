@@ -42,7 +42,8 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
+        from tuner.devices.virtual.twin import TwinDevice
+        from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
         if name[4:].split("#", 1)[0] not in TWIN_KINDS:
             twins = [f"sim:{n}" for n in twin_names()]
@@ -70,7 +71,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         try:
             return jetson_device(name, sysfs_root=options.get("sysfs_root"))
         except UserError as exc:
-            from tuner.devices.virtual.twin import TWIN_KINDS
+            from tuner.devices.virtual.twin_schema import TWIN_KINDS
 
             if "no Jetson board" not in str(exc) or name not in TWIN_KINDS:
                 raise
@@ -90,7 +91,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
 def _suggest_device(name: str) -> str:
     """A near miss among the device names, or the twin of a board named where none is."""
     from tuner.devices.jetson import DEVICE_KINDS
-    from tuner.devices.virtual.twin import twin_names
+    from tuner.devices.virtual.twin_schema import twin_names
 
     names = [f"sim:{n}" for n in twin_names()] + list(DEVICE_KINDS) + ["cpu", "cuda:0"]
     return did_you_mean(name, names) or did_you_mean(f"sim:{name}", [f"sim:{n}" for n in twin_names()])
@@ -199,7 +200,8 @@ def known_devices() -> list[dict[str, Any]]:
     not, why (``why``), so a user learns it before a study starts, not from its
     failed trials.
     """
-    from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
+    from tuner.devices.virtual.twin import TwinDevice
+    from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
     found = []
     for short in twin_names():
@@ -327,7 +329,7 @@ _NO_NVML = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 def _jetson_boards() -> list[dict[str, Any]]:
     """Every Jetson board name; the one this machine is (by its device tree) can measure, the others say why not."""
     from tuner.devices.jetson import DEVICE_KINDS, board_title, detect_kind
-    from tuner.devices.virtual.twin import TWIN_KINDS
+    from tuner.devices.virtual.twin_schema import TWIN_KINDS
 
     root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
     here = detect_kind(root)

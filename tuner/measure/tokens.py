@@ -42,8 +42,10 @@ import numpy as np
 
 from tuner import atomicfile, interrupts
 from tuner.errors import UserError
+from tuner.measure.loadgen_run import loadgen, run_interruptibly
+from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
-from tuner.measure.window import LoadGenSummary, _loadgen, _run_interruptibly, parse_logs
+from tuner.measure.results import LoadGenSummary
 from tuner.measurement import Measurement, TokenMetrics
 
 if TYPE_CHECKING:
@@ -248,7 +250,7 @@ def run_token_window(
     monitors: list[Any] | tuple[Any, ...] = (),
 ) -> TokenWindow:
     """Warm up, then one LoadGen test with token latencies, metered from LoadGen's start to its end."""
-    lg = _loadgen()
+    lg = loadgen()
     scenario = _scenario(settings.scenario)
     if max_seqs <= 0:
         raise UserError("maximum concurrent sequences must be a positive integer")
@@ -357,7 +359,7 @@ def _run_once(
             if meter is not None:
                 meter.start()
             start_wall, start = time.time(), time.monotonic()
-            _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
+            run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
         finally:
             end, end_wall = time.monotonic(), time.time()
             try:

@@ -36,8 +36,7 @@ from tuner.errors import UserError
 from tuner.measure.meters import Meter, SampledPowerMeter
 from tuner.measure.poller import Poller
 from tuner.measure.session import mark_invalid, measure_with
-from tuner.measure.settings import WindowSettings
-from tuner.measure.window import sizes_to_warm
+from tuner.measure.settings import WindowSettings, sizes_to_warm
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 
