@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from runners.base import LLM_GRAPHS, LLM_OPTIONS, LLM_WINDOW_OPTIONS, PRECISIONS, Done, FirstToken
@@ -181,8 +181,8 @@ class HfLlmRunner:
                 ids = [b % vocab for b in sample.text.encode("utf-8")]
             ids = ids[: max(sample.input_tokens, 1) * 4] or [0]
         else:
-            rng = random.Random(f"{SEED}:{self._encoded}")
-            ids = [rng.randrange(vocab) for _ in range(sample.input_tokens)]
+            rng = np.random.default_rng([SEED, self._encoded])
+            ids = rng.integers(vocab, size=sample.input_tokens).tolist()
         self._encoded += 1
         self._longest = (max(self._longest[0], len(ids)), max(self._longest[1], int(sample.output_tokens)))
         return ids

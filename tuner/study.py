@@ -29,7 +29,7 @@ from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
 from tuner.errors import UserError
 from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
-from tuner.measure.prompts import DEFAULT_SHAPE
+from tuner.measure.prompts import DEFAULT_SHAPE, load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs
 from tuner.objective import MeasurementRejected, Objective
@@ -278,6 +278,8 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
     options = request.options
     check_bounds(options.model, options.max_latency_ms, options.window)
     llm_sampler(options.model, options.sampler)
+    if is_llm(options.model):
+        load_prompts(options.window.prompts)  # a bad --prompts file is refused before anything is opened
     check_meter(options.window.meter, request.device, options.model)
     extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
     device = open_device(

@@ -109,6 +109,10 @@ SHAPES: dict[str, LengthShape] = {
 }
 
 
+# Files read once per process for each version (path, modification time, size): every window reads its workload.
+_READ: dict[tuple[str, int, int], PromptSet] = {}
+
+
 def load_prompts(spec: str | None) -> PromptSet:
     """The workload ``spec`` names: a built-in shape (default :data:`DEFAULT_SHAPE`) or a JSONL file.
 
@@ -123,6 +127,13 @@ def load_prompts(spec: str | None) -> PromptSet:
         raise ConfigurationError(
             f"--prompts {name}: no such file and no built-in shape; use {', '.join(SHAPES)} or a JSONL file"
         )
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _READ:
+        return _READ[key]
     data = read_capped(path, "prompts file", MAX_FILE_BYTES, "keep it under 64 MiB or sample it")
     try:
         text = data.decode("utf-8")
@@ -133,7 +144,10 @@ def load_prompts(spec: str | None) -> PromptSet:
         raise ConfigurationError(f"prompts file {path} holds no prompt: one JSON object a line")
     if len(samples) > MAX_PROMPTS:
         raise ConfigurationError(f"prompts file {path} holds {len(samples)} prompts: keep at most {MAX_PROMPTS}")
-    return PromptSet(name=path.stem, source=str(path), samples=samples)
+    prompts = PromptSet(name=path.stem, source=str(path), samples=samples)
+    if key is not None:
+        _READ[key] = prompts
+    return prompts
 
 
 def shaped(name: str, count: int = SHAPE_SAMPLES, seed: int = 0) -> PromptSet:
