@@ -28,6 +28,7 @@ distinct prompts would.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -261,8 +262,11 @@ class HfLlmRunner:
         # A step must hold one decode token of every running sequence, whatever the chunk.
         tokens = None if self._batch_tokens is None else max(self._batch_tokens, settings.max_seqs)
         cuda = self._device.type == "cuda"
+        # transformers 5.17 names the tokens of a cache page block_size; later releases page_size.
+        fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+        page = {"page_size" if "page_size" in fields else "block_size": PAGE_SIZE}
         config = ContinuousBatchingConfig(
-            page_size=PAGE_SIZE,
+            **page,
             num_blocks=settings.max_seqs * per_seq + SPARE_PAGES,
             max_batch_tokens=tokens,
             max_requests_per_batch=settings.max_seqs,
