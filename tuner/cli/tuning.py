@@ -371,6 +371,7 @@ def measure(
     scenario: str = options.Scenario,
     target_qps: float | None = options.TargetQps,
     batch_timeout: float = options.BatchTimeout,
+    prompts: str | None = options.Prompts,
     as_json: bool = options.Json,
 ) -> None:
     """Measure one configuration (repeatably, with --repeat).
@@ -381,7 +382,9 @@ def measure(
     check_count(repeat, "--repeat", 3, maximum=1000)
     check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
-    settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
+    settings = options.llm_window(
+        options.scenario_window(settings, scenario, target_qps, batch_timeout), prompts, None, None
+    )
     check_meter(meter, device, model)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
@@ -434,6 +437,13 @@ def _print_measure(
             rows,
         )
     )
+    for i, m in enumerate(results):
+        if m.tokens is not None:
+            t, p = m.tokens, settings.percentile
+            common.out_console.print(
+                f"{i + 1}: {t.j_per_token:.4g} J/token, {t.tokens_per_s:.4g} tokens/s, TTFT {p} "
+                f"{t.ttft_ms(p):.4g} ms, TPOT {p} {t.tpot_ms(p):.4g} ms ({t.output_tokens} tokens)"
+            )
     meters = ", ".join(sorted({m.meter for m in results}))
     spread = "" if summary is None else f"; mean and sd of the {summary['valid']} valid repeats"
     common.out_console.print(f"meter: {meters}{spread}")
