@@ -181,6 +181,11 @@ def scenario_window(
     return settings
 
 
+def device_options(allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None) -> dict[str, Any]:
+    """The device options as tuner.api.tune takes them."""
+    return {"allow_clock_changes": allow_clock_changes, "sysfs_root": sysfs_root, "space_file": space}
+
+
 def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> base.Device:
     """The device the device options name, its notes (if any) said on stderr."""
     options: dict[str, Any] = {}
