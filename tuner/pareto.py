@@ -468,7 +468,7 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
         ax.scatter([], [], s=14, facecolors="none", edgecolors="0.3", label="front past the bound")
     bound = pareto.latency_bound_ms if pareto.latency_key else pareto.max_latency_ms
     if bound is not None and math.isfinite(bound):
-        ax.axvline(bound, color="crimson", ls="--", lw=1, label=f"bound {bound:g} ms")
+        ax.axvline(bound, color="crimson", ls="--", lw=1, label=f"{'TPOT ' if llm else ''}bound {bound:g} ms")
     if pareto.best and pareto.best.get(energy_key) is not None:
         ax.scatter(
             [pareto.best[latency_key]],
