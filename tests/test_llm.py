@@ -24,8 +24,8 @@ from tuner.errors import ConfigurationError
 from tuner.llm import bounds_label, llm_space
 from tuner.measure.prompts import SHAPES, load_prompts, shaped
 from tuner.measure.settings import WindowSettings
+from tuner.measure.token_results import parse_token_latencies
 from tuner.measure.token_tail import TokenTail
-from tuner.measure.tokens import parse_token_latencies
 from tuner.run_options import RunOptions
 from tuner.space import load_space
 from tuner.storage import named_constraints

@@ -15,7 +15,8 @@ from tuner.measure.meters import Meter, MeterLost, Monitor
 from tuner.measure.results import WindowResult
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import CUT_REASONS
-from tuner.measure.tokens import build_token_measurement, run_token_window
+from tuner.measure.token_results import build_token_measurement
+from tuner.measure.tokens import run_token_window
 from tuner.measurement import Measurement, batch_size_extras
 
 PERCENTILES = ("p50", "p90", "p99")

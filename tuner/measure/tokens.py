@@ -19,6 +19,9 @@ whether a window met them; the window is still a measurement when it did
 not (the study's constraints judge it), and is invalid only when LoadGen
 ran too few queries or too briefly to judge at all.
 
+The window's record and its Measurement are tuner.measure.token_results; its
+LoadGen settings and tail cut tuner.measure.token_settings.
+
 A warm-up first runs a round of queries at the full concurrency outside
 LoadGen (the library's first steps, allocator, clocks settle there; the
 first window of a configuration also builds its cache and graphs), which
@@ -32,11 +35,9 @@ from __future__ import annotations
 
 import array
 import itertools
-import json
 import math
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,81 +48,21 @@ from tuner.errors import UserError
 from tuner.measure.loadgen_run import loadgen, run_interruptibly
 from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
-from tuner.measure.results import LoadGenSummary
-from tuner.measure.stopping import QUANTILES, STOP_TAIL
+from tuner.measure.token_results import Query, TokenWindow, parse_token_latencies
+from tuner.measure.token_settings import tail_rule, token_test_settings
 from tuner.measure.token_tail import Times, TokenTail
-from tuner.measurement import Measurement, TokenMetrics
 
 if TYPE_CHECKING:
     from tuner.measure.meters import EnergyReading, Meter
     from tuner.measure.settings import WindowSettings
 
 QSL_SIZE = 1024
-# LoadGen's early stopping declares a Server run INVALID below about 460 queries at p99 (as for CNNs), and
-# a SingleStream run below 64 at p90.
-SERVER_MIN_QUERIES = 500
-SINGLESTREAM_MIN_QUERIES = 64
-OFFLINE_MIN_QUERIES = 64
-QPS_MARGIN = 1.2
 RETRY_MARGIN = 2.0
 MAX_ATTEMPTS = 2
-# Bounds LoadGen is given where the study sets none: far beyond any window, so they never decide its verdict.
-UNBOUNDED_NS = 3600 * 10**9
 WARMUP_TIMEOUT_S = 600.0
-# LoadGen's verdict lines that say a window was too short to judge; its others are about the latency bounds
-# (performance constraints, early stopping, "TTFT constrain not met"), which the study's constraints judge.
-TOO_SHORT = ("min duration", "min queries")
 # How often a Server or SingleStream window looks whether its tail is already proven past a bound.
 WATCH_S = 0.02
 _KEYS = itertools.count()
-_PERCENTILES = {"p50": "50.00", "p90": "90.00", "p99": "99.00"}
-
-
-@dataclass
-class _Query:
-    sample_id: int
-    index: int
-    issued: float
-    first: float = math.nan
-    done: float = math.nan
-    tokens: int = 0
-
-
-@dataclass
-class TokenWindow:
-    """One LLM window: every query's times on the SUT's clock, tokens generated, LoadGen's verdict and logs."""
-
-    queries: list[_Query]
-    start: float
-    end: float
-    start_wall: float
-    end_wall: float
-    summary: LoadGenSummary
-    token_latencies_ns: dict[str, float]
-    log_dir: Path
-    energy: EnergyReading | None
-    warmup_qps: float
-    warmup_s: float
-    input_tokens: int
-    error: str = ""
-    attempts: int = 1
-    monitors: list[Any] = field(default_factory=list)
-    cut_bound: str = ""
-    cut_over: int = 0
-    cut_needed: int = 0
-
-    @property
-    def completed(self) -> list[_Query]:
-        """The queries that completed in the window (a cut window: before its cut)."""
-        return [q for q in self.queries if q.done <= self.end]
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(q.tokens for q in self.completed)
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
 
 
 class _TokenSUT:
@@ -132,7 +73,7 @@ class _TokenSUT:
         self.runner = runner
         self.prompts = prompts
         self.encoded = encoded
-        self.queries: dict[int, _Query] = {}
+        self.queries: dict[int, Query] = {}
         self.lock = threading.Lock()
         self.aborted = False
         self.cut: tuple[str, int] | None = None
@@ -149,7 +90,7 @@ class _TokenSUT:
             key = next(_KEYS)
             index = sample.index % len(self.prompts.samples)
             with self.lock:
-                self.queries[key] = _Query(sample.id, index, now)
+                self.queries[key] = Query(sample.id, index, now)
             if self.aborted:
                 self._complete(key, 1)
                 continue
@@ -304,42 +245,6 @@ def _too_short(scenario: str, window: TokenWindow) -> bool:
     return scenario == "offline" and not window.error and "duration" in reasons
 
 
-def test_settings(
-    lg: Any, scenario: str, settings: WindowSettings, qps: float, per_query_s: float, bound_ms: float | None
-) -> Any:
-    """LoadGen's TestSettings for one token window: its scenario, length, rate and the study's bounds."""
-    ts = lg.TestSettings()
-    ts.mode = lg.TestMode.PerformanceOnly
-    ts.use_token_latencies = True
-    ts.ttft_latency = _ns(settings.max_ttft_ms)
-    ts.tpot_latency = _ns(settings.max_tpot_ms)
-    window_s = settings.window_s
-    ts.min_duration_ms = int(window_s * 1000)
-    if settings.seed is not None:
-        ts.schedule_rng_seed = ts.sample_index_rng_seed = ts.qsl_rng_seed = settings.seed & 0xFFFFFFFF
-    if scenario == "offline":
-        ts.scenario = lg.TestScenario.Offline
-        ts.offline_expected_qps = max(qps * QPS_MARGIN, OFFLINE_MIN_QUERIES / window_s)
-        ts.min_query_count = OFFLINE_MIN_QUERIES
-    elif scenario == "server":
-        ts.scenario = lg.TestScenario.Server
-        target = float(settings.options.get("server_target_qps", 0.0))
-        if target <= 0:
-            raise UserError("the server scenario needs an arrival rate: pass --target-qps, e.g. --target-qps 4")
-        ts.server_target_qps = target
-        ts.server_target_latency_ns = _ns(bound_ms)
-        ts.min_query_count = max(SERVER_MIN_QUERIES, math.ceil(target * window_s))
-    else:
-        ts.scenario = lg.TestScenario.SingleStream
-        ts.single_stream_expected_latency_ns = max(1, int(per_query_s * 1e9))
-        ts.min_query_count = max(SINGLESTREAM_MIN_QUERIES, math.ceil(window_s / max(per_query_s, 1e-6)))
-    return ts
-
-
-def _ns(ms: float | None) -> int:
-    return UNBOUNDED_NS if ms is None or not math.isfinite(ms) else max(1, int(ms * 1e6))
-
-
 def _run_once(
     lg: Any,
     runner: Any,
@@ -355,7 +260,7 @@ def _run_once(
 ) -> TokenWindow:
     """One LoadGen test; a Ctrl-C or SIGTERM completes the running queries at once and is raised after."""
     sut_state = _TokenSUT(lg, runner, prompts, encoded)
-    ts = test_settings(lg, scenario, settings, qps, per_query, settings.bound_ms)
+    ts = token_test_settings(lg, scenario, settings, qps, per_query, settings.bound_ms)
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_path)
     log_settings.log_output.copy_summary_to_stdout = False
@@ -455,177 +360,5 @@ def _watch(sut: _TokenSUT, tail: TokenTail, bracket: _Bracket, ended: threading.
             return
 
 
-def tail_rule(scenario: str, settings: WindowSettings, ts: Any) -> TokenTail | None:
-    """The tail cut of a Server or SingleStream window with a token bound, sized on the most queries it can hold.
-
-    Server: its schedule, ``target x window`` plus six standard deviations of
-    the Poisson count, or LoadGen's minimum count; SingleStream: its minimum
-    count or one and a half times what its window holds at the warm-up's pace.
-    Offline hands every query over at once, so TTFT there is queueing by
-    design and no cut applies.
-    """
-    if scenario == "offline" or (settings.max_ttft_ms is None and settings.max_tpot_ms is None):
-        return None
-    if scenario == "server":
-        expected = ts.server_target_qps * settings.window_s
-        total = max(ts.min_query_count, math.ceil(expected + 6 * math.sqrt(expected))) + 1
-    else:
-        per_query = max(ts.single_stream_expected_latency_ns / 1e9, 1e-6)
-        total = max(ts.min_query_count, math.ceil(1.5 * settings.window_s / per_query))
-    return TokenTail(
-        ttft_s=None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0,
-        tpot_s=None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0,
-        quantile=QUANTILES.get(settings.percentile, 0.99),
-        total=total,
-    )
-
-
 def _noop(samples: list[int]) -> None:
     """Prompts are encoded before the window and live in the SUT: nothing to load or unload."""
-
-
-def parse_token_latencies(log_dir: str | Path) -> dict[str, float]:
-    """LoadGen's TTFT and TPOT percentiles (ns) from its detail log: ``ttft_p99``, ``tpot_p50``, ...
-
-    Keys ``result_first_token_99.00_percentile_latency_ns`` and
-    ``result_time_per_output_token_99.00_percentile_ns``; absent in Offline,
-    where LoadGen reports only token throughput.
-    """
-    detail = Path(log_dir) / "mlperf_log_detail.txt"
-    if not detail.is_file():
-        return {}
-    wanted: dict[str, str] = {}
-    for name, pct in _PERCENTILES.items():
-        wanted[f"result_first_token_{pct}_percentile_latency_ns"] = f"ttft_{name}"
-        wanted[f"result_time_per_output_token_{pct}_percentile_ns"] = f"tpot_{name}"
-    found: dict[str, float] = {}
-    for line in detail.read_text(errors="replace").splitlines():
-        if not line.startswith(":::MLLOG"):
-            continue
-        try:
-            entry = json.loads(line[len(":::MLLOG") :])
-        except ValueError:
-            continue
-        key = wanted.get(str(entry.get("key", "")))
-        if key is not None and isinstance(entry.get("value"), int | float):
-            found[key] = float(entry["value"])
-    return found
-
-
-def sut_token_latencies_ms(window: TokenWindow) -> dict[str, float]:
-    """TTFT and TPOT percentiles (ms) on the SUT's clock, defined as LoadGen defines them.
-
-    A cut window counts every query issued before its cut, a query with no
-    first token yet at the time it had waited by then.
-    """
-    done = window.completed
-    issued = [q for q in window.queries if q.issued <= window.end]
-    ttft = np.asarray(
-        [((q.first if q.first <= window.end else window.end) - q.issued) * 1e3 for q in issued] or [math.nan]
-    )
-    tpot = np.asarray([(q.done - q.first) * 1e3 / (q.tokens - 1) for q in done if q.tokens > 1] or [0.0])
-    latency = np.asarray([(q.done - q.issued) * 1e3 for q in done] or [math.nan])
-    out: dict[str, float] = {}
-    for name, pct in (("p50", 50), ("p90", 90), ("p99", 99)):
-        out[f"ttft_{name}"] = float(np.percentile(ttft, pct))
-        out[f"tpot_{name}"] = float(np.percentile(tpot, pct))
-        out[f"latency_{name}"] = float(np.percentile(latency, pct))
-    return out
-
-
-def build_token_measurement(window: TokenWindow, meter: Meter) -> Measurement:
-    """A token window as a Measurement: J per query and per output token, TTFT/TPOT and why it is not trusted."""
-    reading = window.energy
-    if reading is None:
-        raise ValueError("the window was run without a meter")
-    done = window.completed
-    tokens = window.output_tokens
-    reasons: list[str] = []
-    if window.error:
-        reasons.append(f"runner error: {window.error}")
-    if (not done or tokens <= 0) and not window.cut_bound:
-        reasons.append("no query completed in the window")
-    cut = bool(window.cut_bound)
-    judged = [r for r in window.summary.invalid_reasons if any(short in r.lower() for short in TOO_SHORT)]
-    if not cut and not window.summary.valid and (judged or not window.summary.invalid_reasons):
-        reasons.append(f"LoadGen result INVALID ({'; '.join(judged) or 'no reason given'})")
-    if not cut and reading.duration_s < meter.min_window_s:
-        reasons.append(
-            f"window {reading.duration_s:.2f} s is shorter than meter {meter.name} needs "
-            f"({meter.min_window_s:.2f} s): lengthen --window"
-        )
-    own = sut_token_latencies_ms(window)
-    loadgen = window.token_latencies_ns
-    # A cut window's LoadGen log holds the queries ended at the cut as instant: its own figures at the cut stand.
-    complete = all(f"{k}_{p}" in loadgen for k in ("ttft", "tpot") for p in _PERCENTILES)
-    clock = "loadgen" if complete and not cut else "sut-monotonic"
-    figure = {key: loadgen[key] / 1e6 for key in loadgen} if clock == "loadgen" else own
-    per_query = (None if cut else _query_percentiles(window.summary)) or tuple(
-        own[f"latency_{p}"] for p in _PERCENTILES
-    )
-    duration = window.duration_s
-    queries = len(done)
-    metrics = TokenMetrics(
-        output_tokens=tokens,
-        input_tokens=window.input_tokens,
-        j_per_token=reading.energy_j / tokens if tokens else math.inf,
-        tokens_per_s=tokens / duration if duration > 0 else 0.0,
-        ttft_p50_ms=figure["ttft_p50"],
-        ttft_p90_ms=figure["ttft_p90"],
-        ttft_p99_ms=figure["ttft_p99"],
-        tpot_p50_ms=figure["tpot_p50"],
-        tpot_p90_ms=figure["tpot_p90"],
-        tpot_p99_ms=figure["tpot_p99"],
-        latency_clock=clock,
-    )
-    extra: dict[str, float | str] = {
-        "warmup_qps": window.warmup_qps,
-        "warmup_s": window.warmup_s,
-        "window_start_unix": window.start_wall,
-        "window_end_unix": window.end_wall,
-        "loadgen_log_dir": str(window.log_dir),
-        "loadgen_scenario": window.summary.scenario,
-        "loadgen_attempts": float(window.attempts),
-        "loadgen_result": "VALID" if window.summary.valid else "INVALID: " + "; ".join(window.summary.invalid_reasons),
-        "meter_samples": float(reading.samples),
-        "latency_clock": clock,
-        **{f"sut_{key}_ms": value for key, value in own.items()},
-    }
-    if cut:
-        extra.update(
-            cut=STOP_TAIL,
-            cut_bound=window.cut_bound,
-            tail_over_queries=float(window.cut_over),
-            tail_over_needed=float(window.cut_needed),
-        )
-    if reading.warning:
-        extra["meter_warning"] = reading.warning
-    extra.update({f"meter_{k}": v for k, v in reading.extra.items()})
-    return Measurement(
-        j_per_query=reading.energy_j / queries if queries else math.inf,
-        p50_ms=per_query[0],
-        p90_ms=per_query[1],
-        p99_ms=per_query[2],
-        qps=queries / duration if duration > 0 else 0.0,
-        avg_w=reading.avg_w,
-        energy_j=reading.energy_j,
-        queries=queries,
-        duration_s=duration,
-        meter=reading.meter,
-        rails=list(reading.rails),
-        valid=not reasons,
-        reason="; ".join(reasons),
-        extra=extra,
-        tokens=metrics,
-    )
-
-
-def _query_percentiles(summary: LoadGenSummary) -> tuple[float, float, float] | None:
-    """LoadGen's per-query p50/p90/p99 (ms) in Server and SingleStream, where it times queries from their issue."""
-    if summary.scenario.replace(" ", "").lower() not in ("server", "singlestream"):
-        return None
-    keys = [f"{pct} percentile latency" for pct in _PERCENTILES.values()]
-    if not all(k in summary.latencies_ns for k in keys):
-        return None
-    p50, p90, p99 = (summary.latencies_ns[k] / 1e6 for k in keys)
-    return p50, p90, p99
