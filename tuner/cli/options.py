@@ -40,7 +40,8 @@ Model = typer.Option(
     "--model",
     "-m",
     help="zoo model (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn), "
-    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, or a TensorRT path.engine",
+    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, a TensorRT path.engine, "
+    "or a causal LM: tiny-llm, llama3.2-1b-random, hf:ORG/NAME, a model folder (docs/llm.md)",
 )
 Device = typer.Option(..., "--device", "-d", help=device_help())
 Out = typer.Option(
