@@ -133,6 +133,34 @@ def test_llm_names_and_their_folders(tmp_path, monkeypatch):
     assert parse_llm(str(folder)).has_weights and parse_llm(str(folder)).slug == "my-model"
 
 
+@needs_llm
+def test_a_model_folder_runs_its_weights_or_random_ones_from_its_config(tmp_path, monkeypatch):
+    """A folder with config.json alone runs random weights; save_pretrained's folder its own; the cache's too."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from runners.hf_llm_runner import build_model
+
+    config_only = tmp_path / "config-only"
+    LlamaConfig(**LLM_ZOO["tiny-llm"]).save_pretrained(config_only)
+    random_model = build_model(parse_llm(str(config_only)), torch.float32, torch.device("cpu"))
+    assert random_model.config.hidden_size == 64 and not parse_llm(str(config_only)).has_weights
+    torch.manual_seed(7)
+    saved = tmp_path / "with-weights"
+    LlamaForCausalLM(LlamaConfig(**LLM_ZOO["tiny-llm"])).save_pretrained(saved)
+    spec = parse_llm(f"hf:{saved}")
+    assert spec.has_weights
+    loaded = build_model(spec, torch.float32, torch.device("cpu"))
+    original = LlamaForCausalLM.from_pretrained(saved)
+    assert torch.equal(loaded.model.embed_tokens.weight, original.model.embed_tokens.weight)
+    snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "0123abc"
+    snapshot.parent.mkdir(parents=True)
+    config_only.rename(snapshot)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cached = parse_llm("hf:acme/tiny")
+    assert cached.source == "hub" and cached.path == snapshot and cached.slug == "acme--tiny"
+
+
 # The study's space and bounds
 
 
