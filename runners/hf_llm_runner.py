@@ -93,16 +93,22 @@ def check_batch_tokens(options: dict[str, Any]) -> int | None:
 
 
 def build_model(spec: LlmSpec, dtype: torch.dtype, device: torch.device) -> Any:
-    """The model on ``device`` in ``dtype``: its weights where the spec has them, else random ones (seeded)."""
+    """The model on ``device`` in ``dtype``: its weights where the spec has them, else random ones (seeded).
+
+    Nothing a model folder holds runs as code (no ``trust_remote_code``): its
+    architecture must be one transformers ships.
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
     if spec.has_weights and spec.path is not None:
-        model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.path, dtype=dtype, local_files_only=True, trust_remote_code=False
+        )
         return model.to(device).eval()
     if spec.source == "zoo":
         config = LlamaConfig(**spec.config)
     else:
-        config = AutoConfig.from_pretrained(spec.path, local_files_only=True)
+        config = AutoConfig.from_pretrained(spec.path, local_files_only=True, trust_remote_code=False)
     torch.manual_seed(SEED)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -311,7 +317,9 @@ class HfLlmRunner:
             from transformers import AutoTokenizer
 
             try:
-                self._tokenizer = AutoTokenizer.from_pretrained(self.spec.path, local_files_only=True)
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    self.spec.path, local_files_only=True, trust_remote_code=False
+                )
             except (OSError, ValueError):
                 self._tokenizer = False
         return self._tokenizer or None
