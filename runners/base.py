@@ -109,6 +109,8 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
 # the window settings it takes in configure(). A device space's CNN knob (channels_last) reaches it and changes nothing.
 LLM_OPTIONS = ("graph", "channels_last")
 LLM_WINDOW_OPTIONS = ("max_batch_tokens",)
+# Tokens one continuous-batching step holds unless the window says (the library would size it from free memory).
+DEFAULT_BATCH_TOKENS = 2048
 LLM_GRAPHS = ("eager", "cudagraphs", "compile")
 
 FirstToken = Callable[[int], None]

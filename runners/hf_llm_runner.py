@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners.base import LLM_GRAPHS, LLM_OPTIONS, LLM_WINDOW_OPTIONS, PRECISIONS, Done, FirstToken
+from runners.base import DEFAULT_BATCH_TOKENS, LLM_GRAPHS, LLM_OPTIONS, LLM_WINDOW_OPTIONS, PRECISIONS, Done, FirstToken
 from runners.llm_spec import LlmSpec
 from runners.torch_runner import DTYPES, _parse_device, gpu_uuid
 from tuner.errors import UserError
@@ -82,7 +82,7 @@ def check_llm_settings(batch_size: int, precision: str, options: dict[str, Any],
 
 
 def check_batch_tokens(options: dict[str, Any]) -> int | None:
-    """The window's ``max_batch_tokens`` (None: the library sizes its steps), checked."""
+    """The window's ``max_batch_tokens`` (None: :data:`runners.base.DEFAULT_BATCH_TOKENS`), checked."""
     tokens = options.get(LLM_WINDOW_OPTIONS[0])
     if tokens is None:
         return None
@@ -271,7 +271,7 @@ class HfLlmRunner:
         prompt, output = self._longest
         per_seq = math.ceil((prompt + output) / PAGE_SIZE) + 1
         # A step must hold one decode token of every running sequence, whatever the chunk.
-        tokens = None if self._batch_tokens is None else max(self._batch_tokens, settings.max_seqs)
+        tokens = max(self._batch_tokens or DEFAULT_BATCH_TOKENS, settings.max_seqs)
         cuda = self._device.type == "cuda"
         # transformers 5.17 names the tokens of a cache page block_size; later releases page_size.
         fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from runners.base import LLM_GRAPHS, LLM_WINDOW_OPTIONS
+from runners.base import DEFAULT_BATCH_TOKENS, LLM_GRAPHS, LLM_WINDOW_OPTIONS
 from runners.llm_spec import is_llm
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
@@ -24,7 +24,6 @@ from tuner.units import format_ms
 
 BATCH_TOKENS_KNOB = LLM_WINDOW_OPTIONS[0]
 BATCH_TOKENS = [256, 512, 1024, 2048, 4096]
-DEFAULT_BATCH_TOKENS = 2048
 LLM_PRECISIONS = ("fp32", "fp16", "bf16")
 # The learned strategy models energy per query and query latency; an LLM study is searched by a stock
 # constrained sampler, which sees every named constraint (latency, ttft, tpot).
