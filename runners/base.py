@@ -15,6 +15,7 @@ It returns the batch size it ran, so a window can report the padding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -102,3 +103,44 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
     if not text.isdigit() or not low <= int(text) <= high:
         raise UserError(f"runner option {name} must be an integer from {low} to {high}, got {value!r}")
     return int(text)
+
+
+# An LLM runner's own knobs (runner group, besides precision; the batch size is its maximum concurrent sequences).
+LLM_OPTIONS = ("graph", "max_batch_tokens")
+LLM_GRAPHS = ("eager", "cudagraphs", "compile")
+
+FirstToken = Callable[[int], None]
+Done = Callable[[int, int], None]
+
+
+@runtime_checkable
+class TokenRunner(Protocol):
+    """A causal LM that generates for many queries at once, each joining and leaving the running batch.
+
+    ``prepare(batch_size, precision, options)``: ``batch_size`` is the most
+    sequences generated at once; ``options`` holds ``graph`` (eager,
+    cudagraphs: the library's captured decode, compile: its compiled decode)
+    and ``max_batch_tokens`` (tokens one step may hold: prefill chunking).
+    ``encode(sample)`` turns a prompt (tuner.measure.prompts.PromptSample) into
+    what ``submit`` takes, once per workload before any window. ``start``
+    opens a session: ``submit(key, encoded, max_new_tokens)`` queues a query
+    and returns at once; the runner calls ``on_first(key)`` when its first
+    token exists and ``on_done(key, n_tokens)`` when it is complete, from its
+    own threads. ``stop`` ends the session (queries not done are dropped).
+    """
+
+    name: str
+    device: str
+    generates_tokens: bool
+
+    def prepare(self, batch_size: int, precision: str, options: dict[str, Any]) -> None: ...
+
+    def encode(self, sample: Any) -> Any: ...
+
+    def start(self, on_first: FirstToken, on_done: Done) -> None: ...
+
+    def submit(self, key: int, encoded: Any, max_new_tokens: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...
