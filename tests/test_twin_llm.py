@@ -96,3 +96,30 @@ def test_bad_generation_lengths_and_runtimes_are_user_errors(h200):
         run(h200, 1, new=0)
     with pytest.raises(UserError, match="unknown LLM runtime"):
         run(h200, 1, "vllm")
+
+
+def test_a_twin_measures_an_llm_window_in_tokens(tmp_path):
+    from tuner.devices.registry import open_device
+    from tuner.measure.settings import WindowSettings
+
+    device = open_device("sim:h200")
+    settings = WindowSettings(noise=False, prompts=None)
+    m = device.measure("llama3.2-1b-random", Config(knobs={"precision": "bf16"}, batch_size=16), settings)
+    assert m.twin and m.meter == "twin" and m.tokens is not None and m.tokens.latency_clock == "twin"
+    assert m.objective == m.tokens.j_per_token == pytest.approx(m.energy_j / m.tokens.output_tokens)
+    assert m.tokens.ttft_p50_ms <= m.tokens.ttft_p99_ms and m.tokens.tpot_p99_ms < m.tokens.ttft_p99_ms
+    noisy = WindowSettings(seed=3)
+    again = [device.measure("llama3.2-1b-random", Config(knobs={}, batch_size=4), noisy).tokens for _ in range(2)]
+    assert again[0] == again[1]
+    # A folder's config.json is the shape; a CNN on the same twin runs as before.
+    folder = tmp_path / "my-llm"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,'
+        ' "vocab_size": 512}'
+    )
+    small = device.measure(str(folder), Config(knobs={}, batch_size=4), settings)
+    assert small.tokens is not None and small.tokens.j_per_token < m.tokens.j_per_token
+    assert device.measure("resnet50", device.space().default_config(8), settings).tokens is None
+    with pytest.raises(UserError, match="a twin models a decoder"):
+        device.measure("openai://127.0.0.1:8000/v1#m", Config(knobs={}, batch_size=1), settings)

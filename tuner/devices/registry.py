@@ -42,14 +42,15 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
+        from tuner.devices.virtual.twin import TWIN_KINDS, twin_names
+        from tuner.devices.virtual.twin_llm import DecodingTwin
 
         if name[4:].split("#", 1)[0] not in TWIN_KINDS:
             twins = [f"sim:{n}" for n in twin_names()]
             raise UserError(f"unknown twin {name!r}{did_you_mean(name, twins)}: known twins are {', '.join(twins)}")
 
         _no_options(name, allow_clock_changes, options)
-        return TwinDevice(name, space_file=space_file)
+        return DecodingTwin(name, space_file=space_file)
     match = re.fullmatch(r"cuda:(\d+)", name)
     if match:
         from tuner.devices.nvml.device import NvmlDevice

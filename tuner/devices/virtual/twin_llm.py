@@ -1,0 +1,149 @@
+"""A twin's window for a causal LM: the decode physics (tuner.devices.virtual.decode) as a token Measurement.
+
+The twin runs the workload's prompts as full static batches of the
+configuration's batch size (the most concurrent sequences), each with the
+workload's mean prompt and output length; SingleStream runs batches of one.
+A Server window is modelled the same way, its batch running full: the twin
+has no queue of LLM requests, which the measurement says (``twin_llm_server``).
+Every query of a batch then has the same TTFT and TPOT; seeded noise
+(the twin's ``noise_time``/``noise_power``, as for any model) spreads the
+tail as the CNN windows' is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm
+from tuner.devices.virtual.decode import DecoderShape, Generation, generate
+from tuner.devices.virtual.twin import TwinDevice, TwinModel
+from tuner.errors import ConfigurationError
+from tuner.measure.prompts import load_prompts
+from tuner.measure.settings import WindowSettings
+from tuner.measurement import Measurement, TokenMetrics
+from tuner.readfile import read_capped
+from tuner.space import Config
+
+# An LLM runs in half precision unless the configuration names its precision (transformers' usual GPU dtype).
+LLM_PRECISION = "fp16"
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def decoder_shape(model: str) -> DecoderShape:
+    """The decoder a model name describes: a built-in LLM's configuration, or a folder's config.json."""
+    if model.startswith(ENGINE_PREFIX):
+        raise ConfigurationError(
+            f"a twin models a decoder from its configuration, not a server: run {model} on the device it serves "
+            "from, or give the twin the model's folder or a built-in LLM name (llama3.2-1b-random)"
+        )
+    spec = parse_llm(model)
+    config: dict[str, Any] = dict(spec.config)
+    if not config and spec.path is not None:
+        path = spec.path / "config.json"
+        raw = read_capped(path, "model config", MAX_CONFIG_BYTES, "give a Hugging Face model folder")
+        try:
+            config = json.loads(raw)
+        except ValueError:
+            raise ConfigurationError(f"{path} is not JSON: give a Hugging Face model folder") from None
+        config = config.get("text_config", config) if isinstance(config, dict) else {}
+    return DecoderShape.from_hf_config(config)
+
+
+def llm_window(twin: TwinModel, model: str, config: Config, settings: WindowSettings) -> Measurement:
+    """One LLM window on the twin: generations of the workload's mean lengths, as a token Measurement."""
+    shape = decoder_shape(model)
+    prompts = load_prompts(settings.prompts)
+    prompt_tokens = max(1, round(prompts.mean_input_tokens))
+    new_tokens = max(1, round(prompts.mean_output_tokens))
+    scenario = settings.scenario.lower().replace("-", "").replace("_", "")
+    batch = 1 if scenario == "singlestream" else max(config.batch_size, 1)
+    knobs = {"precision": LLM_PRECISION, **twin.space.default_config().knobs, **config.knobs}
+    run = Config(knobs=knobs, batch_size=batch)
+    g = generate(twin, shape, run, prompt_tokens, new_tokens)
+    asked = float(twin.operating([run]).gpu_mhz[0])
+    rng = np.random.default_rng(settings.seed) if settings.noise else None
+    return _measurement(twin, g, settings, rng, scenario == "server", asked)
+
+
+def _measurement(
+    twin: TwinModel,
+    g: Generation,
+    settings: WindowSettings,
+    rng: np.random.Generator | None,
+    server: bool,
+    asked_mhz: float,
+) -> Measurement:
+    """The generation as a window of ``settings.window_s`` (whole batches), with seeded noise where asked."""
+    p = twin.params
+    time_factor = float(rng.lognormal(0.0, p.noise_time)) if rng is not None else 1.0
+    power_factor = float(rng.lognormal(0.0, p.noise_power)) if rng is not None else 1.0
+    seconds = g.seconds * time_factor
+    ttft, tpot = g.ttft_s * time_factor, g.tpot_s * time_factor
+    watts = g.avg_w * power_factor
+    batches = max(1, math.ceil(settings.window_s / seconds))
+    queries = batches * g.batch
+    duration = batches * seconds
+    energy = watts * duration
+    output = queries * g.new_tokens
+    # A batch's sequences finish together; the tail is the twin's usual share of the batch time above it.
+    tail = 1 + p.p99_tail_fraction
+
+    def spread(value: float, share: float) -> float:
+        return value * (1 + (tail - 1) * share)
+
+    tokens = TokenMetrics(
+        output_tokens=output,
+        input_tokens=queries * g.prompt_tokens,
+        j_per_token=energy / output,
+        tokens_per_s=output / duration,
+        ttft_p50_ms=ttft * 1e3,
+        ttft_p90_ms=spread(ttft, 0.5) * 1e3,
+        ttft_p99_ms=spread(ttft, 1.0) * 1e3,
+        tpot_p50_ms=tpot * 1e3,
+        tpot_p90_ms=spread(tpot, 0.5) * 1e3,
+        tpot_p99_ms=spread(tpot, 1.0) * 1e3,
+        latency_clock="twin",
+    )
+    extra: dict[str, float | str] = {
+        "gpu_mhz_effective": round(g.decode.gpu_mhz, 1),
+        "twin_llm_runtime": g.runtime,
+        "twin_prefill_w": round(g.prefill.watts * power_factor, 3),
+        "twin_decode_w": round(g.decode.watts * power_factor, 3),
+    }
+    if server:
+        extra["twin_llm_server"] = "modelled as full batches: the twin has no LLM request queue"
+    return Measurement(
+        j_per_query=energy / queries,
+        p50_ms=seconds * 1e3,
+        p90_ms=spread(seconds, 0.5) * 1e3,
+        p99_ms=spread(seconds, 1.0) * 1e3,
+        qps=queries / duration,
+        avg_w=watts,
+        energy_j=energy,
+        queries=queries,
+        duration_s=duration,
+        meter="twin",
+        rails=[f"twin:{r}" for r in p.rails],
+        twin=True,
+        throttled=min(g.prefill.gpu_mhz, g.decode.gpu_mhz) < asked_mhz - 0.5,
+        extra=extra,
+        tokens=tokens,
+    )
+
+
+class DecodingTwin(TwinDevice):
+    """A twin that runs causal LMs too: an LLM model's window is :func:`llm_window`, any other model's as before."""
+
+    def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
+        if is_llm(model):
+            return self._unit(llm_window(self.model, model, config, settings))
+        return super().measure(model, config, settings)
+
+    def measure_many(self, model: str, configs: list[Config], settings: WindowSettings) -> list[Measurement]:
+        if is_llm(model):
+            return [self.measure(model, config, settings) for config in configs]
+        return super().measure_many(model, configs, settings)
