@@ -18,10 +18,12 @@ import optuna
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from runners.llm_spec import ENGINE_PREFIX, is_llm
 from tuner import __version__, atomicfile
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
 from tuner.errors import BoundUnmet, UserError
+from tuner.measurement import TOKEN_KEYS
 from tuner.records import fastest, recommended, trial_record, unmet_bound
 from tuner.space import Config
 from tuner.storage import redact
@@ -51,8 +53,29 @@ class Provenance(BaseModel):
     software: dict[str, str | None] | None = None
 
 
+class EngineSettings(BaseModel):
+    """An LLM study's serving settings, as an engine takes them (tuner.deploy.engines renders the flags).
+
+    ``max_seqs``: the most sequences generated at once (the study's batch
+    size); ``precision``, ``graph`` (eager, cudagraphs, compile) and
+    ``max_batch_tokens`` (tokens one step may hold) where the study tuned or
+    fixed them; ``settings``: the engine file's own knobs (runners.engine_server)
+    and ``command``, its command line filled in with them, for a study of a
+    server the tool started.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_seqs: int
+    precision: str | None = None
+    graph: str | None = None
+    max_batch_tokens: int | None = None
+    settings: dict[str, Any] = {}
+    command: str | None = None
+
+
 class ExportedConfig(BaseModel):
-    """A deployable power mode: the knobs and batch size, and what they measured."""
+    """A deployable power mode: the knobs and batch size, and what they measured (``engine``: an LLM study's)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,11 +90,15 @@ class ExportedConfig(BaseModel):
     percentile: str
     metrics: dict[str, Any]
     provenance: Provenance
+    engine: EngineSettings | None = None
     digest: str | None = None
 
     def content_digest(self) -> str:
-        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks)."""
-        body = self.model_dump(mode="json", exclude={"digest"})
+        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks).
+
+        An export without engine settings digests as exports did before they had the field.
+        """
+        body = self.model_dump(mode="json", exclude={"digest"} if self.engine else {"digest", "engine"})
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def sealed(self) -> ExportedConfig:
@@ -101,6 +128,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     ran = clocks_ran(trial.user_attrs.get("extra") or {})
     if ran:
         metrics["clocks_ran"] = ran
+    metrics.update({k: record[k] for k in TOKEN_KEYS if record.get(k) is not None})
     measured = dict(attrs.get("provenance") or {})
     software = measured.pop("software", None)
     return ExportedConfig(
@@ -113,6 +141,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
         max_latency_ms=max_latency_ms,
         percentile=percentile,
         metrics=metrics,
+        engine=engine_settings(attrs["model"], int(record["batch_size"]), dict(record["config"]), trial.user_attrs),
         provenance=Provenance(
             study=study.study_name,
             storage=redact(storage),
@@ -122,6 +151,35 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
             measured_on=measured or None,
             software=software,
         ),
+    )
+
+
+def engine_settings(
+    model: str, batch_size: int, knobs: dict[str, Any], trial_attrs: dict[str, Any]
+) -> EngineSettings | None:
+    """An LLM study's serving settings (None for any other model): the batch size is its most sequences."""
+    if not is_llm(model):
+        return None
+    own: dict[str, Any] = {}
+    if model.startswith(ENGINE_PREFIX):
+        from runners.engine_server import load_engine
+        from runners.openai_engine import parse_target
+
+        engine = parse_target(model).engine
+        try:
+            names = load_engine(engine).knobs if engine is not None else {}
+        except UserError:  # the engine file moved since the study: its knobs stay among the export's knobs
+            names = {}
+        own = {k: v for k, v in knobs.items() if k in names}
+    tokens = knobs.get("max_batch_tokens")
+    command = (trial_attrs.get("extra") or {}).get("engine_command")
+    return EngineSettings(
+        max_seqs=batch_size,
+        precision=None if knobs.get("precision") is None else str(knobs["precision"]),
+        graph=None if knobs.get("graph") is None else str(knobs["graph"]),
+        max_batch_tokens=None if tokens in (None, "none", "auto") else int(tokens),
+        settings=own,
+        command=command if isinstance(command, str) else None,
     )
 
 
