@@ -105,8 +105,10 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
     return int(text)
 
 
-# An LLM runner's own knobs (runner group, besides precision; the batch size is its maximum concurrent sequences).
-LLM_OPTIONS = ("graph", "max_batch_tokens")
+# An LLM runner's prepare() options (besides precision; the batch size is its most concurrent sequences), and
+# the window settings it takes in configure(). A device space's CNN knob (channels_last) reaches it pinned off.
+LLM_OPTIONS = ("graph", "channels_last")
+LLM_WINDOW_OPTIONS = ("max_batch_tokens",)
 LLM_GRAPHS = ("eager", "cudagraphs", "compile")
 
 FirstToken = Callable[[int], None]
@@ -119,10 +121,12 @@ class TokenRunner(Protocol):
 
     ``prepare(batch_size, precision, options)``: ``batch_size`` is the most
     sequences generated at once; ``options`` holds ``graph`` (eager,
-    cudagraphs: the library's captured decode, compile: its compiled decode)
-    and ``max_batch_tokens`` (tokens one step may hold: prefill chunking).
-    ``encode(sample)`` turns a prompt (tuner.measure.prompts.PromptSample) into
-    what ``submit`` takes, once per workload before any window. ``start``
+    cudagraphs: the library's captured decode, compile: its compiled decode).
+    ``configure(options)`` gets the window's options before its warm-up, of
+    which it uses those it knows (``max_batch_tokens``: tokens one step may
+    hold, i.e. prefill chunking) and ignores the rest. ``encode(sample)``
+    turns a prompt (tuner.measure.prompts.PromptSample) into what ``submit``
+    takes, once per workload before any window. ``start``
     opens a session: ``submit(key, encoded, max_new_tokens)`` queues a query
     and returns at once; the runner calls ``on_first(key)`` when its first
     token exists and ``on_done(key, n_tokens)`` when it is complete, from its
@@ -134,6 +138,8 @@ class TokenRunner(Protocol):
     generates_tokens: bool
 
     def prepare(self, batch_size: int, precision: str, options: dict[str, Any]) -> None: ...
+
+    def configure(self, options: dict[str, Any]) -> None: ...
 
     def encode(self, sample: Any) -> Any: ...
 

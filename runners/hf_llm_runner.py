@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from runners.base import LLM_GRAPHS, LLM_OPTIONS, PRECISIONS, Done, FirstToken
+from runners.base import LLM_GRAPHS, LLM_OPTIONS, LLM_WINDOW_OPTIONS, PRECISIONS, Done, FirstToken
 from runners.llm_spec import LlmSpec
 from runners.torch_runner import DTYPES, _parse_device, gpu_uuid
 from tuner.errors import UserError
@@ -56,7 +56,6 @@ class LlmSettings:
     max_seqs: int
     precision: str
     graph: str
-    max_batch_tokens: int | None
 
 
 def check_llm_settings(batch_size: int, precision: str, options: dict[str, Any], cuda: bool) -> LlmSettings:
@@ -76,13 +75,20 @@ def check_llm_settings(batch_size: int, precision: str, options: dict[str, Any],
         raise UserError(f"unknown graph mode {graph!r}: use one of {', '.join(LLM_GRAPHS)}")
     if graph != "eager" and not cuda:
         raise UserError(f"graph={graph} needs a CUDA device (captured or compiled decode): use graph=eager on cpu")
-    tokens = options.get("max_batch_tokens")
-    if tokens is not None:
-        text = str(tokens).strip()
-        if not text.isdigit() or int(text) < 1:
-            raise UserError(f"max_batch_tokens must be a positive integer, got {tokens!r}")
-        tokens = int(text)
-    return LlmSettings(batch_size, precision, graph, tokens)
+    if str(options.get("channels_last", False)).lower() not in ("false", "0"):
+        raise UserError("channels_last changes 2-D convolutions, and an LLM has none: leave it off")
+    return LlmSettings(batch_size, precision, graph)
+
+
+def check_batch_tokens(options: dict[str, Any]) -> int | None:
+    """The window's ``max_batch_tokens`` (None: the library sizes its steps), checked."""
+    tokens = options.get(LLM_WINDOW_OPTIONS[0])
+    if tokens is None:
+        return None
+    text = str(tokens).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"max_batch_tokens must be a positive integer, got {tokens!r}")
+    return int(text)
 
 
 def build_model(spec: LlmSpec, dtype: torch.dtype, device: torch.device) -> Any:
@@ -120,6 +126,7 @@ class HfLlmRunner:
         self._model: Any = None
         self._dtype: torch.dtype | None = None
         self._settings: LlmSettings | None = None
+        self._batch_tokens: int | None = None
         self._manager: Any = None
         self._sized: tuple[int, int] = (0, 0)
         self._longest = (1, 1)
@@ -151,6 +158,13 @@ class HfLlmRunner:
         if settings != self._settings:
             self._drop_manager()
             self._settings = settings
+
+    def configure(self, options: dict[str, Any]) -> None:
+        """Take the window's ``max_batch_tokens``; a new value rebuilds the manager at the next start."""
+        tokens = check_batch_tokens(options)
+        if tokens != self._batch_tokens:
+            self._drop_manager()
+            self._batch_tokens = tokens
 
     def encode(self, sample: Any) -> list[int]:
         """A prompt's token ids: its text through the model's tokenizer (bytes where it has none), or random ids.
@@ -215,6 +229,7 @@ class HfLlmRunner:
             "kv_cache": "paged",
             "max_seqs": None if settings is None else settings.max_seqs,
             "graph": None if settings is None else settings.graph,
+            "max_batch_tokens": self._batch_tokens,
         }
 
     def _read(self, on_first: FirstToken, on_done: Done) -> None:
@@ -243,12 +258,13 @@ class HfLlmRunner:
 
         prompt, output = self._longest
         per_seq = math.ceil((prompt + output) / PAGE_SIZE) + 1
-        tokens = max(settings.max_batch_tokens or 0, settings.max_seqs)
+        # A step must hold one decode token of every running sequence, whatever the chunk.
+        tokens = None if self._batch_tokens is None else max(self._batch_tokens, settings.max_seqs)
         cuda = self._device.type == "cuda"
         config = ContinuousBatchingConfig(
             page_size=PAGE_SIZE,
             num_blocks=settings.max_seqs * per_seq + SPARE_PAGES,
-            max_batch_tokens=tokens if settings.max_batch_tokens is not None else None,
+            max_batch_tokens=tokens,
             max_requests_per_batch=settings.max_seqs,
             max_blocks_per_request=per_seq,
             allow_block_sharing=False,

@@ -97,6 +97,14 @@ def parse_llm(model: str) -> LlmSpec:
     return _hub(model, target)
 
 
+def slug_of(model: str) -> str:
+    """The folder name of an LLM's results: its spec's slug, or the name made safe if it names nothing usable."""
+    try:
+        return parse_llm(model).slug
+    except ConfigurationError:
+        return _slug(model.removeprefix(HF_PREFIX).replace("/", "--"))
+
+
 def weights_note(spec: LlmSpec) -> str | None:
     """The note a run with random weights prints (None when the model has its weights)."""
     if spec.has_weights:

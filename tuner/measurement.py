@@ -89,6 +89,18 @@ class Measurement(BaseModel):
         """What a study minimises: J per output token for an LLM window, else J per query."""
         return self.tokens.j_per_token if self.tokens is not None else self.j_per_query
 
+    @property
+    def work(self) -> int:
+        """What the objective divides energy by: output tokens for an LLM window, else queries."""
+        return self.tokens.output_tokens if self.tokens is not None else self.queries
+
+    def figures(self) -> dict[str, float]:
+        """The window's metrics as one flat record: :data:`METRIC_KEYS`, and :data:`TOKEN_KEYS` for an LLM."""
+        record = {key: float(getattr(self, key)) for key in METRIC_KEYS}
+        if self.tokens is not None:
+            record.update({key: float(getattr(self.tokens, key)) for key in TOKEN_KEYS})
+        return record
+
     def latency_ms(self, percentile: str = "p99") -> float:
         return {"p50": self.p50_ms, "p90": self.p90_ms, "p99": self.p99_ms}[percentile]
 

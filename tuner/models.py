@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from runners import user_model
+from runners import llm_spec, user_model
 from runners.factory import check_runtime
 from runners.profile import ModelProfile, load_profile, profile_names
 from tuner.errors import ConfigurationError, UserError, did_you_mean
@@ -32,7 +32,12 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
     ONNX graph, a ``py:`` factory: see :func:`profiled`), and profiles it here, so a
     model it cannot run is refused before anything is created. A device whose knobs depend
     on the runtime (a Jetson's DLAs need TensorRT) is told which one runs.
+    A causal LM (runners.llm_spec) must name a model that exists and runs on
+    transformers, which must be installed.
     """
+    if llm_spec.is_llm(model):
+        _check_llm(model, runtime, simulated, device)
+        return
     if simulated and runtime == "tensorrt" and model in profile_names():
         resolved = runtime  # a TensorRT twin runs zoo models; the twin itself refuses a runtime it does not model
     else:
@@ -69,8 +74,25 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
         )
 
 
+def _check_llm(model: str, runtime: str, simulated: bool, device: Any) -> None:
+    llm_spec.parse_llm(model)
+    if runtime not in ("auto", "torch"):
+        raise ConfigurationError(f"{model} runs on transformers (PyTorch): drop --runtime {runtime}")
+    use_runtime = getattr(device, "use_runtime", None)
+    if use_runtime is not None:
+        use_runtime("torch")
+    if simulated:
+        raise ConfigurationError(
+            f"the digital twins do not model LLM decode yet: run {model} on a device (cpu or a GPU)"
+        )
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigurationError(f"running {model} needs transformers: pip install 'powertune[llm]'")
+
+
 def model_slug(model: str) -> str:
     """The folder name of a model's results: a file's stem, a factory's module.function, or the zoo name."""
+    if llm_spec.is_llm(model):
+        return llm_spec.slug_of(model)
     if user_model.is_user_model(model):
         module, factory = user_model.parse(model)
         return f"{module}.{factory}"
@@ -161,6 +183,9 @@ def fixed_knobs(model: str, runtime: str, knobs: Any) -> dict[str, tuple[Any, st
     the sampler, so none proposes a value the runner refuses or spends a trial
     on a knob that changes nothing.
     """
+    if llm_spec.is_llm(model):
+        why = "an LLM has no 2-D convolution, the only work channels_last changes"
+        return {"channels_last": (False, why)} if "channels_last" in knobs else {}
     resolved = check_runtime(model, runtime)
     name = Path(model).name if Path(model).suffix.lower() in FILE_SUFFIXES else model
     fixed: dict[str, tuple[Any, str]] = {}

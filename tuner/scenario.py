@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runners.base import LLM_WINDOW_OPTIONS
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config, Knob, SearchSpace
@@ -28,7 +29,8 @@ TIMEOUT_KNOB = "batch_timeout_ms"
 # queued when the model is free; knob values must be positive); longer waits
 # fill batches at low rates.
 TIMEOUTS_MS: list[float] = [0.1, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0]
-SERVING_KNOBS = (TIMEOUT_KNOB,)
+# Knobs of how queries are served, not of the device: they reach the window as options (an LLM's step size too).
+SERVING_KNOBS = (TIMEOUT_KNOB, *LLM_WINDOW_OPTIONS)
 
 
 def normalize(scenario: str) -> str:

@@ -23,7 +23,7 @@ from typer.models import OptionInfo
 from tuner.cli import common
 from tuner.devices import base
 from tuner.devices.registry import device_help
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError, UserError
 from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
 from tuner.units import (
@@ -97,6 +97,11 @@ Scenario = typer.Option(
     "dynamic batching tuned) or singlestream (one query at a time, bound on p90)",
 )
 TargetQps = typer.Option(None, "--target-qps", help="server scenario: arrival rate, queries/s")
+Prompts = typer.Option(
+    None, "--prompts", help="LLM workload: openorca (default), cnndm, or a JSONL file of prompts or token lengths"
+)
+MaxTtft = typer.Option(None, "--max-ttft", help="LLM bound on time to first token at --percentile, e.g. 500ms")
+MaxTpot = typer.Option(None, "--max-tpot", help="LLM bound on time per output token at --percentile, e.g. 30ms")
 BatchTimeout = typer.Option(0.0, "--batch-timeout", help="server scenario: dynamic batching timeout, ms (0: greedy)")
 
 # opening the device
@@ -140,6 +145,20 @@ def window_settings(
         noise=noise,
         runtime=runtime,
     )
+
+
+def llm_window(
+    settings: WindowSettings, prompts: str | None, max_ttft: str | None, max_tpot: str | None
+) -> WindowSettings:
+    """``settings`` with an LLM's workload and token bounds (each optional), checked."""
+    update: dict[str, Any] = {"prompts": prompts}
+    for flag, key, text in (("--max-ttft", "max_ttft_ms", max_ttft), ("--max-tpot", "max_tpot_ms", max_tpot)):
+        if text is not None:
+            try:
+                update[key] = common.latency(text)
+            except UserError as exc:
+                raise ConfigurationError(f"{flag}: {exc}") from None
+    return settings.model_copy(update=update)
 
 
 def scenario_window(

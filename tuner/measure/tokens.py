@@ -257,6 +257,7 @@ def run_token_window(
     prompts = load_prompts(settings.prompts)
     log_path = atomicfile.ensure_folder(Path(log_dir))
     started = time.monotonic()
+    runner.configure(dict(settings.options))
     encoded = [runner.encode(sample) for sample in prompts.samples]
     qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s)
     warmup_s = time.monotonic() - started
