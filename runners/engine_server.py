@@ -11,11 +11,12 @@ settings that are knobs::
     ready_timeout_s: 300
 
 Placeholders: ``{host}``, ``{port}``, ``{model}`` (the name after ``#``),
-``{batch_size}`` (the requests in flight), ``{precision}``, ``{graph}`` and
-every knob the file names (its first value is the default). A knob is a
-runner knob of the study (tuner.models.engine_knobs adds them to the space):
-each configuration that changes one restarts the server, which is ready when
-``GET /v1/models`` lists the model, within ``ready_timeout_s``.
+``{batch_size}`` (the requests in flight), ``{precision}``, ``{graph}``,
+``{max_batch_tokens}`` and every knob the file names (its first value is the
+default). A knob NAME is the study's knob ``engine:NAME`` (tuner.engine adds
+them to the space): each configuration that changes one restarts the
+server, which is ready when ``GET /v1/models`` lists the model, within
+``ready_timeout_s``.
 
 The server is the tool's to stop, as hardware is the tool's to restore: on
 a window's error, when the runner closes, on every signal the tuner turns
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 ENGINE_VERSION = 1
 # What a command may name besides the file's knobs.
-BUILTIN = ("host", "port", "model", "batch_size", "precision", "graph")
+BUILTIN = ("host", "port", "model", "batch_size", "precision", "graph", "max_batch_tokens")
 OUTPUT_LINES = 20
 POLL_S = 0.25
 PROBE_TIMEOUT_S = 2.0
@@ -167,6 +168,7 @@ class EngineServer:
         """Every placeholder's value: the target's, the configuration's, else the knob's first value."""
         values: dict[str, Any] = {k: v[0] for k, v in self.engine.knobs.items()}
         values.update(host=self.target.host, port=self.target.port, model=self.target.name, graph="eager")
+        values.setdefault("max_batch_tokens", 2048)
         values.update({k: v for k, v in settings.items() if v is not None})
         return values
 

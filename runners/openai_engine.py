@@ -26,6 +26,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import re
 import threading
 import time
 import urllib.parse
@@ -47,6 +48,8 @@ MAX_CONCURRENCY = 1024
 # approximation: the server's own count of prompt tokens is not known to the window).
 FILLER = " the"
 MAX_ERROR_CHARS = 200
+# An engine file's knob NAME is the study's knob ``engine:NAME``, a serving knob (a window option).
+ENGINE_KNOB_PREFIX = "engine:"
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,12 @@ def parse_target(model: str) -> EngineTarget:
         ignore_eos=eos in ("true", "1"),
         engine=options.get("engine") or None,
     )
+
+
+def engine_slug(model: str) -> str:
+    """The folder of an engine study's results: its host, port and model name, made safe for a path."""
+    target = parse_target(model)
+    return re.sub(r"[^\w.-]+", "_", f"engine-{target.host}-{target.port}-{target.name}").strip("_")
 
 
 @dataclass
@@ -278,8 +287,11 @@ class EngineRunner:
     ``batch_size`` is the most requests in flight at once (the client's
     concurrency; the server batches what it receives). ``submit`` queues a
     query; worker threads send it and report its first token and its end.
-    With an engine file, ``prepare`` (re)starts the server whenever an engine
-    setting changes (runners.engine_server), and ``close`` stops it.
+    With an engine file, ``configure`` (the window's options: the
+    ``engine:NAME`` knobs, ``max_batch_tokens``) (re)starts the server with
+    the prepared settings whenever its command line would change
+    (runners.engine_server), ``start`` starts it if nothing did, and
+    ``close`` stops it.
     """
 
     generates_tokens = True
@@ -298,6 +310,8 @@ class EngineRunner:
         else:
             self.server.refuse_if_taken(self.client)
         self.concurrency = 1
+        self._settings: dict[str, Any] = {}
+        self._engine_values: dict[str, Any] = {}
         self.error = ""
         self._queue: queue.Queue[tuple[int, str, int] | None] = queue.Queue()
         self._workers: list[threading.Thread] = []
@@ -310,8 +324,20 @@ class EngineRunner:
                 f"batch size (requests in flight) must be 1 to {MAX_CONCURRENCY}, got {batch_size!r}"
             )
         self.concurrency = batch_size
+        self._settings = {**options, "precision": precision, "batch_size": batch_size}
+
+    def configure(self, options: dict[str, Any]) -> None:
+        """The window's options: the engine's own knobs (``engine:NAME``) and the tokens per step; the server
+        is (re)started with them and the prepared settings."""
+        own = {k[len(ENGINE_KNOB_PREFIX) :]: v for k, v in options.items() if k.startswith(ENGINE_KNOB_PREFIX)}
+        if "max_batch_tokens" in options:
+            own["max_batch_tokens"] = options["max_batch_tokens"]
+        self._engine_values = own
+        self._ensure()
+
+    def _ensure(self) -> None:
         if self.server is not None:
-            self.server.ensure({**options, "precision": precision, "batch_size": batch_size}, self.client)
+            self.server.ensure({**self._settings, **self._engine_values}, self.client)
 
     def encode(self, sample: Any) -> str:
         """The prompt's text, or for a token-length sample a text of about that many tokens."""
@@ -319,6 +345,8 @@ class EngineRunner:
 
     def start(self, on_first: FirstToken, on_done: Done) -> None:
         self.stop()
+        if self.server is not None and not self.server.running:
+            self._ensure()
         self.error = ""
         self._running.set()
         self._queue = queue.Queue()

@@ -51,7 +51,7 @@ def test_vllm_gets_the_studys_sequences_dtype_and_graph_mode_beside_the_device_m
     assert ALL_LIMITS["vllm"] in script
     device = next(line for line in script.splitlines() if "sm_mhz=" in line)
     assert "sm_mhz=1410" in device and "power_limit_w=400" in device and "precision" not in device
-    assert "tune apply" in script and "j_per_token = 0.0093" in script
+    assert "tune apply" in script and "measured j_per_token = 0.0093" in script
     graphs = command(render(exported(knobs={**KNOBS, "graph": "cudagraphs"}), "vllm"))
     assert "--enforce-eager" not in graphs
 

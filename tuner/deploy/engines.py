@@ -38,8 +38,9 @@ ENGINE_LIMITS = {
 }
 VLLM_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 LLAMACPP_CACHE = {"fp16": "f16", "bf16": "bf16", "fp32": "f32"}
-# Runner knobs an engine flag carries; every other knob of the export is the device's (or an engine file's own).
-ENGINE_KNOBS = ("precision", "graph", "max_batch_tokens")
+# Runner knobs an engine flag carries (or, channels_last, none needs); the others are the device's or the engine
+# file's own.
+ENGINE_KNOBS = ("precision", "graph", "max_batch_tokens", "channels_last")
 
 
 def _settings(exported: ExportedConfig, fmt: str) -> EngineSettings:
@@ -72,9 +73,10 @@ def device_lines(exported: ExportedConfig) -> list[str]:
     lines = [f"# device {exported.device_kind}{twin}: apply its mode first with tune apply on the YAML export"]
     if device:
         lines.append("#   " + " ".join(f"{k}={v}" for k, v in device.items()))
+    said = "simulated" if exported.twin else "measured"
     for key in ("j_per_token", "ttft_p99_ms", "tpot_p99_ms"):
         if key in exported.metrics:
-            lines.append(f"#   measured {key} = {float(exported.metrics[key]):.4g}")
+            lines.append(f"#   {said} {key} = {float(exported.metrics[key]):.4g}")
     return lines
 
 
