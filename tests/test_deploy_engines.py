@@ -104,3 +104,23 @@ def test_a_model_study_has_no_engine_and_its_digest_is_as_before():
 def test_a_random_weight_model_leaves_the_model_to_fill_in():
     script = render(exported("llama3.2-1b-random"), "vllm")
     assert command(script)[2] == "MODEL" and "random weights" in script
+
+
+def test_tune_export_renders_a_twin_llm_study_for_both_engines(tmp_path):
+    from clirun import in_process
+
+    out = tmp_path / "studies"
+    study = ("-m", "llama3.2-1b-random", "-d", "sim:h200", "--max-ttft", "500ms", "--max-tpot", "30ms")
+    code, _, err = in_process("run", *study, "--trials", "6", "--seed", "1", "--out", str(out))
+    assert code == 0, err
+    target = tmp_path / "best.yaml"
+    code, _, err = in_process(
+        "export", *study[:4], "--out", str(out), "-o", str(target), "-f", "yaml,vllm,llamacpp"
+    )
+    assert code == 0, err
+    back = load_export(target, sealed=True)
+    assert back.twin and back.engine is not None and back.engine.max_seqs == back.batch_size
+    vllm_argv = command((tmp_path / "best.vllm.sh").read_text())
+    assert vllm_argv[vllm_argv.index("--max-num-seqs") + 1] == str(back.batch_size)
+    llama = (tmp_path / "best.llamacpp.sh").read_text()
+    assert f"--parallel {back.batch_size}" in llama and "simulated j_per_token" in llama

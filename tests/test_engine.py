@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clirun import run_cli
 from engine_serve import alive, build_tiny_model, free_port, serve_binary, serve_command, start, stop
 from fakemeter import ConstantMeter
 
@@ -166,15 +167,17 @@ def test_bad_engine_files_and_commands_are_one_line_and_leave_nothing_running(tm
     with pytest.raises(ConfigurationError, match=r"\{max_seqs\}, which is neither built in"):
         make_runner(url(port, "m", f"?engine={bad}"))
     runner = make_runner(url(port, "m", f"?engine={write_engine(tmp_path, 'false --port {port}')}"))
+    runner.prepare(1, "fp32", {})
     with pytest.raises(MeasurementError, match=r"exited \(1\) before it served"):
-        runner.prepare(1, "fp32", {})
+        runner.configure({})
     slow = write_engine(tmp_path, "sleep 60 {port}", ready_timeout_s=1.5, stop_timeout_s=5)
     runner = make_runner(url(port, "m", f"?engine={slow}"))
     server = runner.server
     assert isinstance(server, EngineServer)
+    runner.prepare(1, "fp32", {})
     started = time.monotonic()
     with pytest.raises(MeasurementError, match=r"did not answer .* within 1\.5 s"):
-        runner.prepare(1, "fp32", {})
+        runner.configure({})
     assert time.monotonic() - started < 15 and not server.running
     with pytest.raises(ConfigurationError, match="engine file"):
         load_engine(tmp_path / "missing.yaml")
@@ -193,11 +196,13 @@ DRIVER = textwrap.dedent(
     from tuner import interrupts
     with interrupts.held():
         runner = make_runner(sys.argv[1])
-        runner.prepare(1, "fp32", {"seed": 1})
+        runner.prepare(1, "fp32", {})
+        runner.configure({"engine:seed": 1})
         first = runner.server.pid
-        runner.prepare(2, "fp32", {"seed": 1})
+        runner.prepare(2, "fp32", {})
+        runner.configure({"engine:seed": 1})
         same = runner.server.pid
-        runner.prepare(1, "fp32", {"seed": 2})
+        runner.configure({"engine:seed": 2})
         print(first, same, runner.server.pid, runner.describe()["engine_command"], flush=True)
         while True:
             interrupts.check()
@@ -237,3 +242,26 @@ def test_the_engine_restarts_with_each_setting_and_a_signal_stops_it(binary, tin
         if tool.poll() is None:
             tool.kill()
             tool.wait()
+
+
+def test_tune_run_tunes_the_engine_and_exports_its_vllm_command(port, tiny, tmp_path):
+    """The CLI end to end on a real server: two trials of requests in flight, then the export's command line."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "the lazy dog", "max_tokens": 4}\n')
+    out = tmp_path / "studies"
+    model = url(port, str(tiny))
+    common = ("-m", model, "-d", "cpu", "--max-ttft", "60s", "--out", str(out))
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl"),
+    }
+    run = run_cli(
+        "run", *common, "--meter", "py:fakemeter:ConstantMeter", "--prompts", str(prompts), "--trials", "2",
+        "--seed", "0", "--window", "1", "--batch-sizes", "1,2", env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    script = tmp_path / "serve.sh"
+    export = run_cli("export", *common[:4], "--out", str(out), "-o", str(script), "-f", "vllm", env=env)
+    assert export.returncode == 0, export.stderr
+    text = script.read_text()
+    assert f"exec vllm serve {tiny} --port {port} --max-num-seqs " in text
