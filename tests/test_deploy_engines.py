@@ -114,9 +114,7 @@ def test_tune_export_renders_a_twin_llm_study_for_both_engines(tmp_path):
     code, _, err = in_process("run", *study, "--trials", "6", "--seed", "1", "--out", str(out))
     assert code == 0, err
     target = tmp_path / "best.yaml"
-    code, _, err = in_process(
-        "export", *study[:4], "--out", str(out), "-o", str(target), "-f", "yaml,vllm,llamacpp"
-    )
+    code, _, err = in_process("export", *study[:4], "--out", str(out), "-o", str(target), "-f", "yaml,vllm,llamacpp")
     assert code == 0, err
     back = load_export(target, sealed=True)
     assert back.twin and back.engine is not None and back.engine.max_seqs == back.batch_size
