@@ -265,3 +265,22 @@ def test_tune_run_tunes_the_engine_and_exports_its_vllm_command(port, tiny, tmp_
     assert export.returncode == 0, export.stderr
     text = script.read_text()
     assert f"exec vllm serve {tiny} --port {port} --max-num-seqs " in text
+
+
+def test_bad_engine_input_on_the_command_line_is_one_line_and_exit_2(port, tmp_path):
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl"),
+    }
+    common = ("-d", "cpu", "--meter", "py:fakemeter:ConstantMeter", "--max-ttft", "1s", "--out", str(tmp_path))
+    for model, said in (
+        (url(free_port(), "m"), "cannot reach the engine"),
+        (url(port, "no-such-model"), "does not serve 'no-such-model'"),
+        ("openai://127.0.0.1/v1#m", "needs a host, a port"),
+    ):
+        started = time.monotonic()
+        r = run_cli("run", "-m", model, *common, "--trials", "1", env=env, timeout=120)
+        assert r.returncode == 2, (model, r.stderr)
+        assert said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert time.monotonic() - started < 60
+        assert not (tmp_path / "tune.db").exists()

@@ -91,9 +91,12 @@ def _check_llm(model: str, runtime: str, simulated: bool, device: Any) -> None:
 
 
 def _check_engine(model: str, runtime: str, simulated: bool) -> None:
-    """A server the user deploys: a well-formed URL (and engine file), on a device that is not a twin."""
+    """A server the user deploys: a well-formed URL (and engine file), on a device that is not a twin.
+
+    A server the tool does not start must answer and serve the model now, before any study file is made.
+    """
     from runners.engine_server import load_engine
-    from runners.openai_engine import parse_target
+    from runners.openai_engine import EngineClient, parse_target
 
     target = parse_target(model)
     if target.engine is not None:
@@ -105,6 +108,8 @@ def _check_engine(model: str, runtime: str, simulated: bool) -> None:
             f"a twin models a decoder from its configuration, not a server: run {model} on the device it serves "
             "from, or give the twin the model's folder or a built-in LLM name (llama3.2-1b-random)"
         )
+    if target.engine is None:
+        EngineClient(target).check()
 
 
 def model_slug(model: str) -> str:
