@@ -36,7 +36,8 @@ import sys
 from pathlib import Path
 
 from tuner.devices.virtual import decode
-from tuner.devices.virtual.twin import TwinDevice, TwinModel
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.devices.virtual.twin_physics import TwinModel
 from tuner.space import Config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -39,6 +39,8 @@ class RunOptions(BaseModel):
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     out: Path = Path("studies")
     window: WindowSettings = Field(default_factory=WindowSettings)
+    baseline: str | None = None
+    """What the answer is compared against (tuner.baseline): ``default``, a mode, ``knob=value,...``; None: nothing."""
 
     def bounds(self) -> dict[str, tuple[str, float]]:
         """The study's constraints, as Optuna names them: the trial attribute each bounds and its bound (ms).

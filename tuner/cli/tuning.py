@@ -101,6 +101,12 @@ RunModes = typer.Option(
     help="power modes to tune, e.g. MAXN,50W (default: the board's mode and those of its TPC mask; a mode of "
     "another mask needs a reboot to undo, which tune says before the first write)",
 )
+BaselineOption = typer.Option(
+    "default",
+    "--baseline",
+    help="what the answer is compared against, measured once per study at its batch size: default (the device as "
+    "it comes: a twin's or board's default mode, a GPU's unlocked clocks), a mode (MAXN) or knob=value,...",
+)
 MeasureSeed = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)")
 
 
@@ -137,6 +143,7 @@ def run(
     prompts: str | None = options.Prompts,
     max_ttft: str | None = options.MaxTtft,
     max_tpot: str | None = options.MaxTpot,
+    baseline: str = BaselineOption,
     as_json: bool = options.Json,
 ) -> None:
     """Run (or resume) a study: minimum energy per query (per output token for an LLM) under the bound(s)."""
@@ -161,6 +168,7 @@ def run(
         allow_clock_changes=allow_clock_changes,
         sysfs_root=sysfs_root,
         space_file=space,
+        baseline=baseline,
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = api.tune(model, device, max_latency, on_trial=on_trial, on_note=_note, **settings)
@@ -229,6 +237,8 @@ def _print_run(result: StudyResult) -> None:
                 result.percentile,
             )
         )
+        if summary.saved is not None:
+            common.out_console.print(f"saved: {summary.saved.line}{note}")
     common.out_console.print(f"results: {result.results}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
 
 

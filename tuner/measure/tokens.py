@@ -42,8 +42,10 @@ import numpy as np
 
 from tuner import atomicfile, interrupts
 from tuner.errors import UserError
+from tuner.measure.loadgen_run import _loadgen, _run_interruptibly
+from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
-from tuner.measure.window import LoadGenSummary, _loadgen, _run_interruptibly, parse_logs
+from tuner.measure.results import LoadGenSummary
 from tuner.measurement import Measurement, TokenMetrics
 
 if TYPE_CHECKING:

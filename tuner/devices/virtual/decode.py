@@ -5,7 +5,7 @@ Each forward pass (the prefill of ``batch`` prompts, or one decode step of
 runs (per layer: RMS norms, the q/k/v/o and MLP projections, rotary
 embedding, the KV cache write, attention; then the head and the generation
 loop's own ops) with their FLOPs and bytes, and timed and powered by the
-twin's own model (tuner.devices.virtual.twin: each kernel is
+twin's own model (tuner.devices.virtual.twin_physics: each kernel is
 max(compute, memory) + its floor against the twin's roofline at the GPU clock,
 and max(that, its host launch) in eager mode; power from the same rails). So
 prefill comes out compute-bound (2 x parameters x prompt tokens FLOPs) and a
@@ -29,7 +29,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from runners.profile import LayerProfile, ModelProfile
-from tuner.devices.virtual.twin import PRECISION_BYTES, Runtime, TwinModel
+from tuner.devices.virtual.twin_physics import PRECISION_BYTES, TwinModel
+from tuner.devices.virtual.twin_schema import Runtime
 from tuner.errors import UserError
 from tuner.space import Config
 

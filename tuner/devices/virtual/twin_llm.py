@@ -20,7 +20,8 @@ import numpy as np
 
 from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm
 from tuner.devices.virtual.decode import DecoderShape, Generation, generate
-from tuner.devices.virtual.twin import TwinDevice, TwinModel
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.devices.virtual.twin_physics import TwinModel
 from tuner.errors import ConfigurationError
 from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
