@@ -27,6 +27,7 @@ import http.client
 import json
 import queue
 import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -189,12 +190,18 @@ class EngineClient:
             request["ignore_eos"] = True
         return request
 
-    def stream(self, prompt: str, max_tokens: int, on_first: Any = None, cancelled: Any = None) -> Streamed:
+    def stream(
+        self, prompt: str, max_tokens: int, on_first: Any = None, cancelled: Any = None, opened: Any = None
+    ) -> Streamed:
         """One streaming generation; ``on_first()`` is called at its first token, as soon as it is read.
 
-        ``cancelled()`` is asked between events: a true answer ends the request early.
+        ``cancelled()`` is asked between events: a true answer ends the request early. ``opened(conn)``
+        gets the connection before the request is sent (and ``opened(None)`` after it is closed), so a
+        caller can shut it down from another thread.
         """
         conn = self._connection(CONNECT_TIMEOUT_S)
+        if opened is not None:
+            opened(conn)
         payload = json.dumps(self.body(prompt, max_tokens)).encode()
         sent = time.monotonic()
         first: float | None = None
@@ -223,6 +230,8 @@ class EngineClient:
             raise self._unreachable(exc) from None
         finally:
             conn.close()
+            if opened is not None:
+                opened(None)
         counted = usage.get("completion_tokens") if isinstance(usage, dict) else None
         tokens = int(counted) if isinstance(counted, int) and counted >= 0 else chunks
         return Streamed(sent, first, time.monotonic(), tokens)
@@ -316,6 +325,8 @@ class EngineRunner:
         self._queue: queue.Queue[tuple[int, str, int] | None] = queue.Queue()
         self._workers: list[threading.Thread] = []
         self._running = threading.Event()
+        self._open: dict[int, http.client.HTTPConnection] = {}
+        self._open_lock = threading.Lock()
 
     def prepare(self, batch_size: int, precision: str, options: dict[str, Any]) -> None:
         """The concurrency, and the server's settings: restarted with them when they differ from its own."""
@@ -361,12 +372,20 @@ class EngineRunner:
         self._queue.put((key, encoded, max_new_tokens))
 
     def stop(self) -> None:
-        """End the session: queued queries are dropped, requests in flight end at their next event."""
+        """End the session: queued queries are dropped, requests in flight are cut (their connections shut)."""
         self._running.clear()
         for _ in self._workers:
             self._queue.put(None)
+        with self._open_lock:
+            for conn in self._open.values():
+                if conn.sock is not None:
+                    try:
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # already closed by its worker
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
         for worker in self._workers:
-            worker.join(timeout=READ_TIMEOUT_S)
+            worker.join(timeout=max(0.1, deadline - time.monotonic()))
         self._workers = []
 
     def close(self) -> None:
@@ -391,13 +410,26 @@ class EngineRunner:
                 continue
             try:
                 streamed = self.client.stream(
-                    prompt, max_tokens, on_first=lambda key=key: on_first(key), cancelled=self._stopped
+                    prompt,
+                    max_tokens,
+                    on_first=lambda key=key: on_first(key),
+                    cancelled=self._stopped,
+                    opened=self._opened,
                 )
             except MeasurementError as exc:
-                self.error = self.error or str(exc)
-                on_done(key, 0)
+                if self._running.is_set():
+                    self.error = self.error or str(exc)
+                    on_done(key, 0)
                 continue
-            on_done(key, streamed.tokens)
+            if self._running.is_set():  # a request cut by stop() is not an answer
+                on_done(key, streamed.tokens)
+
+    def _opened(self, conn: http.client.HTTPConnection | None) -> None:
+        with self._open_lock:
+            if conn is None:
+                self._open.pop(threading.get_ident(), None)
+            else:
+                self._open[threading.get_ident()] = conn
 
     def _stopped(self) -> bool:
         return not self._running.is_set()

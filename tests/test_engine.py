@@ -284,3 +284,16 @@ def test_bad_engine_input_on_the_command_line_is_one_line_and_exit_2(port, tmp_p
         assert said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert time.monotonic() - started < 60
         assert not (tmp_path / "tune.db").exists()
+
+
+def test_stopping_a_session_cuts_the_requests_in_flight(port, tiny):
+    runner = make_runner(url(port, str(tiny)))
+    runner.prepare(2, "fp32", {})
+    first, done = threading.Event(), []
+    runner.start(lambda key: first.set(), lambda key, tokens: done.append(key))
+    try:
+        runner.submit(1, "the quick brown fox", 480)
+        assert first.wait(timeout=120), runner.error
+    finally:
+        runner.stop()
+    assert done == [] and runner.error == "" and runner._workers == []
