@@ -106,7 +106,7 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
 
 
 # An LLM runner's prepare() options (besides precision; the batch size is its most concurrent sequences), and
-# the window settings it takes in configure(). A device space's CNN knob (channels_last) reaches it pinned off.
+# the window settings it takes in configure(). A device space's CNN knob (channels_last) reaches it and changes nothing.
 LLM_OPTIONS = ("graph", "channels_last")
 LLM_WINDOW_OPTIONS = ("max_batch_tokens",)
 LLM_GRAPHS = ("eager", "cudagraphs", "compile")

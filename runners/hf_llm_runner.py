@@ -28,13 +28,14 @@ distinct prompts would.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
-import random
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from runners.base import LLM_GRAPHS, LLM_OPTIONS, LLM_WINDOW_OPTIONS, PRECISIONS, Done, FirstToken
@@ -75,8 +76,8 @@ def check_llm_settings(batch_size: int, precision: str, options: dict[str, Any],
         raise UserError(f"unknown graph mode {graph!r}: use one of {', '.join(LLM_GRAPHS)}")
     if graph != "eager" and not cuda:
         raise UserError(f"graph={graph} needs a CUDA device (captured or compiled decode): use graph=eager on cpu")
-    if str(options.get("channels_last", False)).lower() not in ("false", "0"):
-        raise UserError("channels_last changes 2-D convolutions, and an LLM has none: leave it off")
+    # channels_last (a device space's knob for CNNs) changes only 2-D convolutions, which an LLM has none of:
+    # whatever its value, the LLM runs the same (a study pins it; tune measure may pass the space's default).
     return LlmSettings(batch_size, precision, graph)
 
 
@@ -181,8 +182,8 @@ class HfLlmRunner:
                 ids = [b % vocab for b in sample.text.encode("utf-8")]
             ids = ids[: max(sample.input_tokens, 1) * 4] or [0]
         else:
-            rng = random.Random(f"{SEED}:{self._encoded}")
-            ids = [rng.randrange(vocab) for _ in range(sample.input_tokens)]
+            rng = np.random.default_rng([SEED, self._encoded])
+            ids = rng.integers(vocab, size=sample.input_tokens).tolist()
         self._encoded += 1
         self._longest = (max(self._longest[0], len(ids)), max(self._longest[1], int(sample.output_tokens)))
         return ids
@@ -261,8 +262,11 @@ class HfLlmRunner:
         # A step must hold one decode token of every running sequence, whatever the chunk.
         tokens = None if self._batch_tokens is None else max(self._batch_tokens, settings.max_seqs)
         cuda = self._device.type == "cuda"
+        # transformers 5.17 names the tokens of a cache page block_size; later releases page_size.
+        fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+        page = {"page_size" if "page_size" in fields else "block_size": PAGE_SIZE}
         config = ContinuousBatchingConfig(
-            page_size=PAGE_SIZE,
+            **page,
             num_blocks=settings.max_seqs * per_seq + SPARE_PAGES,
             max_batch_tokens=tokens,
             max_requests_per_batch=settings.max_seqs,
@@ -277,7 +281,11 @@ class HfLlmRunner:
             generation_config=generation, continuous_batching_config=config
         )
         manager.warmup()
-        manager.start()
+        # The library's generation thread takes its daemon flag from the thread that starts it: started from a
+        # daemon thread it never holds the process open at exit (devices are not closed on every path).
+        starter = threading.Thread(target=manager.start, name="powertune-llm-start", daemon=True)
+        starter.start()
+        starter.join()
         self._sized = (prompt, output)
         return manager
 

@@ -223,7 +223,7 @@ class Objective:
         seed = trial_seed(self.options.seed, trial.number)
         update: dict = {
             "seed": None if seed is None else seed + k,
-            "bound_ms": self.options.max_latency_ms,
+            "bound_ms": self.options.max_latency_ms if math.isfinite(self.options.max_latency_ms) else None,
             "cut_j_per_query": best,
         }
         if not self.device.simulated:

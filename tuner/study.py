@@ -30,11 +30,11 @@ from tuner.devices.registry import check_meter, open_device
 from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
 from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
-from tuner.measure.prompts import DEFAULT_SHAPE
+from tuner.measure.prompts import DEFAULT_SHAPE, load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs, model_slug
 from tuner.objective import MeasurementRejected, Objective
-from tuner.pareto import ParetoFile, results_dir, write_results
+from tuner.pareto import LLM_OBJECTIVE, ParetoFile, results_dir, write_results
 from tuner.provenance import provenance, twin_note
 from tuner.records import recommended, trial_record, unmet_bound, unmet_bounds
 from tuner.run_options import RunOptions
@@ -283,6 +283,8 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
     options = request.options
     check_bounds(options.model, options.max_latency_ms, options.window)
     llm_sampler(options.model, options.sampler)
+    if is_llm(options.model):
+        load_prompts(options.window.prompts)  # a bad --prompts file is refused before anything is opened
     check_meter(options.window.meter, request.device, options.model)
     extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
     device = open_device(
@@ -712,7 +714,7 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     ]
     study.set_user_attr("latency_bound", ", ".join(said))
     if is_llm(options.model):
-        study.set_user_attr("objective", "J per output token")
+        study.set_user_attr("objective", LLM_OBJECTIVE)
         study.set_user_attr("max_ttft_ms", options.window.max_ttft_ms)
         study.set_user_attr("max_tpot_ms", options.window.max_tpot_ms)
         study.set_user_attr("prompts", options.window.prompts or DEFAULT_SHAPE)

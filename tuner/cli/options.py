@@ -24,6 +24,7 @@ from tuner.cli import common
 from tuner.devices import base
 from tuner.devices.registry import device_help
 from tuner.errors import ConfigurationError, UserError
+from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
 from tuner.units import (
@@ -150,7 +151,9 @@ def window_settings(
 def llm_window(
     settings: WindowSettings, prompts: str | None, max_ttft: str | None, max_tpot: str | None
 ) -> WindowSettings:
-    """``settings`` with an LLM's workload and token bounds (each optional), checked."""
+    """``settings`` with an LLM's workload (read here, so a bad file is refused first) and token bounds, checked."""
+    if prompts is not None:
+        load_prompts(prompts)
     update: dict[str, Any] = {"prompts": prompts}
     for flag, key, text in (("--max-ttft", "max_ttft_ms", max_ttft), ("--max-tpot", "max_tpot_ms", max_tpot)):
         if text is not None:
@@ -176,6 +179,11 @@ def scenario_window(
     if settings.scenario == "server" or not server_only:
         settings.options["batch_timeout_ms"] = batch_timeout
     return settings
+
+
+def device_options(allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None) -> dict[str, Any]:
+    """The device options as tuner.api.tune takes them."""
+    return {"allow_clock_changes": allow_clock_changes, "sysfs_root": sysfs_root, "space_file": space}
 
 
 def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> base.Device:

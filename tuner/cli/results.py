@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import optuna
@@ -14,6 +15,7 @@ from tuner.dashboard import dashboard_app, serve
 from tuner.deploy import export_config
 from tuner.deploy.formats import ALL_FORMATS, export_paths, write_exports
 from tuner.errors import UserError
+from tuner.llm import bounds_text
 from tuner.lookup import find_study, study_label
 from tuner.pareto import (
     build_pareto,
@@ -74,7 +76,8 @@ def pareto(
         common.emit_json({**result.model_dump(mode="json"), "saved": None if saved is None else saved.model_dump()})
         return
     twin = " [digital twin]" if result.twin else ""
-    title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
+    bounds = bounds_text(result.max_latency_ms or math.inf, result.percentile, result.max_ttft_ms, result.max_tpot_ms)
+    title = f"{model} on {result.device}, {bounds}{twin}"
     lat = f"{result.percentile}_ms"
     shown = [] if show_all else summary_points(result)
     rows = completed_records(study) if show_all else [{**p.model_dump(), lat: p.latency_ms} for p in shown]

@@ -165,14 +165,17 @@ def run(
         heartbeat_s=heartbeat,
         out=out,
         window=options.llm_window(window_for(measured, scenario, target_qps), prompts, max_ttft, max_tpot),
-        allow_clock_changes=allow_clock_changes,
-        sysfs_root=sysfs_root,
-        space_file=space,
         baseline=baseline,
+        **options.device_options(allow_clock_changes, sysfs_root, space),
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = api.tune(model, device, max_latency, on_trial=on_trial, on_note=_note, **settings)
     _report_run(result, as_json)
+
+
+def value_unit(trial: optuna.trial.FrozenTrial) -> str:
+    """What a trial's value is in: J per output token for an LLM trial, else J per query."""
+    return "J/token" if "j_per_token" in trial.user_attrs else "J/query"
 
 
 def _report_run(result: StudyResult, as_json: bool) -> None:
@@ -376,6 +379,7 @@ def measure(
     scenario: str = options.Scenario,
     target_qps: float | None = options.TargetQps,
     batch_timeout: float = options.BatchTimeout,
+    prompts: str | None = options.Prompts,
     as_json: bool = options.Json,
 ) -> None:
     """Measure one configuration (repeatably, with --repeat).
@@ -386,7 +390,9 @@ def measure(
     check_count(repeat, "--repeat", 3, maximum=1000)
     check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
-    settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
+    settings = options.llm_window(
+        options.scenario_window(settings, scenario, target_qps, batch_timeout), prompts, None, None
+    )
     check_meter(meter, device, model)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
@@ -439,6 +445,13 @@ def _print_measure(
             rows,
         )
     )
+    for i, m in enumerate(results):
+        if m.tokens is not None:
+            t, p = m.tokens, settings.percentile
+            common.out_console.print(
+                f"{i + 1}: {t.j_per_token:.4g} J/token, {t.tokens_per_s:.4g} tokens/s, TTFT {p} "
+                f"{t.ttft_ms(p):.4g} ms, TPOT {p} {t.tpot_ms(p):.4g} ms ({t.output_tokens} tokens)"
+            )
     meters = ", ".join(sorted({m.meter for m in results}))
     spread = "" if summary is None else f"; mean and sd of the {summary['valid']} valid repeats"
     common.out_console.print(f"meter: {meters}{spread}")
@@ -482,7 +495,8 @@ class trial_progress:
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
         best = recommended(study)
-        label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
+        unit = value_unit(trial)
+        label = "-" if best is None else f"{best.value:.4g} {unit} (trial {best.number})"
         if self.study_wide:
             measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         if self.lines:
@@ -498,7 +512,7 @@ class trial_progress:
         elapsed = time.monotonic() - self.started
         left = "-" if done == 0 else common.clock(elapsed / done * (self.total - done))
         if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
-            outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
+            outcome = f"{trial.value:.4g} {value_unit(trial)}, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
         else:
             outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
         return (

@@ -23,7 +23,9 @@ A warm-up first runs a round of queries at the full concurrency outside
 LoadGen (the library's first steps, allocator, clocks settle there; the
 first window of a configuration also builds its cache and graphs), which
 sizes the LoadGen run. The meter starts just before LoadGen and stops when
-it returns, right after the last query completes.
+it returns, right after the last query completes; rates (queries and tokens
+per second) are over that same interval, so J per token is average power
+over tokens per second.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 
 from tuner import atomicfile, interrupts
 from tuner.errors import UserError
-from tuner.measure.loadgen_run import _loadgen, _run_interruptibly
+from tuner.measure.loadgen_run import loadgen, run_interruptibly
 from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
 from tuner.measure.results import LoadGenSummary
@@ -125,7 +127,6 @@ class _TokenSUT:
         self.queries: dict[int, _Query] = {}
         self.lock = threading.Lock()
         self.aborted = False
-        self.last_done = 0.0
         self._token = array.array("i", [0])
 
     def issue(self, samples: list[Any]) -> None:
@@ -179,7 +180,6 @@ class _TokenSUT:
             self.lg.FirstTokenComplete([self.lg.QuerySampleResponse(query.sample_id, address, self._token.itemsize)])
         n = max(query.tokens, 1)
         self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(query.sample_id, address, self._token.itemsize, n)])
-        self.last_done = query.done
 
 
 def _scenario(name: str) -> str:
@@ -250,7 +250,7 @@ def run_token_window(
     monitors: list[Any] | tuple[Any, ...] = (),
 ) -> TokenWindow:
     """Warm up, then one LoadGen test with token latencies, metered from LoadGen's start to its end."""
-    lg = _loadgen()
+    lg = loadgen()
     scenario = _scenario(settings.scenario)
     if max_seqs <= 0:
         raise UserError("maximum concurrent sequences must be a positive integer")
@@ -359,7 +359,7 @@ def _run_once(
             if meter is not None:
                 meter.start()
             start_wall, start = time.time(), time.monotonic()
-            _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
+            run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
         finally:
             end, end_wall = time.monotonic(), time.time()
             try:
@@ -375,7 +375,7 @@ def _run_once(
     return TokenWindow(
         queries=list(sut_state.queries.values()),
         start=start,
-        end=max(min(sut_state.last_done or end, end), start),
+        end=end,
         start_wall=start_wall,
         end_wall=end_wall,
         summary=parse_logs(log_path),
