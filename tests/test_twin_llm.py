@@ -123,3 +123,24 @@ def test_a_twin_measures_an_llm_window_in_tokens(tmp_path):
     assert device.measure("resnet50", device.space().default_config(8), settings).tokens is None
     with pytest.raises(UserError, match="a twin models a decoder"):
         device.measure("openai://127.0.0.1:8000/v1#m", Config(knobs={}, batch_size=1), settings)
+
+
+def test_a_twin_server_window_is_continuous_batching_at_its_rate():
+    from tuner.devices.registry import open_device
+    from tuner.measure.settings import WindowSettings
+
+    device = open_device("sim:h200")
+    config = Config(knobs={"precision": "bf16"}, batch_size=64)
+
+    def at(rate):
+        settings = WindowSettings(scenario="server", noise=False, options={"server_target_qps": rate})
+        return device.measure("llama3.2-1b-random", config, settings)
+
+    slow, busy, over = at(0.5), at(5.0), at(200.0)
+    # Little's law: more queries in flight share each step's weights, and the GPU idles less between them.
+    assert slow.extra["twin_llm_running_batch"] < busy.extra["twin_llm_running_batch"] <= 64
+    assert busy.tokens.j_per_token < slow.tokens.j_per_token / 4
+    assert slow.extra["twin_llm_busy_share"] < busy.extra["twin_llm_busy_share"] <= 1
+    # Above its capacity the queue grows through the window: the TTFT with it, the rate served is the capacity.
+    assert over.qps < 200 and over.tokens.ttft_p99_ms > 1000 * busy.tokens.ttft_p99_ms / 100
+    assert "over capacity" in over.extra["twin_llm_server"]

@@ -1,19 +1,25 @@
 """A twin's window for a causal LM: the decode physics (tuner.devices.virtual.decode) as a token Measurement.
 
-The twin runs the workload's prompts as full static batches of the
-configuration's batch size (the most concurrent sequences), each with the
-workload's mean prompt and output length; SingleStream runs batches of one.
-A Server window is modelled the same way, its batch running full: the twin
-has no queue of LLM requests, which the measurement says (``twin_llm_server``).
-Every query of a batch then has the same TTFT and TPOT; seeded noise
-(the twin's ``noise_time``/``noise_power``, as for any model) spreads the
-tail as the CNN windows' is.
+Every query has the workload's mean prompt and output length. Offline runs
+full static batches of the configuration's batch size (the most concurrent
+sequences); SingleStream batches of one. Server (queries at
+``server_target_qps``) is continuous batching in its steady state: by
+Little's law the running batch holds rate x the time a sequence lives in it
+(a fixed point: that time depends on the batch), at most the batch size; a
+query's TTFT is the prefill of the prompts arriving in one step, its TPOT
+the step at the running batch; the GPU idles at the twin's idle power while
+no sequence is in flight (Poisson arrivals: a share e^-L of the time, L the
+sequences in flight on average); above the capacity (the batch size
+over a full batch's time) the queue grows through the window and the TTFT
+with it. Seeded noise (the twin's ``noise_time``/``noise_power``, as for any
+model) spreads the tail as the CNN windows' is.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +37,8 @@ from tuner.space import Config
 
 # An LLM runs in half precision unless the configuration names its precision (transformers' usual GPU dtype).
 LLM_PRECISION = "fp16"
+# Rounds of the running batch's fixed point (rate x a sequence's time in it); it settles in two or three.
+FIXED_POINT_STEPS = 8
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -64,19 +72,127 @@ def llm_window(twin: TwinModel, model: str, config: Config, settings: WindowSett
     batch = 1 if scenario == "singlestream" else max(config.batch_size, 1)
     knobs = {"precision": LLM_PRECISION, **twin.space.default_config().knobs, **config.knobs}
     run = Config(knobs=knobs, batch_size=batch)
-    g = generate(twin, shape, run, prompt_tokens, new_tokens)
     asked = float(twin.operating([run]).gpu_mhz[0])
     rng = np.random.default_rng(settings.seed) if settings.noise else None
-    return _measurement(twin, g, settings, rng, scenario == "server", asked)
+    rate = float(settings.options.get("server_target_qps", 0.0) or 0.0)
+    if scenario == "server" and rate > 0:
+        return _server(twin, shape, run, prompt_tokens, new_tokens, rate, settings, rng, asked)
+    g = generate(twin, shape, run, prompt_tokens, new_tokens)
+    return _measurement(twin, g, settings, rng, asked)
+
+
+@dataclass(frozen=True)
+class Steady:
+    """Continuous batching at a rate: the running batch, TTFT and TPOT, average power, queries completed/s."""
+
+    running: int
+    ttft_s: float
+    tpot_s: float
+    watts: float
+    completed_per_s: float
+    busy: float
+    wait_s: float
+
+
+def steady_state(
+    twin: TwinModel, shape: DecoderShape, run: Config, prompt: int, new: int, rate: float, window_s: float
+) -> Steady:
+    """The Server window's steady state at ``rate`` queries/s (see the module docstring)."""
+    most = max(run.batch_size, 1)
+
+    def at(batch: int) -> Generation:
+        return generate(twin, shape, run.model_copy(update={"batch_size": batch}), prompt, new)
+
+    full = at(most)
+    capacity = most / full.seconds
+    running, g = 1, at(1)
+    for _ in range(FIXED_POINT_STEPS):
+        wanted = min(most, max(1, math.ceil(rate * g.seconds)))
+        if wanted == running:
+            break
+        running, g = wanted, at(wanted)
+    if rate >= capacity:
+        running, g = most, full
+    arriving = max(1, math.ceil(rate * g.tpot_s))
+    prefill = generate(twin, shape, run.model_copy(update={"batch_size": arriving}), prompt, 1).prefill
+    # Poisson arrivals, each sequence in flight for g.seconds: the GPU is idle while none is (M/G/inf: e^-L).
+    busy = 1.0 - math.exp(-rate * g.seconds) if rate < capacity else 1.0
+    idle_w = float(twin.idle([run]).power_w[0])
+    wait_s = window_s * (1 - capacity / rate) if rate >= capacity else 0.0
+    return Steady(
+        running=running,
+        ttft_s=prefill.seconds,
+        tpot_s=g.tpot_s,
+        watts=busy * g.avg_w + (1 - busy) * idle_w,
+        completed_per_s=min(rate, capacity),
+        busy=busy,
+        wait_s=wait_s,
+    )
+
+
+def _server(
+    twin: TwinModel,
+    shape: DecoderShape,
+    run: Config,
+    prompt: int,
+    new: int,
+    rate: float,
+    settings: WindowSettings,
+    rng: np.random.Generator | None,
+    asked_mhz: float,
+) -> Measurement:
+    s = steady_state(twin, shape, run, prompt, new, rate, settings.window_s)
+    p = twin.params
+    time_factor = float(rng.lognormal(0.0, p.noise_time)) if rng is not None else 1.0
+    power_factor = float(rng.lognormal(0.0, p.noise_power)) if rng is not None else 1.0
+    ttft, tpot, wait = s.ttft_s * time_factor, s.tpot_s * time_factor, s.wait_s
+    watts = s.watts * power_factor
+    duration = settings.window_s
+    queries = max(1, round(s.completed_per_s * duration))
+    output = queries * new
+    energy = watts * duration
+    tail = p.p99_tail_fraction
+    latency = ttft + (new - 1) * tpot
+    tokens = TokenMetrics(
+        output_tokens=output,
+        input_tokens=queries * prompt,
+        j_per_token=energy / output,
+        tokens_per_s=output / duration,
+        ttft_p50_ms=(ttft + wait / 2) * 1e3,
+        ttft_p90_ms=(ttft * (1 + tail / 2) + 0.9 * wait) * 1e3,
+        ttft_p99_ms=(ttft * (1 + tail) + 0.99 * wait) * 1e3,
+        tpot_p50_ms=tpot * 1e3,
+        tpot_p90_ms=tpot * (1 + tail / 2) * 1e3,
+        tpot_p99_ms=tpot * (1 + tail) * 1e3,
+        latency_clock="twin",
+    )
+    extra: dict[str, float | str] = {
+        "twin_llm_running_batch": float(s.running),
+        "twin_llm_busy_share": round(s.busy, 4),
+        "twin_llm_server": "continuous batching in its steady state (Little's law)"
+        + ("; over capacity: the queue grows through the window" if wait > 0 else ""),
+    }
+    return Measurement(
+        j_per_query=energy / queries,
+        p50_ms=(latency + wait / 2) * 1e3,
+        p90_ms=(latency * (1 + tail / 2) + 0.9 * wait) * 1e3,
+        p99_ms=(latency * (1 + tail) + 0.99 * wait) * 1e3,
+        qps=queries / duration,
+        avg_w=watts,
+        energy_j=energy,
+        queries=queries,
+        duration_s=duration,
+        meter="twin",
+        rails=[f"twin:{r}" for r in p.rails],
+        twin=True,
+        throttled=False,
+        extra={"gpu_mhz_effective": round(asked_mhz, 1), **extra},
+        tokens=tokens,
+    )
 
 
 def _measurement(
-    twin: TwinModel,
-    g: Generation,
-    settings: WindowSettings,
-    rng: np.random.Generator | None,
-    server: bool,
-    asked_mhz: float,
+    twin: TwinModel, g: Generation, settings: WindowSettings, rng: np.random.Generator | None, asked_mhz: float
 ) -> Measurement:
     """The generation as a window of ``settings.window_s`` (whole batches), with seeded noise where asked."""
     p = twin.params
@@ -115,8 +231,6 @@ def _measurement(
         "twin_prefill_w": round(g.prefill.watts * power_factor, 3),
         "twin_decode_w": round(g.decode.watts * power_factor, 3),
     }
-    if server:
-        extra["twin_llm_server"] = "modelled as full batches: the twin has no LLM request queue"
     return Measurement(
         j_per_query=energy / queries,
         p50_ms=seconds * 1e3,
