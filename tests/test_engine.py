@@ -26,6 +26,8 @@ from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings
 
 REPO = Path(__file__).resolve().parents[1]
+# Real servers (transformers serve), LoadGen windows and signals to subprocesses.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
