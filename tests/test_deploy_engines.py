@@ -31,7 +31,7 @@ def exported(model: str = "hf:meta-llama/Llama-3.2-1B", knobs: dict | None = Non
         percentile="p99",
         metrics=METRICS,
         provenance=Provenance(study="s", storage="sqlite:///x", trial=7, exported_at="2026-12-04T00:00:00+00:00"),
-        engine=engine_settings(model, 16, knobs, {}),
+        engine=engine_settings(model, 16, knobs),
         **extra,
     )
 
@@ -72,11 +72,15 @@ def test_an_engine_studys_export_names_its_server_port_and_the_engine_files_own_
         json.dumps({"version": 1, "command": "vllm serve M --port {port} --kv {kv}", "knobs": {"kv": ["auto", "fp8"]}})
     )
     model = f"openai://127.0.0.1:8123/v1?engine={engine}#meta-llama/Llama-3.2-1B"
-    export = exported(model, {**KNOBS, "kv": "fp8"})
-    assert export.engine == EngineSettings(max_seqs=16, precision="bf16", graph="eager", settings={"kv": "fp8"})
+    export = exported(model, {**KNOBS, "engine:kv": "fp8"})
+    ran = "vllm serve M --port 8123 --kv fp8"
+    assert export.engine == EngineSettings(
+        max_seqs=16, precision="bf16", graph="eager", settings={"kv": "fp8"}, command=ran
+    )
     script = render(export, "vllm")
     assert command(script)[:5] == ["vllm", "serve", "meta-llama/Llama-3.2-1B", "--port", "8123"]
-    assert "kv=fp8" in script and "kv=fp8" not in next(line for line in script.splitlines() if "sm_mhz=" in line)
+    assert "kv=fp8" in script and f"the study's command line: {ran}" in script
+    assert "kv" not in next(line for line in script.splitlines() if "sm_mhz=" in line)
 
 
 def test_the_formats_are_written_beside_the_yaml_export_which_keeps_the_engine_settings(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
         percentile=percentile,
         metrics=metrics,
         saved=saved_of(study),
-        engine=engine_settings(attrs["model"], int(record["batch_size"]), dict(record["config"]), trial.user_attrs),
+        engine=engine_settings(attrs["model"], int(record["batch_size"]), dict(record["config"])),
         provenance=Provenance(
             study=study.study_name,
             storage=redact(storage),
@@ -175,33 +176,42 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     )
 
 
-def engine_settings(
-    model: str, batch_size: int, knobs: dict[str, Any], trial_attrs: dict[str, Any]
-) -> EngineSettings | None:
-    """An LLM study's serving settings (None for any other model): the batch size is its most sequences."""
+def engine_settings(model: str, batch_size: int, knobs: dict[str, Any]) -> EngineSettings | None:
+    """An LLM study's serving settings (None for any other model): the batch size is its most sequences.
+
+    For a server the tool started from an engine file, its own knobs (``engine:NAME`` in the study) and
+    its command line filled in with the trial's values, while the file is still where the study read it.
+    """
     if not is_llm(model):
         return None
     own: dict[str, Any] = {}
+    command = None
     if model.startswith(ENGINE_PREFIX):
-        from runners.engine_server import load_engine
-        from runners.openai_engine import parse_target
+        from runners.engine_server import EngineServer, load_engine
+        from runners.openai_engine import ENGINE_KNOB_PREFIX, parse_target
 
-        engine = parse_target(model).engine
+        target = parse_target(model)
+        own = {k[len(ENGINE_KNOB_PREFIX) :]: v for k, v in knobs.items() if k.startswith(ENGINE_KNOB_PREFIX)}
         try:
-            names = load_engine(engine).knobs if engine is not None else {}
-        except UserError:  # the engine file moved since the study: its knobs stay among the export's knobs
-            names = {}
-        own = {k: v for k, v in knobs.items() if k in names}
+            engine = load_engine(target.engine) if target.engine is not None else None
+        except UserError:  # the engine file moved since the study: the settings stay, the command is unknown
+            engine = None
+        if engine is not None:
+            values = {**{k: v for k, v in knobs.items() if k in COMMAND_KNOBS}, **own, "batch_size": batch_size}
+            command = shlex.join(engine.argv(EngineServer(engine, target).values(values)))
     tokens = knobs.get("max_batch_tokens")
-    command = (trial_attrs.get("extra") or {}).get("engine_command")
     return EngineSettings(
         max_seqs=batch_size,
         precision=None if knobs.get("precision") is None else str(knobs["precision"]),
         graph=None if knobs.get("graph") is None else str(knobs["graph"]),
         max_batch_tokens=None if tokens in (None, "none", "auto") else int(tokens),
         settings=own,
-        command=command if isinstance(command, str) else None,
+        command=command,
     )
+
+
+# The in-process runner's knobs an engine command may name, as the study records them.
+COMMAND_KNOBS = ("precision", "graph", "max_batch_tokens")
 
 
 # The clocks a GPU window sampled (tuner.devices.nvml), carried into the export beside the figures they produced.

@@ -25,6 +25,7 @@ import shlex
 from typing import Any
 
 from runners.llm_spec import ENGINE_PREFIX, HF_PREFIX, LLM_ZOO
+from runners.openai_engine import ENGINE_KNOB_PREFIX
 from tuner.deploy import EngineSettings, ExportedConfig
 from tuner.errors import UserError
 
@@ -67,8 +68,7 @@ def model_argument(model: str) -> tuple[str, str | None]:
 
 def device_lines(exported: ExportedConfig) -> list[str]:
     """The device's side of the answer, as comment lines: the mode ``tune apply`` sets before the engine starts."""
-    own = set(ENGINE_KNOBS) | set(exported.engine.settings if exported.engine else {})
-    device = {k: v for k, v in exported.knobs.items() if k not in own}
+    device = {k: v for k, v in exported.knobs.items() if k not in ENGINE_KNOBS and not k.startswith(ENGINE_KNOB_PREFIX)}
     twin = " (tuned on a digital twin, not measured on hardware)" if exported.twin else ""
     lines = [f"# device {exported.device_kind}{twin}: apply its mode first with tune apply on the YAML export"]
     if device:
