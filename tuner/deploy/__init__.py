@@ -186,6 +186,7 @@ def engine_settings(model: str, batch_size: int, knobs: dict[str, Any]) -> Engin
         return None
     own: dict[str, Any] = {}
     command = None
+    ran = dict(knobs)
     if model.startswith(ENGINE_PREFIX):
         from runners.engine_server import EngineServer, load_engine
         from runners.openai_engine import ENGINE_KNOB_PREFIX, parse_target
@@ -196,14 +197,17 @@ def engine_settings(model: str, batch_size: int, knobs: dict[str, Any]) -> Engin
             engine = load_engine(target.engine) if target.engine is not None else None
         except UserError:  # the engine file moved since the study: the settings stay, the command is unknown
             engine = None
+        # A server runs its own precision, graph mode and step size unless its command line was given them.
+        used = set(engine.placeholders()) if engine is not None else set()
+        ran = {k: v for k, v in knobs.items() if k not in COMMAND_KNOBS or k in used}
         if engine is not None:
-            values = {**{k: v for k, v in knobs.items() if k in COMMAND_KNOBS}, **own, "batch_size": batch_size}
+            values = {**{k: v for k, v in ran.items() if k in COMMAND_KNOBS}, **own, "batch_size": batch_size}
             command = shlex.join(engine.argv(EngineServer(engine, target).values(values)))
-    tokens = knobs.get("max_batch_tokens")
+    tokens = ran.get("max_batch_tokens")
     return EngineSettings(
         max_seqs=batch_size,
-        precision=None if knobs.get("precision") is None else str(knobs["precision"]),
-        graph=None if knobs.get("graph") is None else str(knobs["graph"]),
+        precision=None if ran.get("precision") is None else str(ran["precision"]),
+        graph=None if ran.get("graph") is None else str(ran["graph"]),
         max_batch_tokens=None if tokens in (None, "none", "auto") else int(tokens),
         settings=own,
         command=command,
