@@ -21,7 +21,9 @@ time cap, so the whole run ends within ``--budget`` seconds (default 350).
 
     python3 benchmarks/llm_h200.py OUT [--budget 350] [--target-qps 40]
 
-writes OUT/llm_h200.json (every section's figures) and OUT/llm_h200.md.
+writes OUT/llm_h200.json (every section's figures) and OUT/llm_h200.md;
+``bash benchmarks/h200_llm.sh`` runs it on a lent H200 and brings those back
+with the study's trials.csv and fronts.
 """
 
 from __future__ import annotations

@@ -130,7 +130,8 @@ class TokenRunner(Protocol):
     opens a session: ``submit(key, encoded, max_new_tokens)`` queues a query
     and returns at once; the runner calls ``on_first(key)`` when its first
     token exists and ``on_done(key, n_tokens)`` when it is complete, from its
-    own threads. ``stop`` ends the session (queries not done are dropped).
+    own threads. ``cancel(key)`` drops a query (a window cut once its verdict
+    is known; a signal); ``stop`` ends the session.
     """
 
     name: str
@@ -146,6 +147,8 @@ class TokenRunner(Protocol):
     def start(self, on_first: FirstToken, on_done: Done) -> None: ...
 
     def submit(self, key: int, encoded: Any, max_new_tokens: int) -> None: ...
+
+    def cancel(self, key: int) -> None: ...
 
     def stop(self) -> None: ...
 

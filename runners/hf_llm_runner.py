@@ -209,6 +209,11 @@ class HfLlmRunner:
             list(encoded), request_id=str(key), max_new_tokens=int(max_new_tokens), streaming=True, eos_token_id=-1
         )
 
+    def cancel(self, key: int) -> None:
+        """Drop one query from the running batch (or the queue): its cache pages go back to the library."""
+        if self._manager is not None:
+            self._manager.cancel_request(str(key))
+
     def stop(self) -> None:
         """End the session: the reader stops; the manager (cache, graphs) stays for the next window."""
         self._reading.clear()

@@ -24,6 +24,7 @@ from tuner.errors import ConfigurationError
 from tuner.llm import bounds_label, llm_space
 from tuner.measure.prompts import SHAPES, load_prompts, shaped
 from tuner.measure.settings import WindowSettings
+from tuner.measure.token_tail import TokenTail
 from tuner.measure.tokens import parse_token_latencies
 from tuner.run_options import RunOptions
 from tuner.space import load_space
@@ -164,6 +165,19 @@ def test_token_latencies_are_read_from_loadgen_s_detail_log(tmp_path):
     assert parse_token_latencies(tmp_path) == {"ttft_p99": 8e6, "ttft_p50": 2e6, "tpot_p99": 1.5e6}
 
 
+def test_a_token_tail_is_proven_once_more_queries_are_past_a_bound_than_the_percentile_allows():
+    nan = math.nan
+    tail = TokenTail(ttft_s=0.1, tpot_s=0.01, quantile=0.99, total=500)
+    assert tail.needed == 6  # 1% of 500 queries, and the interpolated percentile's one more
+    late = [(0.0, 0.2, 1.0, 10)] * 5  # first tokens 200 ms after issue
+    assert tail.over(late, now=1.0) is None
+    waiting = [(0.5, nan, nan, 0)]  # no first token yet, 150 ms after its issue
+    assert tail.over(late + waiting, now=0.65) == ("ttft", 6)
+    assert tail.over(late + waiting, now=0.55) is None
+    slow = [(0.0, 0.01, 0.5, 11)] * 6  # 49 ms per token after the first
+    assert tail.over(slow, now=1.0) == ("tpot", 6)
+
+
 # Bad input on the command line: exit 2, one line, nothing written
 
 
@@ -233,6 +247,36 @@ def test_every_scenario_times_tokens_and_charges_energy_to_them(tmp_path):
             assert m.extra["loadgen_log_dir"] == str(tmp_path / scenario)
     finally:
         runner.close()
+
+
+@needs_llm
+@needs_loadgen
+@pytest.mark.slow
+def test_a_server_window_that_cannot_keep_up_is_cut_once_its_ttft_tail_is_proven_over(tmp_path):
+    """One sequence at a time against a rate far above it: the queue grows, and the window ends at the proof."""
+    from fakemeter import ConstantMeter
+
+    from runners import make_runner
+    from tuner.measure.session import measure_with
+
+    runner = make_runner("tiny-llm", "cpu")
+    runner.prepare(1, "fp32", {})
+    settings = WindowSettings(
+        scenario="server",
+        window_s=2.0,
+        warmup_s=0.1,
+        prompts=str(_prompts(tmp_path)),
+        options={"server_target_qps": 400},
+        max_ttft_ms=2.0,
+    )
+    try:
+        m = measure_with(runner, ConstantMeter(watts=10.0), 1, settings, log_dir=tmp_path / "cut")
+    finally:
+        runner.close()
+    assert m.valid and m.extra["cut"] == "tail-over-bound" and m.extra["cut_bound"] == "ttft"
+    assert m.extra["tail_over_queries"] >= m.extra["tail_over_needed"] > 0
+    # Metered up to the cut, long before the 2 s window: the queued queries' waits count as their TTFT.
+    assert m.duration_s < 1.5 and m.tokens.latency_clock == "sut-monotonic" and m.tokens.ttft_p99_ms > 2.0
 
 
 @needs_llm

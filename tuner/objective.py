@@ -322,6 +322,8 @@ class Objective:
         window's percentile reads; a costlier window keeps its measured
         latency (it may well meet the bound) and its value, above the best.
         """
+        if m.tokens is not None:
+            return self._token_cut_verdict(trial, m)
         percentile = self.options.window.percentile
         bound = self.options.max_latency_ms
         latency = m.latency_ms(percentile)
@@ -343,6 +345,28 @@ class Objective:
         own = [m.figures()]
         record_measurement(trial, m, windows=own, measurements=1, cut=reason)
         set_constraint(trial, "latency", constraint)
+        trial.set_user_attr("verdict", line)
+        return m.objective
+
+    def _token_cut_verdict(self, trial: optuna.Trial, m: Measurement) -> float:
+        """An LLM window cut once its TTFT or TPOT tail was proven past its bound: infeasible on that bound.
+
+        Its other bounds keep the figures measured up to the cut; the value is
+        the energy per output token of the tokens completed by then.
+        """
+        figures, bounds = m.figures(), self.options.bounds()
+        proven = str(m.extra.get("cut_bound", ""))
+        for name, (attr, bound) in bounds.items():
+            value = figures[attr] - bound
+            set_constraint(trial, name, max(value, math.ulp(bound)) if name == proven else value)
+        over = m.extra.get("tail_over_queries")
+        past = f", {int(over)} queries past it" if over is not None else ""
+        bound = bounds[proven][1] if proven in bounds else math.nan
+        line = (
+            f"misses the bounds: {proven} {self.options.window.percentile} proven over {bound:g} ms, "
+            f"cut after {m.duration_s:.2g} s{past}"
+        )
+        record_measurement(trial, m, windows=[m.figures()], measurements=1, cut=str(m.extra["cut"]))
         trial.set_user_attr("verdict", line)
         return m.objective
 

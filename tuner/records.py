@@ -92,6 +92,8 @@ def unmet_bounds(trials: list[optuna.trial.FrozenTrial], bounds: dict[str, tuple
         f"--max-{name} {_round_up(bound + nearest.constraints[name]):g}ms" for name, (_a, bound) in bounds.items()
     )
     batch = nearest.user_attrs.get("batch_size")
+    if nearest.user_attrs.get("cut"):
+        ran += " or more (its window was cut once past a bound)"
     return f"{head}; the nearest, trial {nearest.number} (batch {batch}), ran {ran}: {flags} would admit it"
 
 

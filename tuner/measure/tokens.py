@@ -48,6 +48,8 @@ from tuner.measure.loadgen_run import loadgen, run_interruptibly
 from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
 from tuner.measure.results import LoadGenSummary
+from tuner.measure.stopping import QUANTILES, STOP_TAIL
+from tuner.measure.token_tail import Times, TokenTail
 from tuner.measurement import Measurement, TokenMetrics
 
 if TYPE_CHECKING:
@@ -69,6 +71,8 @@ WARMUP_TIMEOUT_S = 600.0
 # LoadGen's verdict lines that say a window was too short to judge; its others are about the latency bounds
 # (performance constraints, early stopping, "TTFT constrain not met"), which the study's constraints judge.
 TOO_SHORT = ("min duration", "min queries")
+# How often a Server or SingleStream window looks whether its tail is already proven past a bound.
+WATCH_S = 0.02
 _KEYS = itertools.count()
 _PERCENTILES = {"p50": "50.00", "p90": "90.00", "p99": "99.00"}
 
@@ -102,10 +106,14 @@ class TokenWindow:
     error: str = ""
     attempts: int = 1
     monitors: list[Any] = field(default_factory=list)
+    cut_bound: str = ""
+    cut_over: int = 0
+    cut_needed: int = 0
 
     @property
     def completed(self) -> list[_Query]:
-        return [q for q in self.queries if not math.isnan(q.done)]
+        """The queries that completed in the window (a cut window: before its cut)."""
+        return [q for q in self.queries if q.done <= self.end]
 
     @property
     def output_tokens(self) -> int:
@@ -127,7 +135,13 @@ class _TokenSUT:
         self.queries: dict[int, _Query] = {}
         self.lock = threading.Lock()
         self.aborted = False
+        self.cut: tuple[str, int] | None = None
+        self.cut_at = math.nan
         self._token = array.array("i", [0])
+
+    def times(self) -> list[Times]:
+        with self.lock:
+            return [(q.issued, q.first, q.done, q.tokens) for q in self.queries.values()]
 
     def issue(self, samples: list[Any]) -> None:
         now = time.monotonic()
@@ -156,11 +170,12 @@ class _TokenSUT:
         self._complete(key, tokens)
 
     def abort(self) -> None:
-        """Complete every query still running at once, so LoadGen returns; later tokens are ignored."""
+        """Complete every running query at once, so LoadGen returns; the runner drops them, later tokens are ignored."""
         self.aborted = True
         with self.lock:
             running = [key for key, q in self.queries.items() if math.isnan(q.done)]
         for key in running:
+            self.runner.cancel(key)
             self._complete(key, 1)
 
     def _complete(self, key: int, tokens: int) -> None:
@@ -347,46 +362,121 @@ def _run_once(
     log_settings.enable_trace = False
     sut = lg.ConstructSUT(sut_state.issue, sut_state.flush)
     qsl = lg.ConstructQSL(QSL_SIZE, QSL_SIZE, _noop, _noop)
-    started_monitors: list[Any] = []
-    reading: EnergyReading | None = None
-    telemetry: list[Any] = []
+    bracket = _Bracket(meter, monitors)
+    tail = tail_rule(scenario, settings, ts)
+    ended = threading.Event()
+    watch = threading.Thread(
+        target=_watch, args=(sut_state, tail, bracket, ended), name="powertune-token-tail", daemon=True
+    )
     runner.start(sut_state.first, sut_state.done)
     with interrupts.listening(sut_state.abort):
         try:
-            for monitor in monitors:
-                monitor.start()
-                started_monitors.append(monitor)
-            if meter is not None:
-                meter.start()
-            start_wall, start = time.time(), time.monotonic()
+            bracket.open()
+            if tail is not None:
+                watch.start()
             run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
         finally:
-            end, end_wall = time.monotonic(), time.time()
+            ended.set()
             try:
-                if meter is not None:
-                    reading = meter.stop()
+                bracket.close()
             finally:
-                telemetry = [monitor.stop() for monitor in reversed(started_monitors)]
+                if watch.is_alive():
+                    watch.join()
                 runner.stop()
                 lg.DestroyQSL(qsl)
                 lg.DestroySUT(sut)
         interrupts.check()
-    input_tokens = sum(prompts.samples[q.index].input_tokens for q in sut_state.queries.values())
+    issued = [q for q in sut_state.queries.values() if q.issued <= bracket.end]
+    input_tokens = sum(prompts.samples[q.index].input_tokens for q in issued)
+    bound, over = sut_state.cut or ("", 0)
     return TokenWindow(
         queries=list(sut_state.queries.values()),
-        start=start,
-        end=end,
-        start_wall=start_wall,
-        end_wall=end_wall,
+        start=bracket.start,
+        end=bracket.end,
+        start_wall=bracket.start_wall,
+        end_wall=bracket.end_wall,
         summary=parse_logs(log_path),
         token_latencies_ns=parse_token_latencies(log_path),
         log_dir=log_path,
-        energy=reading,
+        energy=bracket.reading,
         warmup_qps=qps,
         warmup_s=0.0,
         input_tokens=input_tokens,
         error=str(getattr(runner, "error", "") or ""),
-        monitors=telemetry,
+        monitors=bracket.telemetry,
+        cut_bound=bound,
+        cut_over=over,
+        cut_needed=0 if tail is None else tail.needed,
+    )
+
+
+class _Bracket:
+    """The meter and monitors around a window: opened before LoadGen, closed once (at its end, or at a cut)."""
+
+    def __init__(self, meter: Meter | None, monitors: Any) -> None:
+        self.meter = meter
+        self.monitors = list(monitors)
+        self.started: list[Any] = []
+        self.reading: EnergyReading | None = None
+        self.telemetry: list[Any] = []
+        self.start = self.end = self.start_wall = self.end_wall = 0.0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def open(self) -> None:
+        for monitor in self.monitors:
+            monitor.start()
+            self.started.append(monitor)
+        if self.meter is not None:
+            self.meter.start()
+        self.start_wall, self.start = time.time(), time.monotonic()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.end, self.end_wall = time.monotonic(), time.time()
+            try:
+                if self.meter is not None and self.start:
+                    self.reading = self.meter.stop()
+            finally:
+                self.telemetry = [monitor.stop() for monitor in reversed(self.started)]
+
+
+def _watch(sut: _TokenSUT, tail: TokenTail, bracket: _Bracket, ended: threading.Event) -> None:
+    """Cut the window once its tail is proven past a bound: the bracket closes there and the queries end at once."""
+    while not ended.wait(WATCH_S):
+        found = tail.over(sut.times(), time.monotonic())
+        if found is not None:
+            sut.cut = found
+            bracket.close()
+            sut.abort()
+            return
+
+
+def tail_rule(scenario: str, settings: WindowSettings, ts: Any) -> TokenTail | None:
+    """The tail cut of a Server or SingleStream window with a token bound, sized on the most queries it can hold.
+
+    Server: its schedule, ``target x window`` plus six standard deviations of
+    the Poisson count, or LoadGen's minimum count; SingleStream: its minimum
+    count or one and a half times what its window holds at the warm-up's pace.
+    Offline hands every query over at once, so TTFT there is queueing by
+    design and no cut applies.
+    """
+    if scenario == "offline" or (settings.max_ttft_ms is None and settings.max_tpot_ms is None):
+        return None
+    if scenario == "server":
+        expected = ts.server_target_qps * settings.window_s
+        total = max(ts.min_query_count, math.ceil(expected + 6 * math.sqrt(expected))) + 1
+    else:
+        per_query = max(ts.single_stream_expected_latency_ns / 1e9, 1e-6)
+        total = max(ts.min_query_count, math.ceil(1.5 * settings.window_s / per_query))
+    return TokenTail(
+        ttft_s=None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0,
+        tpot_s=None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0,
+        quantile=QUANTILES.get(settings.percentile, 0.99),
+        total=total,
     )
 
 
@@ -423,9 +513,16 @@ def parse_token_latencies(log_dir: str | Path) -> dict[str, float]:
 
 
 def sut_token_latencies_ms(window: TokenWindow) -> dict[str, float]:
-    """TTFT and TPOT percentiles (ms) on the SUT's clock, defined as LoadGen defines them."""
+    """TTFT and TPOT percentiles (ms) on the SUT's clock, defined as LoadGen defines them.
+
+    A cut window counts every query issued before its cut, a query with no
+    first token yet at the time it had waited by then.
+    """
     done = window.completed
-    ttft = np.asarray([(q.first - q.issued) * 1e3 for q in done] or [math.nan])
+    issued = [q for q in window.queries if q.issued <= window.end]
+    ttft = np.asarray(
+        [((q.first if q.first <= window.end else window.end) - q.issued) * 1e3 for q in issued] or [math.nan]
+    )
     tpot = np.asarray([(q.done - q.first) * 1e3 / (q.tokens - 1) for q in done if q.tokens > 1] or [0.0])
     latency = np.asarray([(q.done - q.issued) * 1e3 for q in done] or [math.nan])
     out: dict[str, float] = {}
@@ -446,21 +543,26 @@ def build_token_measurement(window: TokenWindow, meter: Meter) -> Measurement:
     reasons: list[str] = []
     if window.error:
         reasons.append(f"runner error: {window.error}")
-    if not done or tokens <= 0:
+    if (not done or tokens <= 0) and not window.cut_bound:
         reasons.append("no query completed in the window")
+    cut = bool(window.cut_bound)
     judged = [r for r in window.summary.invalid_reasons if any(short in r.lower() for short in TOO_SHORT)]
-    if not window.summary.valid and (judged or not window.summary.invalid_reasons):
+    if not cut and not window.summary.valid and (judged or not window.summary.invalid_reasons):
         reasons.append(f"LoadGen result INVALID ({'; '.join(judged) or 'no reason given'})")
-    if reading.duration_s < meter.min_window_s:
+    if not cut and reading.duration_s < meter.min_window_s:
         reasons.append(
             f"window {reading.duration_s:.2f} s is shorter than meter {meter.name} needs "
             f"({meter.min_window_s:.2f} s): lengthen --window"
         )
     own = sut_token_latencies_ms(window)
     loadgen = window.token_latencies_ns
-    clock = "loadgen" if all(f"{k}_{p}" in loadgen for k in ("ttft", "tpot") for p in _PERCENTILES) else "sut-monotonic"
+    # A cut window's LoadGen log holds the queries ended at the cut as instant: its own figures at the cut stand.
+    complete = all(f"{k}_{p}" in loadgen for k in ("ttft", "tpot") for p in _PERCENTILES)
+    clock = "loadgen" if complete and not cut else "sut-monotonic"
     figure = {key: loadgen[key] / 1e6 for key in loadgen} if clock == "loadgen" else own
-    per_query = _query_percentiles(window.summary) or tuple(own[f"latency_{p}"] for p in _PERCENTILES)
+    per_query = (None if cut else _query_percentiles(window.summary)) or tuple(
+        own[f"latency_{p}"] for p in _PERCENTILES
+    )
     duration = window.duration_s
     queries = len(done)
     metrics = TokenMetrics(
@@ -489,6 +591,13 @@ def build_token_measurement(window: TokenWindow, meter: Meter) -> Measurement:
         "latency_clock": clock,
         **{f"sut_{key}_ms": value for key, value in own.items()},
     }
+    if cut:
+        extra.update(
+            cut=STOP_TAIL,
+            cut_bound=window.cut_bound,
+            tail_over_queries=float(window.cut_over),
+            tail_over_needed=float(window.cut_needed),
+        )
     if reading.warning:
         extra["meter_warning"] = reading.warning
     extra.update({f"meter_{k}": v for k, v in reading.extra.items()})
