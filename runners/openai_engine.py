@@ -326,6 +326,8 @@ class EngineRunner:
         self._workers: list[threading.Thread] = []
         self._running = threading.Event()
         self._open: dict[int, http.client.HTTPConnection] = {}
+        self._keys: dict[int, int] = {}
+        self._cancelled: set[int] = set()
         self._open_lock = threading.Lock()
 
     def prepare(self, batch_size: int, precision: str, options: dict[str, Any]) -> None:
@@ -356,6 +358,7 @@ class EngineRunner:
 
     def start(self, on_first: FirstToken, on_done: Done) -> None:
         self.stop()
+        self._cancelled = set()
         if self.server is not None and not self.server.running:
             self._ensure()
         self.error = ""
@@ -370,6 +373,18 @@ class EngineRunner:
 
     def submit(self, key: int, encoded: str, max_new_tokens: int) -> None:
         self._queue.put((key, encoded, max_new_tokens))
+
+    def cancel(self, key: int) -> None:
+        """Drop one query: not sent if it is still queued, its connection shut if it is in flight; no answer."""
+        with self._open_lock:
+            self._cancelled.add(key)
+            for ident, running in self._keys.items():
+                conn = self._open.get(ident)
+                if running == key and conn is not None and conn.sock is not None:
+                    try:
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass  # already closed by its worker
 
     def stop(self) -> None:
         """End the session: queued queries are dropped, requests in flight are cut (their connections shut)."""
@@ -406,23 +421,30 @@ class EngineRunner:
             if item is None:
                 return
             key, prompt, max_tokens = item
-            if not self._running.is_set():
-                continue
+            with self._open_lock:
+                if not self._running.is_set() or key in self._cancelled:
+                    continue
+                self._keys[threading.get_ident()] = key
             try:
                 streamed = self.client.stream(
                     prompt,
                     max_tokens,
                     on_first=lambda key=key: on_first(key),
-                    cancelled=self._stopped,
+                    cancelled=lambda key=key: self._cut(key),
                     opened=self._opened,
                 )
             except MeasurementError as exc:
-                if self._running.is_set():
+                if self._answers(key):
                     self.error = self.error or str(exc)
                     on_done(key, 0)
                 continue
-            if self._running.is_set():  # a request cut by stop() is not an answer
+            if self._answers(key):  # a request cut by stop() or cancel() is not an answer
                 on_done(key, streamed.tokens)
+
+    def _answers(self, key: int) -> bool:
+        with self._open_lock:
+            self._keys.pop(threading.get_ident(), None)
+            return self._running.is_set() and key not in self._cancelled
 
     def _opened(self, conn: http.client.HTTPConnection | None) -> None:
         with self._open_lock:
@@ -431,5 +453,5 @@ class EngineRunner:
             else:
                 self._open[threading.get_ident()] = conn
 
-    def _stopped(self) -> bool:
-        return not self._running.is_set()
+    def _cut(self, key: int) -> bool:
+        return not self._running.is_set() or key in self._cancelled

@@ -288,14 +288,23 @@ def test_bad_engine_input_on_the_command_line_is_one_line_and_exit_2(port, tmp_p
         assert not (tmp_path / "tune.db").exists()
 
 
-def test_stopping_a_session_cuts_the_requests_in_flight(port, tiny):
+def test_cancel_and_stop_cut_the_requests_in_flight_and_drop_the_queued(port, tiny):
     runner = make_runner(url(port, str(tiny)))
-    runner.prepare(2, "fp32", {})
-    first, done = threading.Event(), []
-    runner.start(lambda key: first.set(), lambda key, tokens: done.append(key))
+    runner.prepare(1, "fp32", {})
+    firsts, done = [], []
+    first = threading.Event()
+    runner.start(lambda key: (firsts.append(key), first.set()), lambda key, tokens: done.append(key))
     try:
         runner.submit(1, "the quick brown fox", 480)
+        runner.submit(2, "the lazy dog", 4)  # queued behind 1 (one request in flight at a time)
         assert first.wait(timeout=120), runner.error
+        runner.cancel(2)
+        runner.cancel(1)
+        runner.submit(3, "the lazy dog", 480)
+        deadline = time.monotonic() + 120
+        while 3 not in firsts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert firsts == [1, 3], runner.error
     finally:
         runner.stop()
     assert done == [] and runner.error == "" and runner._workers == []
