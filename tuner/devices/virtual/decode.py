@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runners.profile import LayerProfile, ModelProfile
 from tuner.devices.virtual.twin_physics import PRECISION_BYTES, TwinModel
 from tuner.devices.virtual.twin_schema import Runtime
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError
 from tuner.space import Config
 
 # Bytes are counted at fp32 as in every twin profile (the twin scales them by the precision's width).
@@ -98,7 +98,7 @@ class DecoderShape(BaseModel):
                 tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(
+            raise ConfigurationError(
                 f"a decoder config needs num_hidden_layers, hidden_size, intermediate_size, num_attention_heads "
                 f"and vocab_size ({exc}): give a causal LM's config.json"
             ) from None
@@ -327,13 +327,13 @@ def generate(
     ``graph`` knob), or a runtime of the caller's (a calibration's candidate).
     """
     if prompt_tokens < 1 or new_tokens < 1:
-        raise UserError(f"a generation needs prompt and output tokens (got {prompt_tokens} and {new_tokens})")
+        raise ConfigurationError(f"a generation needs prompt and output tokens (got {prompt_tokens} and {new_tokens})")
     if isinstance(runtime, LlmRuntime):
         llm, name = runtime, runtime.description
     else:
         name = runtime or runtime_for(config)
         if name not in RUNTIMES:
-            raise UserError(f"unknown LLM runtime {name!r}: choose from {', '.join(RUNTIMES)}")
+            raise ConfigurationError(f"unknown LLM runtime {name!r}: choose from {', '.join(RUNTIMES)}")
         llm = RUNTIMES[name]
     model = _model_for(twin, llm)
     batch = max(config.batch_size, 1)
