@@ -144,3 +144,12 @@ def test_a_twin_server_window_is_continuous_batching_at_its_rate():
     # Above its capacity the queue grows through the window: the TTFT with it, the rate served is the capacity.
     assert over.qps < 200 and over.tokens.ttft_p99_ms > 1000 * busy.tokens.ttft_p99_ms / 100
     assert "over capacity" in over.extra["twin_llm_server"]
+    # A step of fewer tokens prefills a prompt over more steps: a longer TTFT, the same TPOT.
+    chunked = device.measure(
+        "llama3.2-1b-random",
+        config,
+        WindowSettings(scenario="server", noise=False, options={"server_target_qps": 5.0, "max_batch_tokens": 64}),
+    )
+    assert chunked.tokens.ttft_p50_ms > 2 * busy.tokens.ttft_p50_ms
+    assert chunked.tokens.tpot_p50_ms == pytest.approx(busy.tokens.tpot_p50_ms)
+    assert busy.tokens.tpot_p99_ms > busy.tokens.tpot_p50_ms

@@ -6,8 +6,11 @@ sequences); SingleStream batches of one. Server (queries at
 ``server_target_qps``) is continuous batching in its steady state: by
 Little's law the running batch holds rate x the time a sequence lives in it
 (a fixed point: that time depends on the batch), at most the batch size; a
-query's TTFT is the prefill of the prompts arriving in one step, its TPOT
-the step at the running batch; the GPU idles at the twin's idle power while
+query's TTFT is the prefill of the prompts arriving in one step (over as
+many steps as they fill at ``max_batch_tokens`` a step), its TPOT the step
+at the running batch slowed by the share of time the arrivals' prefill takes
+(spread, query to query, by the Poisson count of arrivals in its life); the
+GPU idles at the twin's idle power while
 no sequence is in flight (Poisson arrivals: a share e^-L of the time, L the
 sequences in flight on average); above the capacity (the batch size
 over a full batch's time) the queue grows through the window and the TTFT
@@ -39,6 +42,10 @@ from tuner.space import Config
 LLM_PRECISION = "fp16"
 # Rounds of the running batch's fixed point (rate x a sequence's time in it); it settles in two or three.
 FIXED_POINT_STEPS = 8
+# The most of the GPU's time prefill may take before decode stops (past it the rate is over capacity anyway).
+MAX_PREFILL_LOAD = 0.9
+# Standard normal quantiles for the p90 and p99 of a per-query TPOT spread by Poisson arrivals.
+Z90, Z99 = 1.2816, 2.3263
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -88,6 +95,7 @@ class Steady:
     running: int
     ttft_s: float
     tpot_s: float
+    tpot_sd_s: float
     watts: float
     completed_per_s: float
     busy: float
@@ -95,9 +103,20 @@ class Steady:
 
 
 def steady_state(
-    twin: TwinModel, shape: DecoderShape, run: Config, prompt: int, new: int, rate: float, window_s: float
+    twin: TwinModel,
+    shape: DecoderShape,
+    run: Config,
+    prompt: int,
+    new: int,
+    rate: float,
+    window_s: float,
+    chunk: int | None = None,
 ) -> Steady:
-    """The Server window's steady state at ``rate`` queries/s (see the module docstring)."""
+    """The Server window's steady state at ``rate`` queries/s (see the module docstring).
+
+    ``chunk``: the most tokens one step holds (``max_batch_tokens``): the prompts arriving in a step
+    are prefilled over as many steps as they fill, each with its decode step beside it.
+    """
     most = max(run.batch_size, 1)
 
     def at(batch: int) -> Generation:
@@ -115,14 +134,27 @@ def steady_state(
         running, g = most, full
     arriving = max(1, math.ceil(rate * g.tpot_s))
     prefill = generate(twin, shape, run.model_copy(update={"batch_size": arriving}), prompt, 1).prefill
+    per_token = prefill.seconds / (arriving * prompt)
+    # The share of the GPU's time the arrivals' prefill takes slows every decode step by as much.
+    load = min(rate * prompt * per_token, MAX_PREFILL_LOAD) if rate < capacity else 0.0
+    tpot = g.tpot_s / (1 - load)
+    # A query's TPOT carries the prefills of the queries arriving in its life (Poisson: spread sqrt(mean)).
+    arrivals = rate * max(new - 1, 1) * tpot
+    tpot_sd = math.sqrt(arrivals) * prompt * per_token / max(new - 1, 1)
+    tokens = arriving * prompt
+    if chunk is not None and chunk < tokens:
+        ttft = math.ceil(tokens / chunk) * (chunk * per_token + g.tpot_s)
+    else:
+        ttft = prefill.seconds
     # Poisson arrivals, each sequence in flight for g.seconds: the GPU is idle while none is (M/G/inf: e^-L).
     busy = 1.0 - math.exp(-rate * g.seconds) if rate < capacity else 1.0
     idle_w = float(twin.idle([run]).power_w[0])
     wait_s = window_s * (1 - capacity / rate) if rate >= capacity else 0.0
     return Steady(
         running=running,
-        ttft_s=prefill.seconds,
-        tpot_s=g.tpot_s,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        tpot_sd_s=tpot_sd,
         watts=busy * g.avg_w + (1 - busy) * idle_w,
         completed_per_s=min(rate, capacity),
         busy=busy,
@@ -141,11 +173,14 @@ def _server(
     rng: np.random.Generator | None,
     asked_mhz: float,
 ) -> Measurement:
-    s = steady_state(twin, shape, run, prompt, new, rate, settings.window_s)
+    tokens = settings.options.get("max_batch_tokens")
+    chunk = int(tokens) if isinstance(tokens, int | float) or str(tokens).isdigit() else None
+    s = steady_state(twin, shape, run, prompt, new, rate, settings.window_s, chunk)
     p = twin.params
     time_factor = float(rng.lognormal(0.0, p.noise_time)) if rng is not None else 1.0
     power_factor = float(rng.lognormal(0.0, p.noise_power)) if rng is not None else 1.0
     ttft, tpot, wait = s.ttft_s * time_factor, s.tpot_s * time_factor, s.wait_s
+    spread = s.tpot_sd_s * time_factor
     watts = s.watts * power_factor
     duration = settings.window_s
     queries = max(1, round(s.completed_per_s * duration))
@@ -162,8 +197,8 @@ def _server(
         ttft_p90_ms=(ttft * (1 + tail / 2) + 0.9 * wait) * 1e3,
         ttft_p99_ms=(ttft * (1 + tail) + 0.99 * wait) * 1e3,
         tpot_p50_ms=tpot * 1e3,
-        tpot_p90_ms=tpot * (1 + tail / 2) * 1e3,
-        tpot_p99_ms=tpot * (1 + tail) * 1e3,
+        tpot_p90_ms=(tpot * (1 + tail / 2) + Z90 * spread) * 1e3,
+        tpot_p99_ms=(tpot * (1 + tail) + Z99 * spread) * 1e3,
         latency_clock="twin",
     )
     extra: dict[str, float | str] = {
