@@ -26,8 +26,11 @@ def make_runner(
     ``auto`` picks by the model: ``.engine``/``.plan`` files run on TensorRT,
     ``.onnx`` files on onnxruntime, zoo names and ``py:`` factories on PyTorch.
     ``tensorrt`` also builds an ``.onnx`` file into an engine. A causal LM
-    (runners.llm_spec) runs on transformers' continuous batching.
+    (runners.llm_spec) runs on transformers' continuous batching; an
+    ``openai://`` one is a server the user deploys (runners.openai_engine).
     """
+    if model.startswith(llm_spec.ENGINE_PREFIX):
+        return _engine_runner(model, device, weights, runtime)
     if llm_spec.is_llm(model):
         return _llm_runner(model, device, weights, runtime)
     runtime = check_runtime(model, runtime)
@@ -50,6 +53,17 @@ def make_runner(
     if user_model.is_user_model(model):
         return TorchRunner(user_model.load(model), device, weights)
     return TorchRunner(model, device, weights)
+
+
+def _engine_runner(model: str, device: str, weights: str | Path | None, runtime: str) -> Runner:
+    """An OpenAI-compatible server (runners.openai_engine): it holds its own weights and runtime."""
+    if weights is not None:
+        raise UserError(f"{model} is a server that loads its own weights; drop the weights file")
+    if runtime != "auto":
+        raise UserError(f"{model} is a server that runs its own runtime; drop --runtime {runtime}")
+    from runners.openai_engine import EngineRunner
+
+    return EngineRunner(model, device)
 
 
 def _llm_runner(model: str, device: str, weights: str | Path | None, runtime: str) -> Runner:

@@ -226,7 +226,7 @@ def _cli_rows(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["run", "--model", "tiny-cnn", "--device", "cpu"], "needs a latency bound"),
         (["run", "--model", "hf:no-such-org/no-such-model", "--device", "cpu", "--max-ttft", "1s"], "meter plugin"),
         (["run", "--model", "hf:no-org/no-model", "--device", "cpu", "--max-ttft", "1s", *plugin], "not in the local"),
-        (["run", "--model", "tiny-llm", "--device", "sim:orin", "--max-ttft", "1s"], "twins do not model LLM"),
+        (["run", "--model", "openai://127.0.0.1:9/v1#m", "--device", "sim:orin", "--max-ttft", "1s"], "a twin models"),
     ]
 
 

@@ -75,6 +75,9 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
 
 
 def _check_llm(model: str, runtime: str, simulated: bool, device: Any) -> None:
+    if model.startswith(llm_spec.ENGINE_PREFIX):
+        _check_engine(model, runtime, simulated)
+        return
     llm_spec.parse_llm(model)
     if runtime not in ("auto", "torch"):
         raise ConfigurationError(f"{model} runs on transformers (PyTorch): drop --runtime {runtime}")
@@ -82,15 +85,39 @@ def _check_llm(model: str, runtime: str, simulated: bool, device: Any) -> None:
     if use_runtime is not None:
         use_runtime("torch")
     if simulated:
-        raise ConfigurationError(
-            f"the digital twins do not model LLM decode yet: run {model} on a device (cpu or a GPU)"
-        )
+        return  # the twins decode from the model's shape (tuner.devices.virtual.decode)
     if importlib.util.find_spec("transformers") is None:
         raise ConfigurationError(f"running {model} needs transformers: pip install 'powertune[llm]'")
 
 
+def _check_engine(model: str, runtime: str, simulated: bool) -> None:
+    """A server the user deploys: a well-formed URL (and engine file), on a device that is not a twin.
+
+    A server the tool does not start must answer and serve the model now, before any study file is made.
+    """
+    from runners.engine_server import load_engine
+    from runners.openai_engine import EngineClient, parse_target
+
+    target = parse_target(model)
+    if target.engine is not None:
+        load_engine(target.engine)
+    if runtime != "auto":
+        raise ConfigurationError(f"{model} is a server that runs its own runtime: drop --runtime {runtime}")
+    if simulated:
+        raise ConfigurationError(
+            f"a twin models a decoder from its configuration, not a server: run {model} on the device it serves "
+            "from, or give the twin the model's folder or a built-in LLM name (llama3.2-1b-random)"
+        )
+    if target.engine is None:
+        EngineClient(target).check()
+
+
 def model_slug(model: str) -> str:
     """The folder name of a model's results: a file's stem, a factory's module.function, or the zoo name."""
+    if model.startswith(llm_spec.ENGINE_PREFIX):
+        from runners.openai_engine import engine_slug
+
+        return engine_slug(model)
     if llm_spec.is_llm(model):
         return llm_spec.slug_of(model)
     if user_model.is_user_model(model):

@@ -22,11 +22,12 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from runners.llm_spec import is_llm, parse_llm, weights_note
+from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
 from tuner import atomicfile, baseline, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
+from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
 from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
 from tuner.measure.prompts import DEFAULT_SHAPE, load_prompts
@@ -104,6 +105,8 @@ def narrowed_space(
 def model_base_space(device: Device, model: str | None) -> SearchSpace:
     """The device's space, or for a causal LM the LLM runner's space on it (tuner.llm.llm_space)."""
     space = device.space()
+    if model is not None and model.startswith(ENGINE_PREFIX):
+        return engine_space(space, model)
     return llm_space(space) if model is not None and is_llm(model) else space
 
 
@@ -299,7 +302,7 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         options.window.runtime,
     )
     notes += [pinned] if pinned is not None else []
-    if is_llm(options.model):
+    if is_llm(options.model) and not options.model.startswith(ENGINE_PREFIX):
         weights = weights_note(parse_llm(options.model))
         notes += [weights] if weights is not None else []
     if options.baseline is not None:

@@ -13,7 +13,7 @@ from tuner import baseline
 from tuner.cli import common, options
 from tuner.dashboard import dashboard_app, serve
 from tuner.deploy import export_config
-from tuner.deploy.formats import FORMATS, export_paths, write_exports
+from tuner.deploy.formats import ALL_FORMATS, export_paths, write_exports
 from tuner.errors import UserError
 from tuner.llm import bounds_text
 from tuner.lookup import find_study, study_label
@@ -39,7 +39,8 @@ ExportFormat = typer.Option(
     ["yaml"],
     "--format",
     "-f",
-    help=f"{'|'.join(FORMATS)}, repeat or comma-separate for several; each file's first lines say what it cannot hold",
+    help=f"{'|'.join(ALL_FORMATS)}, repeat or comma-separate for several; each file's first lines say what it "
+    "cannot hold",
 )
 Host = typer.Option("127.0.0.1", "--host", help="address to serve on (127.0.0.1: this machine only)")
 Port = typer.Option(8080, "--port", help="TCP port to serve on")
@@ -122,7 +123,8 @@ def export(
     sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
 ) -> None:
-    """Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON."""
+    """Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON,
+    and an LLM study's vLLM or llama.cpp server command line."""
     bound = common.latency(max_latency) if max_latency is not None else None
     wanted = [f.strip() for item in formats for f in item.split(",") if f.strip()]
     for path in export_paths(output, wanted).values():

@@ -59,7 +59,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.virtual.twin import TwinDevice
+        from tuner.devices.virtual.twin_llm import DecodingTwin
         from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
         name = canonical_device(name)
@@ -68,7 +68,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
             raise UserError(f"unknown twin {name!r}{did_you_mean(name, twins)}: known twins are {', '.join(twins)}")
 
         _no_options(name, allow_clock_changes, options)
-        return TwinDevice(name, space_file=space_file)
+        return DecodingTwin(name, space_file=space_file)
     match = re.fullmatch(r"cuda:(\d+)", name)
     if match:
         from tuner.devices.nvml.device import NvmlDevice
