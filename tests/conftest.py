@@ -14,6 +14,12 @@ from typing import Any
 
 import pytest
 
+# tests/fakes/ (fake boards, drivers, meters, hostile peers) and tests/support/ (clirun, pgserver, locations, ...)
+# hold plain modules that tests import by name (``from fakeboard import make_fake_board``, ``from clirun import
+# run_cli``); test files themselves have no __init__.py, so pytest imports each by its (unique) basename.
+_TESTS = Path(__file__).resolve().parent
+sys.path[:0] = [str(_TESTS / "fakes"), str(_TESTS / "support")]
+
 # The twin's calibration tooling (scripts/twin_calibration.py, scripts/twin_checks.py) is not in the package.
 # Appended, not prepended: the installed tuner still comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))

@@ -1,7 +1,7 @@
 """Deploy formats and persistence: one study's answer on fake AGX Orins (L4T 35 and 36), and an observe-only GPU.
 
 The study is a digital twin's (sim:orin, kind orin-agx); its export is
-applied to fake boards laid out as the real releases are (tests/fakeboard.py).
+applied to fake boards laid out as the real releases are (tests/fakes/fakeboard.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from clirun import in_process
 from fakeboard import make_fake_board
 from fakenvml import FakeNVML
+from locations import REPO
 
 from tuner.deploy import apply_export, load_export
 from tuner.deploy.formats import FORMATS, LIMITS
@@ -22,7 +23,6 @@ from tuner.devices.nvml.device import NvmlDevice
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
 
-REPO = Path(__file__).resolve().parent.parent
 LAYOUTS = ["l4t35", "l4t36"]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import optuna
 import pytest
+from locations import REPO
 
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.measure.settings import WindowSettings
@@ -145,9 +146,8 @@ def test_every_constraint_is_set_through_the_one_mirror():
     which keeps the list optuna-dashboard reads (a cut trial once had the named form only, and Optuna's
     GP sampler then refused the study for its uneven constraint counts)."""
     import ast
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     callers = []
     for path in sorted((root / "tuner").rglob("*.py")) + sorted((root / "runners").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

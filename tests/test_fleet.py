@@ -1,8 +1,8 @@
 """Fleets: workers sharing one study through PostgreSQL (or one SQLite file), and workers that die.
 
-The PostgreSQL tests start a private cluster (tests/pgserver.py) and skip only
+The PostgreSQL tests start a private cluster (tests/support/pgserver.py) and skip only
 when no PostgreSQL server binaries exist; CI installs them, and there a skip
-is a failure. Workers are real ``tune run`` processes (tests/fleet_worker.py
+is a failure. Workers are real ``tune run`` processes (tests/support/fleet_worker.py
 makes each twin measurement take real time, and can park one worker inside a
 trial so it is killed mid-trial on purpose).
 """

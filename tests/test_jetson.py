@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from fakeboard import GRIDS, FakeBoard, every_mode, make_fake_board
 from journals import pending_journals
+from locations import REPO
 
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import restore_pending
@@ -36,7 +37,6 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, load_space
 
-REPO = Path(__file__).resolve().parents[1]
 BOARDS = [
     ("orin-agx", "l4t35", "jp5"),
     ("orin-agx", "l4t36.3", "jp6"),

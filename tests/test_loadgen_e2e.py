@@ -2,12 +2,12 @@
 
 import json
 import os
-from pathlib import Path
 
 import optuna
 import pytest
 from clirun import tiny_cpu
 from loadgen_logs import check_trial_logs
+from locations import FAKES
 from optuna.trial import TrialState
 
 pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
@@ -44,7 +44,7 @@ def test_tune_run_on_the_cpu_with_a_tiny_model(tmp_path, rapl_at_15w):
     # A slow machine can make a window INVALID (LoadGen's minimum duration not met): that trial fails with
     # LoadGen's reason and a replacement is measured; a window cut once its verdict was known leaves an INVALID
     # log by design. What must hold either way: every trial that measured left its LoadGen log, and each says
-    # what it was (tests/loadgen_logs.py).
+    # what it was (tests/support/loadgen_logs.py).
     study = optuna.load_study(study_name=payload["study"], storage=f"sqlite:///{out / 'tune.db'}")
     logged = [t for t in study.trials if "loadgen_logs" in t.user_attrs]
     summaries = sorted(folder.glob("loadgen/trial-[0-9][0-9][0-9][0-9]/mlperf_log_summary.txt"))
@@ -63,8 +63,7 @@ def test_a_trial_cut_early_completes_with_the_cut_said_whatever_its_loadgen_log_
     shorter than the fake RAPL counter's 10 ms update, which would read 0 J.
     """
     out = tmp_path / "studies"
-    tests = str(Path(__file__).parent)
-    path = os.pathsep.join([tests, *filter(None, [os.environ.get("PYTHONPATH")])])
+    path = os.pathsep.join([str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {"PYTHONPATH": path, "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl")}
     bound = ("--max-latency", "0.001ms", "--meter", "py:fakemeter:ConstantMeter")
     r = tiny_cpu("run", *bound, "--trials", "2", "--seed", "0", "--out", str(out), "--json", env=env)

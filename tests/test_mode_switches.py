@@ -1,6 +1,6 @@
 """Power-mode switches: their time is counted and reported, a mode that asks for a reboot is never entered.
 
-On the strict fake AGX Orin (tests/fakeboard.py: nvpmodel takes the time it is told, and once the GPU
+On the strict fake AGX Orin (tests/fakes/fakeboard.py: nvpmodel takes the time it is told, and once the GPU
 has run it asks for a reboot to change the TPC mask, as a real board does) and on the twin, whose
 switch time is modelled (tuner.devices.switching). No test depends on how long anything takes beyond
 a lower bound the fake itself sleeps.

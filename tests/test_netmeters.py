@@ -9,12 +9,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from clirun import run_cli
 from fakemeter import ConstantMeter, ManualClock
 from fakeptd import FakePtd
+from locations import FAKES
 from test_window import SleepyRunner
 
 from tuner.devices.meters.paired import PairedMeter
@@ -170,7 +170,7 @@ def test_the_server_listens_on_loopback_unless_told_otherwise():
 
 
 def test_meter_serve_cli_serves_a_plugin_meter_on_loopback(tmp_path):
-    env = {**os.environ, "TUNE_METER_TOKEN": TOKEN, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "TUNE_METER_TOKEN": TOKEN, "PYTHONPATH": str(FAKES)}
     command = ["meter-serve", "--meter", "py:fakemeter:ConstantMeter", "--listen", "127.0.0.1:0"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuner", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

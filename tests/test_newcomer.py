@@ -14,6 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 from clirun import in_process
+from locations import REPO
 
 from tuner import __version__
 from tuner.deploy import load_export
@@ -23,9 +24,6 @@ from tuner.fleet import study_status
 from tuner.records import recommended
 from tuner.storage import driver_url, scrub
 from tuner.study import RunOptions, run_study
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 cli = in_process
 

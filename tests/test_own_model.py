@@ -10,9 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 from clirun import run_cli
+from locations import FAKES, REPO
 from test_profile_onnx import tiny_cnn_onnx
-
-TESTS = str(Path(__file__).parent)
 
 FACTORY = """
 from pathlib import Path
@@ -104,7 +103,7 @@ def test_an_onnx_file_with_a_dynamic_batch_axis_runs_on_a_twin_in_the_files_own_
 def test_an_fp16_onnx_file_on_a_space_without_fp16_is_refused_before_anything_is_written(tmp_path):
     model = tiny_cnn_onnx(tmp_path / "half.onnx", batch="batch", elem=10)
     space = tmp_path / "h200-no-fp16.yaml"
-    text = (Path(TESTS).parent / "search_spaces" / "h200.yaml").read_text()
+    text = (REPO / "search_spaces" / "h200.yaml").read_text()
     space.write_text(
         text.replace("values: [fp32, fp16, bf16]\n    default: fp16", "values: [fp32, bf16]\n    default: fp32")
     )
@@ -160,7 +159,7 @@ def test_a_torch_exported_onnx_file_tunes_on_the_cpu_with_tpe(tmp_path):
     sample = torch.randn(1, 3, 32, 32)
     torch.onnx.export(net.eval(), sample, str(path), input_names=["x"], dynamic_axes={"x": {0: "batch"}}, dynamo=False)
     env = {
-        "PYTHONPATH": os.pathsep.join([TESTS, *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": os.pathsep.join([str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl"),
     }
     meter = ("--meter", "py:fakemeter:ConstantMeter", "--window", "1", "--batch-sizes", "1,4")

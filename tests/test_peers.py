@@ -22,6 +22,7 @@ import time
 import pytest
 from fakemeter import ConstantMeter
 from hostilepeer import HostilePeer, challenge, http, replies, silent, trickle
+from locations import FAKES
 
 from tuner import interrupts
 from tuner.devices.meters.ptd import PtdMeter
@@ -544,7 +545,7 @@ def test_meter_serve_listens_on_ipv6_loopback_from_the_cli_and_ends_on_sigterm(t
 
     if not socket.has_ipv6:
         pytest.skip("no IPv6 here")
-    env = {**os.environ, "TUNE_METER_TOKEN": TOKEN, "PYTHONPATH": os.path.dirname(__file__)}
+    env = {**os.environ, "TUNE_METER_TOKEN": TOKEN, "PYTHONPATH": str(FAKES)}
     command = [sys.executable, "-m", "tuner", "meter-serve", "--meter", "py:fakemeter:ConstantMeter"]
     proc = subprocess.Popen(
         [*command, "--listen", "[::1]:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

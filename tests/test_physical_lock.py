@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 from fakeboard import FakeBoard, make_fake_board
+from locations import REPO
 
 from tuner.devices.hardware_session import hold, restore_device
 from tuner.devices.jetson import jetson_device
 from tuner.devices.journal import device_key, journal_path, lock_path, state_dir, write_journal
 from tuner.errors import UserError
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture

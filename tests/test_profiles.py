@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from locations import REPO
 
 from runners.profile import ModelProfile, load_profile, profile_names
 from tuner.errors import UserError
@@ -80,9 +81,8 @@ def test_generator_reproduces_the_committed_tiny_cnn_profile():
 def test_make_profiles_script_writes_a_valid_json(tmp_path, monkeypatch):
     pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
     import importlib.util
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "make_profiles.py"
+    script = REPO / "scripts" / "make_profiles.py"
     spec = importlib.util.spec_from_file_location("make_profiles", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from locations import FAKES
+from locations import REPO as ROOT
 from test_plugins import PLUGIN
 
-ROOT = Path(__file__).resolve().parents[1]
 MARK = "import pathlib\npathlib.Path('imported').write_text('ran')\n"
 MODEL = "import torch\ndef build():\n    return torch.nn.Linear(4, 2), (4,)\n"
 
@@ -33,7 +34,7 @@ def tune(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Completed
 
 @pytest.mark.slow  # a LoadGen window of the tiny CNN on this CPU
 def test_a_meter_plugin_in_the_working_folder_is_found_as_a_model_is(tmp_path, rapl_at_15w):
-    (tmp_path / "mymeter.py").write_text((ROOT / "tests" / "fakemeter.py").read_text())
+    (tmp_path / "mymeter.py").write_text((FAKES / "fakemeter.py").read_text())
     r = tune(tmp_path, "measure", "--model", "tiny-cnn", "--device", "cpu", "--window", "1", "--batch-size", "2",
              "--json", "--meter", "py:mymeter:ConstantMeter")  # fmt: skip
     assert r.returncode == 0, r.stderr

@@ -1,6 +1,6 @@
 """Modes that need a reboot: a study stays within the board's TPC mask, and what would need a reboot is said first.
 
-On the fake AGX Orin with nvpmodel's golden-context rule (tests/fakeboard.py: from boot on a desktop
+On the fake AGX Orin with nvpmodel's golden-context rule (tests/fakes/fakeboard.py: from boot on a desktop
 image, else from the first measured window; jetson-stats jtop/core/nvpmodel.py refuses such a switch
 as "has a different mask ..., is not compatible"). Windows are quick_measure's rail readings: what
 these tests check is what a command does to the board.

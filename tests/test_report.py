@@ -4,6 +4,7 @@ import re
 
 import pytest
 from clirun import in_process, run_cli
+from locations import REPO
 
 from tuner.devices.registry import open_device
 from tuner.measure.settings import WindowSettings
@@ -143,11 +144,10 @@ def test_hardware_trace_is_sampled_power_over_one_window_and_the_state_is_restor
 
 
 def test_every_committed_hardware_result_names_its_gpu_and_driver():
-    from pathlib import Path
 
     import yaml
 
-    root = Path(__file__).resolve().parents[1] / "studies"
+    root = REPO / "studies"
     files = list(root.rglob("pareto.json")) + list(root.rglob("best.yaml")) + list(root.rglob("*-run.json"))
     assert files
     for path in files:

@@ -3,11 +3,11 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from locations import REPO
 
 from tuner import sampling
 from tuner.errors import UserError
@@ -54,7 +54,7 @@ def test_unknown_sampler():
 def test_sampling_imports_strategies_never_the_reverse():
     imported = {
         node.module
-        for source in (Path(__file__).parent.parent / "tuner" / "strategies").glob("*.py")
+        for source in (REPO / "tuner" / "strategies").glob("*.py")
         for node in ast.walk(ast.parse(source.read_text()))
         if isinstance(node, ast.ImportFrom) and node.module
     }

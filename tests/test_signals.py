@@ -15,6 +15,7 @@ import pytest
 from clirun import run_cli, wait_while_running
 from fakeboard import make_fake_board, tiny_run
 from journals import pending_journals
+from locations import FAKES, REPO, SUPPORT
 
 from tuner import atomicfile, interrupts
 from tuner.devices.hardware_session import deployment, hardware_session, hold, restore_device
@@ -26,9 +27,6 @@ from tuner.space import Config
 from tuner.study import RunOptions, run_study
 
 pytestmark = pytest.mark.slow  # signals delivered to tune subprocesses
-
-HERE = Path(__file__).parent
-REPO = HERE.parent
 
 
 @pytest.fixture
@@ -137,7 +135,7 @@ def test_a_second_run_on_a_board_being_tuned_refuses_and_the_first_restores(boar
     env = {**os.environ, "RUN_MARKER": str(marker), "RUN_RELEASE": str(release), "PYTHONPATH": str(REPO)}
     args = [*tiny_run(), "--trials", "2", "--seed", "0", "--out", str(tmp_path / "s")]
     first = subprocess.Popen(
-        [sys.executable, str(HERE / "blocking_run.py"), *args, "--json"],
+        [sys.executable, str(SUPPORT / "blocking_run.py"), *args, "--json"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -277,7 +275,7 @@ def test_sigterm_on_a_twin_run_ends_cleanly_and_keeps_the_completed_trials(tmp_p
     ]
     env = {**os.environ, "FLEET_HANG_AFTER": "3", "FLEET_MARKER": str(marker), "PYTHONPATH": str(REPO)}
     worker = subprocess.Popen(
-        [sys.executable, str(HERE / "fleet_worker.py"), *args], env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(SUPPORT / "fleet_worker.py"), *args], env=env, stderr=subprocess.PIPE, text=True
     )
     wait_while_running(marker.exists, worker)
     worker.send_signal(signal.SIGTERM)
@@ -394,8 +392,8 @@ MOMENTS = 6
 
 def test_signals_at_random_moments_always_end_the_run_with_the_board_restored(tmp_path):
     """From a background shell (SIGINT inherited as ignored); a hang fails the test at its timeout."""
-    driver = [sys.executable, str(HERE / "signal_moments.py"), str(tmp_path / "board"), str(tmp_path / "s")]
-    env = {**os.environ, "PYTHONPATH": f"{HERE}:{REPO}", "TUNE_STATE_DIR": str(tmp_path / "state")}
+    driver = [sys.executable, str(SUPPORT / "signal_moments.py"), str(tmp_path / "board"), str(tmp_path / "s")]
+    env = {**os.environ, "PYTHONPATH": f"{FAKES}:{SUPPORT}:{REPO}", "TUNE_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.run(
         ["sh", "-c", '"$@" & wait $!', "sh", *driver, str(MOMENTS), "7"],
         env=env,

@@ -18,6 +18,7 @@ import yaml
 from clirun import in_process, wait_while_running
 from fakeboard import board_export, make_fake_board, tiny_run
 from journals import pending_journals
+from locations import REPO, SUPPORT
 
 from tuner import interrupts
 from tuner.devices.hardware_session import deployment, hardware_session
@@ -25,8 +26,6 @@ from tuner.devices.jetson import JetsonDevice
 from tuner.errors import Terminated
 from tuner.space import Config
 
-HERE = Path(__file__).parent
-REPO = HERE.parent
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
 ENDINGS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up", signal.SIGQUIT: "quit"}
 
@@ -116,7 +115,7 @@ def test_tune_run_hung_up_mid_trial_restores_the_board_and_says_so(board, tmp_pa
     env = {**os.environ, "RUN_MARKER": str(marker), "RUN_RELEASE": str(release), "PYTHONPATH": str(REPO)}
     args = [*tiny_run(), "--trials", "2", "--seed", "0", "--out", str(tmp_path / "s")]
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "blocking_run.py"), *args],
+        [sys.executable, str(SUPPORT / "blocking_run.py"), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from locations import REPO
 
 from runners.base import ladder
 from runners.profile import load_profile
@@ -16,7 +16,7 @@ from tuner.measure.settings import WindowSettings
 from tuner.serve.replay import floor_idle_w, unlocked_idle_w
 from tuner.space import Config
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results"
 MODELS = ("resnet50", "bert-base")
 
 

@@ -1,10 +1,10 @@
-"""Child processes of the Jetson tests obey the fake kernel's rules (see tests/fakekernel.py).
+"""Child processes of the Jetson tests obey the fake kernel's rules (see tests/fakes/fakekernel.py).
 
 With FAKE_MEASURE=hang a child's Jetson window never ends, so a test can kill it mid-trial after
 the board was changed, without paying for a model and LoadGen in every child. With
-FAKE_TENSORRT=N a child imports tests/fake_tensorrt.py as ``tensorrt``, on a platform with N DLA cores.
+FAKE_TENSORRT=N a child imports tests/fakes/fake_tensorrt.py as ``tensorrt``, on a platform with N DLA cores.
 With FAKE_GPU_CONTEXT=window a child's Jetson window creates the GPU context on its fake board, as a real
-model run does (nvpmodel's golden-context rule, tests/fakeboard.py).
+model run does (nvpmodel's golden-context rule, tests/fakes/fakeboard.py).
 """
 
 import os

@@ -1,4 +1,4 @@
-"""Fleet workers as separate processes (tests/fleet_worker.py), for the fleet tests and benchmarks/fleet_kill.py.
+"""Fleet workers as separate processes (fleet_worker.py beside it), for the fleet tests and benchmarks/fleet_kill.py.
 
 A worker runs in a folder of its own, so PYTHONPATH names the source of the
 tuner that started it: the worker then runs the code under test, not whatever

@@ -15,7 +15,7 @@ inherited as ignored. One JSON line per moment on stdout:
 - ``restored``: the fake sysfs tree is byte-identical to the original;
 - ``journals`` and ``running``: journals left, trials left RUNNING.
 
-    python tests/signal_moments.py BOARD_DIR OUT_DIR MOMENTS SEED
+    python tests/support/signal_moments.py BOARD_DIR OUT_DIR MOMENTS SEED
 """
 
 import json

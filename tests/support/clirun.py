@@ -1,8 +1,9 @@
 """Run ``tune`` as a user's shell would, for tests that need a real process.
 
-A plain module beside the tests (like fakeboard.py and pgserver.py), not
-conftest.py: pytest puts this folder on sys.path, so ``from clirun import
-run_cli`` works under both ``pytest`` and ``python -m pytest``.
+A plain module in tests/support/ (like pgserver.py; the fakes are in
+tests/fakes/), not conftest.py: tests/conftest.py puts both folders on
+sys.path, so ``from clirun import run_cli`` works under both ``pytest`` and
+``python -m pytest``.
 """
 
 import hashlib

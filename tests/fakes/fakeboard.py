@@ -941,7 +941,7 @@ def windows_create_context(measure: Any) -> Any:
 
     On a real board the runner's CUDA context is the golden context nvpmodel checks; the fakes have
     no GPU, so the window's start stands for it. Installed in this process by :meth:`FakeBoard.install`
-    and in child processes by tests/fakekernel_site/sitecustomize.py (FAKE_GPU_CONTEXT=window).
+    and in child processes by tests/fakes/fakekernel_site/sitecustomize.py (FAKE_GPU_CONTEXT=window).
     """
 
     def measure_on_gpu(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:
