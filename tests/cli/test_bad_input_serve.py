@@ -1,6 +1,6 @@
 """Bad input to the serving commands (tune plan, govern, replay): exit 2, one line, no traceback, nothing written.
 
-The same standard as tests/test_bad_input.py, row by row: each row is a
+The same standard as tests/cli/test_bad_input.py, row by row: each row is a
 command line (or a file handed in) that must be refused before anything is
 written. The folder the command runs in is compared before and after, so a
 refusal that leaves a tune.db, a plot or a temporary file fails its row.

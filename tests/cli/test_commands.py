@@ -237,7 +237,7 @@ def test_narrower_space_file_is_used(tmp_path):
 
 
 def test_help_for_every_command():
-    """In-process; test_cli_startup.py runs ``tune --help`` as a process."""
+    """In-process; test_startup.py runs ``tune --help`` as a process."""
     for command in ("run", "sweep", "measure", "pareto", "export", "devices", "dashboard"):
         code, out, _ = in_process(command, "--help")
         assert code == 0 and "Usage" in out
