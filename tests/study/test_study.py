@@ -147,7 +147,7 @@ def test_space_size_caps_trials(tmp_path):
 def test_a_window_that_would_be_best_is_confirmed_in_its_own_trial(tmp_path, device):
     """Confirmed (two or three windows) exactly when the first window meets the bound and costs no more than the best.
 
-    Two when they agree and their mean is within the interval asked, three otherwise (tests/test_confirm.py)."""
+    Two when they agree and their mean is within the interval asked, three otherwise (tests/study/test_confirm.py)."""
     study, _ = run_study(TwinDevice(device), options(tmp_path, trials=12, sampler="ours", max_latency_ms=30.0))
     done: list[optuna.trial.FrozenTrial] = []
     for t in sorted(study.trials, key=lambda t: t.number):

@@ -118,7 +118,7 @@ def test_every_rate_of_a_plan_names_its_study_s_answer(tmp_path):
     """tune plan's bands and points, export --scenario, pareto's star and status --scenario: one trial per rate."""
     out = tmp_path / "plan"
     flags = ["-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--out", str(out)]
-    # One refine step per rate: its trial is in the study the readers read (the walk itself: test_serve_plan.py).
+    # One refine step per rate: its trial is in the study the readers read (the walk itself: test_plan.py).
     code, _, err = cli(
         "plan", *flags, "--rates", "40,90,140", "--trials", "6", "--refine", "1", "--knobs", "nvpmodel,gpu_mhz",
         "--batch-sizes", "1,4,8", "--seed", "2", "-o", str(out / "policy.yaml"),
