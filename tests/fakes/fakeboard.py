@@ -955,7 +955,7 @@ def windows_create_context(measure: Any) -> Any:
 def quick_measure(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:
     """A stand-in for JetsonDevice.measure in end-to-end tests of board state: the board's own rail
     meter over a 0.1 s window and made-up latencies, no model and no LoadGen. What these tests check
-    is what a run does to the board, not the measurement (tests/test_loadgen_e2e.py covers that)."""
+    is what a run does to the board, not the measurement (tests/measure/test_loadgen_e2e.py covers that)."""
     import time
 
     gpu_context_created(self.root)  # the window's model would have opened the GPU

@@ -3,7 +3,7 @@
 ``HostilePeer(handler)`` listens on 127.0.0.1 (an ephemeral port) and runs
 ``handler(conn)`` on a thread per connection; the helpers below are handlers
 for the classes of misbehaviour the clients must survive. Used by
-tests/test_peers.py and scripts/probe_peers.py; nothing leaves loopback.
+tests/devices/meters/test_peers.py and scripts/probe_peers.py; nothing leaves loopback.
 """
 
 from __future__ import annotations
