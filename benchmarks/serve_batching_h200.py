@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from runners import make_runner
-from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.device import NvmlDevice
+from tuner.devices.nvml.telemetry import NvmlTelemetry
 from tuner.measure.loadgen_run import run_window
 from tuner.measure.results import WindowResult
 from tuner.measure.session import build_measurement

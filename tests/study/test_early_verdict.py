@@ -142,7 +142,7 @@ def test_tune_run_says_where_the_time_went_and_which_trials_were_cut(tmp_path):
 
 
 def test_every_constraint_is_set_through_the_one_mirror():
-    """Only tuner/storage.py calls Optuna's set_constraint: every other writer uses storage.set_constraint,
+    """Only tuner/storage/constraints.py calls Optuna's set_constraint: every other writer uses storage.set_constraint,
     which keeps the list optuna-dashboard reads (a cut trial once had the named form only, and Optuna's
     GP sampler then refused the study for its uneven constraint counts)."""
     import ast
@@ -154,4 +154,4 @@ def test_every_constraint_is_set_through_the_one_mirror():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if node.func.attr == "set_constraint":
                     callers.append(str(path.relative_to(root)))
-    assert set(callers) == {"tuner/storage.py"}
+    assert set(callers) == {"tuner/storage/constraints.py"}
