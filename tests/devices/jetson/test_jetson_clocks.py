@@ -1,6 +1,6 @@
 """The clocks a Jetson ran: throttled windows never count, trials.csv carries what ran, and a user other than root.
 
-On the fake AGX Orin (tests/fakeboard.py): ``board.throttle`` holds the running clocks below the limits
+On the fake AGX Orin (tests/fakes/fakeboard.py): ``board.throttle`` holds the running clocks below the limits
 and makes the over-current counter rise, as soctherm does on a board; windows are quick_window's 0.1 s
 rail readings with the device's own clock sampling through them (what is checked is what the device
 makes of a window, not the model's figures).
