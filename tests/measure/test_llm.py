@@ -2,7 +2,7 @@
 
 The end-to-end rows run a tiny random Llama (``tiny-llm``) on the CPU through
 transformers' continuous batching and real LoadGen windows, metered by the
-constant-power plugin (tests/fakemeter.py), so energies are exact: J per
+constant-power plugin (tests/fakes/fakemeter.py), so energies are exact: J per
 output token must be the window's energy over its tokens.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 from clirun import folder_state, in_process, run_cli
+from locations import FAKES
 
 from runners.llm_spec import LLM_ZOO, is_llm, parse_llm, slug_of
 from tuner.errors import ConfigurationError
@@ -30,7 +31,6 @@ from tuner.run_options import RunOptions
 from tuner.space import load_space
 from tuner.storage import named_constraints
 
-TESTS = Path(__file__).parent
 HAS_LLM = importlib.util.find_spec("transformers") is not None and importlib.util.find_spec("torch") is not None
 needs_llm = pytest.mark.skipif(not HAS_LLM, reason="needs transformers and torch (pip install 'powertune[llm]')")
 needs_loadgen = pytest.mark.skipif(
@@ -312,7 +312,7 @@ def test_a_server_window_that_cannot_keep_up_is_cut_once_its_ttft_tail_is_proven
 @pytest.mark.slow
 def test_tune_run_an_llm_under_ttft_and_tpot_bounds_on_the_cpu(tmp_path):
     out = tmp_path / "studies"
-    path = os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
+    path = os.pathsep.join([str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {"PYTHONPATH": path, "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl")}
     r = run_cli(
         "run",

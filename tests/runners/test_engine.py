@@ -17,6 +17,7 @@ import pytest
 from clirun import run_cli
 from engine_serve import alive, build_tiny_model, free_port, serve_binary, serve_command, start, stop
 from fakemeter import ConstantMeter
+from locations import FAKES, REPO
 
 from runners import make_runner
 from runners.engine_server import EngineServer, load_engine
@@ -25,7 +26,6 @@ from tuner.errors import ConfigurationError, MeasurementError
 from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings
 
-REPO = Path(__file__).resolve().parents[1]
 # Real servers (transformers serve), LoadGen windows and signals to subprocesses.
 pytestmark = pytest.mark.slow
 
@@ -254,7 +254,7 @@ def test_tune_run_tunes_the_engine_and_exports_its_vllm_command(port, tiny, tmp_
     model = url(port, str(tiny))
     common = ("-m", model, "-d", "cpu", "--max-ttft", "60s", "--out", str(out))
     env = {
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": os.pathsep.join([str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl"),
     }
     run = run_cli(
@@ -271,7 +271,7 @@ def test_tune_run_tunes_the_engine_and_exports_its_vllm_command(port, tiny, tmp_
 
 def test_bad_engine_input_on_the_command_line_is_one_line_and_exit_2(port, tmp_path):
     env = {
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": os.pathsep.join([str(FAKES), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "TUNE_POWERCAP_ROOT": str(tmp_path / "no-rapl"),
     }
     common = ("-d", "cpu", "--meter", "py:fakemeter:ConstantMeter", "--max-ttft", "1s", "--out", str(tmp_path))
