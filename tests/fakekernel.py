@@ -12,7 +12,7 @@ are checked; reads pass through. The rules, and where each comes from:
   attribute has no write op). Writable here are only the attributes listed in
   ``WRITABLE`` (cpufreq limits and governor, devfreq min/max/governor, CPU
   ``online``, the GPU's ``tpc_pg_mask``/``railgate_enable``/``power/control``,
-  the nvpmodel clock caps including the DLAs' ``clk_cap/dla<n>_core``, the
+  the nvpmodel clock caps including the DLAs' ``clk_cap/dla<n>_core`` (and L4T 32 Xavier's ``nafll_dla``), the
   bpmp debugfs EMC ``rate``/``mrq_rate_locked``).
 - Nothing can be created under /sys, /proc or debugfs (kernfs directories have
   no ``create`` inode operation: EACCES).
@@ -79,6 +79,7 @@ WRITABLE = {
     "mrq_rate_locked",
     "dla0_core",
     "dla1_core",
+    "nafll_dla",
 }
 KERNEL_TREES = ("sys/", "proc/")
 LIMITS = {"min_freq": "max_freq", "max_freq": "min_freq", "scaling_min_freq": "scaling_max_freq"}
@@ -197,6 +198,8 @@ def _put(path: str | Path, value: object) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.fakekernel")
     tmp.write_text(f"{value}\n")
+    if path.exists():
+        os.chmod(tmp, path.stat().st_mode & 0o7777)  # the attribute keeps its mode
     os.replace(tmp, path)
 
 
@@ -296,8 +299,8 @@ def settle(root: Path) -> None:
     for cpu in conf["policies"]:
         policy = root / f"sys/devices/system/cpu/cpufreq/policy{cpu}"
         _put(policy / "scaling_cur_freq", running(policy, "scaling_max_freq", caps.get("cpu_khz")))
-    for core, cap_file in enumerate(conf.get("dla_caps", [])):
-        rate = root / BPMP / (f"nafll_dla{core}_core" if conf.get("dla_rates") != "nafll_dla" else "nafll_dla")
+    for cap_file, clock in zip(conf.get("dla_caps", []), conf.get("dla_rates", []), strict=False):
+        rate = root / BPMP / clock
         if rate.is_dir() and (root / cap_file).exists():
             hz = int(_read(str(root / cap_file)))
             _put(rate / "rate", min(hz, caps["dla_hz"]) if caps.get("dla_hz") else hz)

@@ -67,14 +67,23 @@ NVPMODEL_CONF = "etc/nvpmodel.conf"
 # Module part numbers in the device tree's compatible string, per space.
 MODULES = {
     "p3701": "orin-agx",
+    "p3767-0000": "orin-nx",
+    "p3767-0001": "orin-nx",
     "p3767": "orin-nano",
     "p2888": "xavier-agx",
+    "p2972": "xavier-agx",
     "p3310": "tx2",
     "p3489": "tx2",
+    "p2771": "tx2",
 }
+# Checked in this order, so the Orin NX SKUs of p3767 (0000: 16 GB, 0001: 8 GB; NVIDIA's
+# nvpmodel_p3767_0000.conf) come before the Orin Nano ones (0003-0005). p2972 and p2771 are the
+# AGX Xavier and TX2 developer kits' carrier boards, the compatible strings of mainline's
+# tegra194-p2972-0000.dts and tegra186-p2771-0000.dts.
 MODEL_NAMES = {
     "orin-agx": "AGX Orin",
     "orin-nano": "Orin Nano",
+    "orin-nx": "Orin NX",
     "xavier-agx": "AGX Xavier",
     "tx2": "TX2",
 }
@@ -423,7 +432,7 @@ def discover(root: Path) -> Board:
     clocks = find_clock_files(root, gpu, cpufreq_dirs, online)
     return Board(
         root=root,
-        layout=_layout(root, gpu_device),
+        layout="l4t32" if read_release(root).startswith("L4T 32.") else _layout(root, gpu_device),
         release=read_release(root),
         model=read(root / MODEL) if is_file(root / MODEL) else "",
         gpu=gpu,

@@ -59,13 +59,14 @@ class ClockFiles:
     dla: Path | None = None
     oc: dict[str, Path] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
+    bpmp: Path = Path("/") / BPMP_CLK
 
     def note(self) -> str | None:
         """The one line saying which rates cannot be sampled here (debugfs needs root)."""
         if not self.unreadable:
             return None
         return (
-            f"the {', '.join(self.unreadable)} rate(s) that ran are not sampled: BPMP debugfs ({BPMP_CLK}) is "
+            f"the {', '.join(self.unreadable)} rate(s) that ran are not sampled: BPMP debugfs ({self.bpmp}) is "
             "readable by root only (run with sudo to record them)"
         )
 
@@ -100,6 +101,7 @@ def find_clock_files(root: Path, gpu: Path, cpu_dirs: dict[int, Path], online: d
         dla=dla,
         oc=_oc_counters(root),
         unreadable=unreadable,
+        bpmp=bpmp,
     )
 
 
