@@ -225,6 +225,34 @@ BOARDS: dict[str, dict[str, Any]] = {
     },
 }
 NANO_GRID = [114750000, 216750000, 318750000, 420750000, 522750000, 624750000]
+
+# Orin NX 16 GB: the four modes of NVIDIA's nvpmodel_p3767_0000.conf (github.com/LineageOS/android_device_nvidia_concord
+# nvpmodel/nvpmodel_p3767_0000.conf, default 2): TPC_PG_MASK 240 in MAXN and 25W, 252 in 10W and 15W, and its DLA
+# caps per core (10W: DLA0 153600000, DLA1 115000000 Hz). CPU top 1984 MHz (the ONX opp of NVIDIA's p3767-0000
+# device tree), GPU top 918 MHz (a board's MAXN); rails VDD_IN, VDD_CPU_GPU_CV, VDD_SOC as on the Orin Nano
+# (jetson-stats takes VDD_IN as the total).
+BOARDS["orin-nx"] = {
+    "conf": "nvpmodel_p3767_0000.conf",
+    "model": "NVIDIA Orin NX Developer Kit",
+    "compatible": b"nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
+    "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]],
+    "tpcs": 8,
+    "cpu_khz": [f for f in _A78AE_KHZ if f <= 1958400] + [1984000],
+    "cpu_min_khz": 729600,
+    "emc_khz": [204000, 665600, 2133000, 3199000],
+    "grid": [306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000],
+    "modes": [
+        (0, "MAXN", 8, -1, -1, 0, 240),
+        (1, "10W", 4, 1190400, 612000000, 2133000000, 252),
+        (2, "15W", 4, 1651200, 612000000, 0, 252),
+        (3, "25W", 8, 1497600, 408000000, 0, 240),
+    ],
+    "dla_caps": {0: -1, 1: (153600000, 115000000), 2: 614400000, 3: 614400000},
+    "dla_max_hz": 1600000000,
+    "default_mode": 2,
+    "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
+    "zones": {"CPU-therm": 42.0, "GPU-therm": 41.0, "CV0-therm": -256.0, "SOC0-therm": 41.5, "tj-therm": 43.0},
+}
 _CARMEL_KHZ = [f for f in _A78AE_KHZ if f <= 2188800] + [2265600]
 _TX2_KHZ = [345600, 499200, 652800, 806400, 960000, 1113600, 1267200, 1420800, 1574400, 1728000, 1881600, 2035200]
 
@@ -937,7 +965,9 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
                 out += [f"{param} MIN_FREQ {board['cpu_min_khz']}", f"{param} MAX_FREQ {cap}"]
         out += ["GPU MIN_FREQ 0", f"GPU MAX_FREQ {gpu_max}", "GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto"]
         out += [f"EMC MAX_FREQ {emc_cap}"]
-        out += [f"{section} MAX_FREQ {board['dla_caps'][mode_id]}" for section in sections[:dlas]]
+        dla = board["dla_caps"].get(mode_id) if "dla_caps" in board else None
+        per_core = dla if isinstance(dla, tuple) else (dla,) * dlas
+        out += [f"{section} MAX_FREQ {cap}" for section, cap in zip(sections[:dlas], per_core, strict=False)]
         out += [""]
     out += ["# mandatory section to configure the default power mode", f"< PM_CONFIG DEFAULT={board['default_mode']} >"]
     return "\n".join(out) + "\n"

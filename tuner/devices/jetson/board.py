@@ -145,6 +145,7 @@ class BoardMode:
     emc_max_hz: int | None
     tpc_pg_mask: int | None
     dla_max_hz: int | None = None
+    dla_caps_hz: tuple[int, ...] = ()
 
 
 @dataclass
@@ -285,6 +286,7 @@ def _int(value: str) -> int | None:
 def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
     online: dict[str, str] = {}
     cpu_caps: list[int] = []
+    per_core: list[int | None] = []
     gpu = emc = tpc = dla = None
     for param, arg, value in mode.lines:
         number = _int(value)
@@ -301,6 +303,9 @@ def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
             emc = number
         elif param in ("DLA0_CORE", "DLA_CORE") and arg.startswith("MAX_FREQ"):
             dla = number
+            per_core.append(number)
+        elif param == "DLA1_CORE" and arg.startswith("MAX_FREQ"):
+            per_core.append(number)  # may differ from DLA0's (Orin NX 10W: 153.6 and 115 MHz)
     cores = 1 + sum(1 for core, v in online.items() if core != "CORE_0" and v == "1")
     capped = [c for c in cpu_caps if c > 0]
     return BoardMode(
@@ -312,6 +317,7 @@ def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
         emc_max_hz=emc if emc is not None and emc > 0 else None,
         tpc_pg_mask=tpc,
         dla_max_hz=dla if dla is not None and dla > 0 else None,
+        dla_caps_hz=tuple(c for c in per_core if c is not None and c > 0),
     )
 
 
