@@ -22,12 +22,12 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import atomicfile, interrupts
+from tuner import atomicfile, baseline, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
-from tuner.errors import UserError
-from tuner.models import check_model, fixed_knobs
+from tuner.errors import NeedsReboot, UserError
+from tuner.models import check_model, fixed_knobs, model_slug
 from tuner.objective import MeasurementRejected, Objective
 from tuner.pareto import ParetoFile, results_dir, write_results
 from tuner.provenance import provenance, twin_note
@@ -192,6 +192,7 @@ class RunSummary(BaseModel):
     sampler, storage writes and progress between and around windows).
     ``unmet``: when no trial met the bound, the line that names the fastest
     one measured and the bound that would admit it (tuner.records.unmet_bound).
+    ``saved``: the answer against its baseline (tuner.baseline), when one was asked for.
     """
 
     study: str
@@ -206,6 +207,7 @@ class RunSummary(BaseModel):
     early_stop: StopDecision | None = None
     reused: list[str] = []
     unmet: str | None = None
+    saved: baseline.Saved | None = None
 
 
 class StudyRequest(BaseModel):
@@ -275,6 +277,11 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime
     )
     notes += [pinned] if pinned is not None else []
+    if options.baseline is not None:
+        space = narrowed_space(
+            device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
+        )
+        baseline.baseline_config(device, space, options.baseline, space.batch_sizes[-1])
     for note in notes:
         if on_note is not None:
             on_note(f"note: {note}")
@@ -306,7 +313,7 @@ def tune_study(
             if on_note is not None:
                 on_note(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
 
-    study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial)
+    study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial, on_note=on_note)
     pareto = write_results(study, folder)
     return StudyResult(
         summary=summary,
@@ -333,6 +340,7 @@ def run_study(
     on_trial: TrialCallback | None = None,
     sampler: optuna.samplers.BaseSampler | None = None,
     on_interrupt: Callable[[optuna.Study], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
     """Run ``options.trials`` measured trials (reused ones are free), holding the device safely.
 
@@ -347,10 +355,15 @@ def run_study(
     (a trial's apply or window, or between trials), never in the middle of
     Optuna's bookkeeping, so no trial is left RUNNING. The hardware is
     restored, then ``on_interrupt`` gets the study (to write the results of
-    the trials that completed) and the signal is raised.
+    the trials that completed) and the signal is raised. ``on_note`` hears
+    that a study resumes, and how many trials its storage holds.
+
+    Once the loop ends with an answer, the baseline ``options.baseline``
+    names is measured at the answer's batch size, unless the study already
+    holds it (tuner.baseline).
     """
     with interrupts.held(), hold(device):
-        return _run_study(device, options, on_trial, sampler, on_interrupt)
+        return _run_study(device, options, on_trial, sampler, on_interrupt, on_note)
 
 
 def _run_study(
@@ -359,6 +372,7 @@ def _run_study(
     on_trial: TrialCallback | None,
     sampler: optuna.samplers.BaseSampler | None,
     on_interrupt: Callable[[optuna.Study], None] | None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
     space = serving_space(
         narrowed_space(
@@ -375,7 +389,10 @@ def _run_study(
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)
         check_same_space(study, space)
-        fresh = not study.get_trials(deepcopy=False)
+        held = len(study.get_trials(deepcopy=False))
+        fresh = not held
+        if held and on_note is not None:
+            on_note(f"resuming: {held} trials in storage (study {name})")
         _stamp(study, device, options, space)
         if fresh and options.warm_start and storage != MEMORY_STORAGE:
             _warm_start(study, storage, space, options, device)
@@ -416,6 +433,7 @@ def _run_study(
             with hardware_session(device), storage_errors(storage):
                 _optimize(study, objective, callback, deadline)
         interrupts.check()
+        record = _baseline(study, device, options, space, storage)
     except KeyboardInterrupt:
         if on_interrupt is not None:
             on_interrupt(study)
@@ -445,8 +463,45 @@ def _run_study(
         early_stop=decision if options.early_stop else None,
         reused=list(study.user_attrs.get(WARM_ATTR, [])),
         unmet=None if best else unmet_bound(study.get_trials(deepcopy=False), options.max_latency_ms, percentile),
+        saved=None
+        if best is None or record is None
+        else baseline.saved(float(best.value), record, options.max_latency_ms, percentile),
     )
     return study, summary
+
+
+def _baseline(
+    study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace, storage: str
+) -> baseline.BaselineRecord | None:
+    """The baseline at the answer's batch size: read from the study, or measured now (in its own hardware session).
+
+    None when no baseline was asked for or no configuration met the bound
+    (there is nothing to compare).
+    """
+    best = recommended(study)
+    if options.baseline is None or best is None:
+        return None
+    batch = int(best.user_attrs["batch_size"])
+    record = baseline.stored(study, options.baseline, batch)
+    if record is None:
+        config = baseline.baseline_config(device, space, options.baseline, batch)
+        named = baseline.label_of(options.baseline, device, space)
+        settings = options.window
+        if not device.simulated:
+            folder = options.out / device.slug / model_slug(options.model) / "loadgen"
+            if options.window.scenario != "offline":
+                folder = folder / label(options.window).replace("@", "-")
+            settings = settings.model_copy(update={"log_dir": str(folder / f"baseline-b{batch}")})
+        with hardware_session(device), storage_errors(storage):
+            try:
+                record = baseline.measure(device, options.model, config, settings, options.baseline, named)
+            except (MeasurementRejected, NeedsReboot) as exc:
+                record = baseline.failed(config, options.baseline, named, str(exc))
+            interrupts.check()
+        baseline.store(study, record)
+    elif study.user_attrs.get(baseline.SPEC_ATTR) != record.spec:
+        study.set_user_attr(baseline.SPEC_ATTR, record.spec)
+    return record
 
 
 WARM_SEEDS = 3

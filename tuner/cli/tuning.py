@@ -95,6 +95,12 @@ RunModes = typer.Option(
     help="power modes to tune, e.g. MAXN,50W (default: the board's mode and those of its TPC mask; a mode of "
     "another mask needs a reboot to undo, which tune says before the first write)",
 )
+BaselineOption = typer.Option(
+    "default",
+    "--baseline",
+    help="what the answer is compared against, measured once per study at its batch size: default (the device as "
+    "it comes: a twin's or board's default mode, a GPU's unlocked clocks), a mode (MAXN) or knob=value,...",
+)
 MeasureSeed = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)")
 
 
@@ -128,6 +134,7 @@ def run(
     space: Path | None = options.Space,
     scenario: str = options.Scenario,
     target_qps: float | None = options.TargetQps,
+    baseline: str = BaselineOption,
     as_json: bool = options.Json,
 ) -> None:
     """Run (or resume) a study: minimum energy per query subject to the latency bound."""
@@ -153,6 +160,7 @@ def run(
         allow_clock_changes=allow_clock_changes,
         sysfs_root=sysfs_root,
         space_file=space,
+        baseline=baseline,
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = api.tune(model, device, bound_ms, on_trial=on_trial, on_note=_note, **settings)
@@ -221,6 +229,8 @@ def _print_run(result: StudyResult) -> None:
                 result.percentile,
             )
         )
+        if summary.saved is not None:
+            common.out_console.print(f"saved: {summary.saved.line}{note}")
     common.out_console.print(f"results: {result.results}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
 
 
