@@ -96,8 +96,28 @@ What it lays out:
   long; tuner.devices.switching.SwitchCosts.mode_s is the figure the twin
   uses (docs/serving.md says what it rests on).
 
-What it does not model: clocks that move by themselves (cur_freq and the EMC
-rate stay where written), thermal throttling, the kernel clamping a max below a min.
+- The clocks that run and throttling (:meth:`FakeBoard.throttle`): GPU
+  ``cur_freq``, every cluster's ``scaling_cur_freq`` and BPMP debugfs
+  ``clk/{gpusysclk,nafll_dla0_core,nafll_dla1_core}/rate`` (``nafll_dla`` on
+  Xavier) follow the limits at the top of the range, as under load, and sit
+  below them while throttled; ``oc3_event_cnt`` of the ``soctherm_oc`` hwmon
+  then rises (tests/fakekernel.py says where each rule comes from, and how
+  limits clamp: the 4.9 kernel of L4T 32 refuses a crossing write instead).
+- Root-only files, as a board has them: debugfs mounted 0700, the nvpmodel EMC
+  cap 0600, AGX Xavier's L4T 32 rails 0400. Tests may run as root, for whom
+  modes stop nothing, so :func:`as_user` makes the tuner ask
+  :func:`unprivileged_access` (the "other" permission bits) instead.
+- INA3221 layouts: hwmon ``in[1-3]``/``curr[1-3]`` with the shunt voltages
+  in4-in6 and, from L4T 36, the sums in7/curr4 (kernel
+  Documentation/hwmon/ina3221.rst); L4T 32's ``ina3221x`` IIO folders
+  (:func:`_iio_rails`).
+- Boards besides the AGX Orin and Orin Nano: an Orin NX 16 GB with NVIDIA's
+  nvpmodel_p3767_0000.conf modes, and an AGX Xavier and a TX2 on L4T 32
+  (``layout="l4t32"``); where each table comes from is said beside it.
+
+What it does not model: the EMC rate moving by itself (it stays where written), DVFS below the max
+while a governor idles, and a thermal cap that lowers the devfreq ``max_freq`` read-back (a cooling
+device does that through PM QoS; soctherm's hardware throttling, modelled here, does not).
 """
 
 from __future__ import annotations
