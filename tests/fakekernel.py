@@ -60,6 +60,7 @@ import errno
 import json
 import os
 import re
+import threading
 from pathlib import Path
 
 WRITABLE = {
@@ -196,7 +197,7 @@ def register_from_environment() -> None:
 def _put(path: str | Path, value: object) -> None:
     """Write a file the kernel changes by itself, atomically (temporary name, then rename)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.fakekernel")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.fakekernel")
     tmp.write_text(f"{value}\n")
     if path.exists():
         os.chmod(tmp, path.stat().st_mode & 0o7777)  # the attribute keeps its mode
@@ -230,28 +231,35 @@ def _requests(root: str) -> tuple[Path, dict[str, int]]:
 
 
 def _clamp(root: str, path: str, value: int) -> None:
-    """Resolve a limit pair after a store: the max wins, the request is kept (see the module docstring)."""
+    """Resolve a limit pair after a store: the max wins, a clamped min's request is kept (module docstring).
+
+    Only the min is ever clamped, so only its request is remembered, and only while it differs
+    from what the min reads back; a pair that never crossed leaves nothing behind.
+    """
     folder, name = os.path.dirname(path), os.path.basename(path)
     other = os.path.join(folder, LIMITS[name])
     if not os.path.exists(other):
         return
-    store, requests = _requests(root)
-    rel_self, rel_other = os.path.relpath(path, root), os.path.relpath(other, root)
-    requests[rel_self] = value
-    requests.setdefault(rel_other, int(_read(other)))
     lo_path, hi_path = (path, other) if "min" in name else (other, path)
-    lo = requests[os.path.relpath(lo_path, root)]
-    hi = requests[os.path.relpath(hi_path, root)]
+    store, requests = _requests(root)
+    key = os.path.relpath(lo_path, root)
     table = _table(folder) if name.startswith("scaling_") else []
+    hi = int(_read(hi_path))
+    if table and hi_path == path:
+        hi = max([f for f in table if f <= hi], default=table[0])  # __resolve_freq, CPUFREQ_RELATION_H
+    wanted = value if lo_path == path else requests.get(key, int(_read(lo_path)))
     if table:
-        hi = max([f for f in table if f <= hi], default=table[0])
-        lo = min([f for f in table if f >= lo], default=table[-1])
-    lo = min(lo, hi)
-    for target, number in ((lo_path, lo), (hi_path, hi)):
+        wanted = min([f for f in table if f >= wanted], default=table[-1])  # CPUFREQ_RELATION_L
+    lo = min(wanted, hi)
+    for target, number in ((hi_path, hi), (lo_path, lo)):
         if int(_read(target)) != number:
             _put(target, number)
+    if lo != wanted:
+        requests[key] = wanted
+    else:
+        requests.pop(key, None)
     if store.parent.is_dir():
-        store.write_text(json.dumps(requests))
+        _put(store, json.dumps(requests))  # atomically: a writer killed here leaves the old requests
 
 
 def throttle_state(root: Path) -> dict:
@@ -262,7 +270,7 @@ def throttle_state(root: Path) -> dict:
 
 def throttle(root: Path, **state: int | None) -> None:
     """Throttle (or, with no arguments, free) the board at ``root``; the running clocks follow at once."""
-    (Path(root) / STATE / "throttle.json").write_text(json.dumps({k: v for k, v in state.items() if v}))
+    _put(Path(root) / STATE / "throttle.json", json.dumps({k: v for k, v in state.items() if v}))
     settle(Path(root))
 
 
