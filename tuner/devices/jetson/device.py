@@ -756,7 +756,7 @@ class JetsonDevice:
         if kind in (None, "", "rails", "ina3221"):
             if not self.board.rails:
                 raise UserError(
-                    f"no INA3221 power rails under {self.root / 'sys/bus/i2c/drivers/ina3221'}: "
+                    f"no INA3221 power rails under {self.root / 'sys/bus/i2c/drivers'} (ina3221, ina3221x): "
                     "this board has no readable power sensor; pick --meter jtop or another board"
                 )
             unreadable = [r.name for r in self.board.rails if not all(sysfs.can_read(f) for f in r.files())]
