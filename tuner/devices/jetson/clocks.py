@@ -86,9 +86,7 @@ def find_clock_files(root: Path, gpu: Path, cpu_dirs: dict[int, Path], online: d
 
     gpu_bpmp = rate("gpusysclk", "GPU (gpusysclk)")
     emc = rate("emc", "EMC")
-    dla = None
-    for name in DLA_RATES:
-        dla = dla or (bpmp / name / "rate" if sysfs.can_read(bpmp / name / "rate") else None)
+    dla = next((bpmp / name / "rate" for name in DLA_RATES if sysfs.can_read(bpmp / name / "rate")), None)
     if dla is None and any(sysfs.denied(bpmp / name / "rate") for name in DLA_RATES):
         unreadable.append("DLA")
     cpu_cur = {cpu: folder / "scaling_cur_freq" for cpu, folder in cpu_dirs.items()}
