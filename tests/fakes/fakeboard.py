@@ -96,8 +96,28 @@ What it lays out:
   long; tuner.devices.switching.SwitchCosts.mode_s is the figure the twin
   uses (docs/serving.md says what it rests on).
 
-What it does not model: clocks that move by themselves (cur_freq and the EMC
-rate stay where written), thermal throttling, the kernel clamping a max below a min.
+- The clocks that run and throttling (:meth:`FakeBoard.throttle`): GPU
+  ``cur_freq``, every cluster's ``scaling_cur_freq`` and BPMP debugfs
+  ``clk/{gpusysclk,nafll_dla0_core,nafll_dla1_core}/rate`` (``nafll_dla`` on
+  Xavier) follow the limits at the top of the range, as under load, and sit
+  below them while throttled; ``oc3_event_cnt`` of the ``soctherm_oc`` hwmon
+  then rises (tests/fakekernel.py says where each rule comes from, and how
+  limits clamp: the 4.9 kernel of L4T 32 refuses a crossing write instead).
+- Root-only files, as a board has them: debugfs mounted 0700, the nvpmodel EMC
+  cap 0600, AGX Xavier's L4T 32 rails 0400. Tests may run as root, for whom
+  modes stop nothing, so :func:`as_user` makes the tuner ask
+  :func:`unprivileged_access` (the "other" permission bits) instead.
+- INA3221 layouts: hwmon ``in[1-3]``/``curr[1-3]`` with the shunt voltages
+  in4-in6 and, from L4T 36, the sums in7/curr4 (kernel
+  Documentation/hwmon/ina3221.rst); L4T 32's ``ina3221x`` IIO folders
+  (:func:`_iio_rails`).
+- Boards besides the AGX Orin and Orin Nano: an Orin NX 16 GB with NVIDIA's
+  nvpmodel_p3767_0000.conf modes, and an AGX Xavier and a TX2 on L4T 32
+  (``layout="l4t32"``); where each table comes from is said beside it.
+
+What it does not model: the EMC rate moving by itself (it stays where written), DVFS below the max
+while a governor idles, and a thermal cap that lowers the devfreq ``max_freq`` read-back (a cooling
+device does that through PM QoS; soctherm's hardware throttling, modelled here, does not).
 """
 
 from __future__ import annotations
@@ -226,7 +246,132 @@ BOARDS: dict[str, dict[str, Any]] = {
 }
 NANO_GRID = [114750000, 216750000, 318750000, 420750000, 522750000, 624750000]
 
+# Orin NX 16 GB: the four modes of NVIDIA's nvpmodel_p3767_0000.conf (github.com/LineageOS/android_device_nvidia_concord
+# nvpmodel/nvpmodel_p3767_0000.conf, default 2): TPC_PG_MASK 240 in MAXN and 25W, 252 in 10W and 15W, and its DLA
+# caps per core (10W: DLA0 153600000, DLA1 115000000 Hz). CPU top 1984 MHz (the ONX opp of NVIDIA's p3767-0000
+# device tree), GPU top 918 MHz (a board's MAXN); rails VDD_IN, VDD_CPU_GPU_CV, VDD_SOC as on the Orin Nano
+# (jetson-stats takes VDD_IN as the total).
+BOARDS["orin-nx"] = {
+    "conf": "nvpmodel_p3767_0000.conf",
+    "model": "NVIDIA Orin NX Developer Kit",
+    "compatible": b"nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
+    "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]],
+    "tpcs": 8,
+    "cpu_khz": [f for f in _A78AE_KHZ if f <= 1958400] + [1984000],
+    "cpu_min_khz": 729600,
+    "emc_khz": [204000, 665600, 2133000, 3199000],
+    "grid": [306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000],
+    "modes": [
+        (0, "MAXN", 8, -1, -1, 0, 240),
+        (1, "10W", 4, 1190400, 612000000, 2133000000, 252),
+        (2, "15W", 4, 1651200, 612000000, 0, 252),
+        (3, "25W", 8, 1497600, 408000000, 0, 240),
+    ],
+    "dla_caps": {0: -1, 1: (153600000, 115000000), 2: 614400000, 3: 614400000},
+    "dla_max_hz": 1600000000,
+    "default_mode": 2,
+    "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
+    "zones": {"CPU-therm": 42.0, "GPU-therm": 41.0, "CV0-therm": -256.0, "SOC0-therm": 41.5, "tj-therm": 43.0},
+}
+_CARMEL_KHZ = [f for f in _A78AE_KHZ if f <= 2188800] + [2265600]
+_TX2_KHZ = [345600, 499200, 652800, 806400, 960000, 1113600, 1267200, 1420800, 1574400, 1728000, 1881600, 2035200]
+
+# L4T 32 (JetPack 4) boards, metered through the ina3221x IIO driver. AGX Xavier: the modes of NVIDIA's
+# nvpmodel_t194.conf (ids 0-3 of eight: MAXN, MODE_10W with TPC_PG_MASK 5, MODE_15W, MODE_30W_ALL, from the
+# copy in github.com/LineageOS/android_device_nvidia_galen nvpmodel/nvpmodel_t194.conf), its DLA caps through
+# the one DLA_CORE section of the L4T 32 conf (MAX_FREQ /sys/kernel/nvpmodel_emc_cap/nafll_dla, as NVIDIA's MLPerf
+# Xavier nvpmodel template has it), rails GPU, CPU, SOC at 0x40 and CV, VDDRQ, SYS5V at 0x41 with no input rail
+# (energymon's jetson/JetsonPowerRails.md, from the L4T 32.6.1 guide and device trees), root-only as the issue's
+# probe found them. TX2: the modes of its L4T 28.1 conf as search_spaces/tx2.yaml cites them (MAXN, MAXQ,
+# MAXP_CORE_ALL, MAXP_CORE_ARM, MAXP_CORE_DENVER; default 3), the Denver pair cpu1-2 as its own cluster, rails
+# VDD_SYS_GPU, VDD_SYS_SOC, VDD_4V0_WIFI at 0x40 and VDD_IN (the module's input, the others part of it),
+# VDD_SYS_CPU, VDD_SYS_DDR at 0x41 (the same energymon table). The CPU tables are the 76.8 MHz / 153.6 MHz steps
+# these cores share with later Jetsons, not read from a board.
+BOARDS["xavier-agx"] = {
+    "conf": "nvpmodel_t194.conf",
+    "model": "NVIDIA Jetson AGX Xavier Developer Kit",
+    "compatible": b"nvidia,p2972-0000\0nvidia,tegra194\0",  # mainline tegra194-p2972-0000.dts
+    "gpu_node": "gv11b",
+    "clusters": [[0, 1], [2, 3], [4, 5], [6, 7]],
+    "cpu_param": "CPU_DENVER_{index}",
+    "tpcs": 4,
+    "cpu_khz": _CARMEL_KHZ,
+    "cpu_min_khz": 1190400,
+    "emc_khz": [204000, 665600, 1065600, 1331200, 1600000, 2133000],
+    "grid": [114750000, 216750000, 318750000, 420750000, 522750000, 624750000, 675750000, 828750000, 905250000,
+             1032750000, 1198500000, 1236750000, 1338750000, 1377000000],
+    "modes": [
+        (0, "MAXN", 8, -1, -1, 0, 0),
+        (1, "MODE_10W", 2, 1200000, 520000000, 1065600000, 5),
+        (2, "MODE_15W", 4, 1200000, 670000000, 1331200000, 0),
+        (3, "MODE_30W_ALL", 8, 1200000, 900000000, 1600000000, 0),
+    ],
+    "dla_section": "DLA_CORE",
+    "dla_caps": {0: -1, 1: 550000000, 2: 750000000, 3: 1050000000},
+    "dla_max_hz": 1395200000,
+    "default_mode": 2,
+    "iio": True,
+    "rails_root_only": True,
+    "ina": {"1-0040": {0: "GPU", 1: "CPU", 2: "SOC"}, "1-0041": {0: "CV", 1: "VDDRQ", 2: "SYS5V"}},
+    "zones": {"CPU-therm": 41.5, "GPU-therm": 40.0, "AUX-therm": 39.5, "Tboard_tegra": 38.0, "PMIC-Die": 100.0},
+}  # fmt: skip
+BOARDS["tx2"] = {
+    "conf": "nvpmodel_t186.conf",
+    "model": "NVIDIA Jetson TX2 Developer Kit",
+    "compatible": b"nvidia,p2771-0000\0nvidia,tegra186\0",  # mainline tegra186-p2771-0000.dts
+    "gpu_node": "gp10b",
+    "clusters": [[0, 3, 4, 5], [1, 2]],
+    "cpu_param": ["CPU_A57", "CPU_DENVER"],
+    "tpcs": None,
+    "cpu_khz": _TX2_KHZ,
+    "cpu_min_khz": 345600,
+    "emc_khz": [40800, 665600, 1331200, 1600000, 1866000],
+    "grid": [
+        114750000,
+        216750000,
+        318750000,
+        420750000,
+        522750000,
+        624750000,
+        726750000,
+        828750000,
+        930750000,
+        1032750000,
+        1134750000,
+        1236750000,
+        1300500000,
+    ],
+    "modes": [
+        (0, "MAXN", [0, 1, 2, 3, 4, 5], [-1, -1], -1, 0, None),
+        (1, "MAXQ", [0, 3, 4, 5], [1200000, None], 850000000, 1331200000, None),
+        (2, "MAXP_CORE_ALL", [0, 1, 2, 3, 4, 5], [1400000, 1400000], 1120000000, 1600000000, None),
+        (3, "MAXP_CORE_ARM", [0, 3, 4, 5], [2000000, None], 1120000000, 1600000000, None),
+        (4, "MAXP_CORE_DENVER", [0, 1], [345600, 2035200], 1120000000, 1600000000, None),
+    ],
+    "default_mode": 3,
+    "iio": True,
+    "ina": {
+        "0-0040": {0: "VDD_SYS_GPU", 1: "VDD_SYS_SOC", 2: "VDD_4V0_WIFI"},
+        "0-0041": {0: "VDD_IN", 1: "VDD_SYS_CPU", 2: "VDD_SYS_DDR"},
+    },
+    "zones": {"BCPU-therm": 36.5, "MCPU-therm": 36.0, "GPU-therm": 34.5, "Tboard_tegra": 32.0, "PMIC-Die": 100.0},
+}
+
 LAYOUTS: dict[str, dict[str, str]] = {
+    "l4t32": {
+        # JetPack 4: the GPU node named by its chip (gv11b on Xavier, gp10b on TX2; NVIDIA's L4T 32 confs), the
+        # EMC cap of nvpmodel_emc_cap, host1x at 13e10000 (nvpmodel_t194.conf's DLA and PVA paths)
+        "release": "# R32 (release), REVISION: 7.1, GCID: 29818004, BOARD: t186ref, EABI: aarch64",
+        "parent": "sys/devices",
+        "gpu": "sys/devices/17000000.{node}",
+        "devfreq": "sys/devices/17000000.{node}/devfreq/17000000.{node}",
+        "class": "17000000.{node}",
+        "node": "{node}",
+        "conf_gpu": "/sys/devices/17000000.{node}/devfreq/17000000.{node}",
+        "emc_cap": "sys/kernel/nvpmodel_emc_cap/emc_iso_cap",
+        "host1x": "sys/devices/13e10000.host1x",
+        "dla": "sys/kernel/nvpmodel_emc_cap",
+    },
     "l4t35": {
         "release": "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64",
         "parent": "sys/devices",
@@ -441,16 +586,17 @@ def clocks():
     online = [0] + [c for c in range(1, cpus) if read(f"sys/devices/system/cpu/cpu{{c}}/online") == "1"]
     freqs = [int(read(f"sys/devices/system/cpu/cpufreq/policy{{p}}/scaling_cur_freq")) / 1e6
              for p in EXTRA["policies"]]
-    mask = int(read(f"{{EXTRA['gpu']}}/tpc_pg_mask"))
+    mask_file = ROOT / EXTRA["gpu"] / "tpc_pg_mask"
+    mask = int(mask_file.read_text()) if mask_file.exists() else 0
     cap_ghz = int(read(EXTRA["emc_cap"])) / 1e9 or 3.2
     emc = "sys/kernel/debug/bpmp/debug/clk/emc/rate"
-    tpcs = EXTRA["tpcs"] - bin(mask & ((1 << EXTRA["tpcs"]) - 1)).count("1")
+    tpcs = EXTRA["tpcs"] - bin(mask & ((1 << EXTRA["tpcs"]) - 1)).count("1") if EXTRA["tpcs"] else 1
     return {{
         "gpu": int(read(f"{{EXTRA['devfreq']}}/cur_freq")) / 1e9,
         "cpu": sum(freqs) / len(freqs),
         "cores": len(online),
         "emc": int(read(emc)) / 1e9 if (ROOT / emc).exists() else cap_ghz,
-        "tpc_share": tpcs / EXTRA["tpcs"],
+        "tpc_share": tpcs / (EXTRA["tpcs"] or 1),
     }}
 
 
@@ -458,6 +604,11 @@ def rail_watts(c):
     gpu = 1.2 + 14.0 * c["tpc_share"] * c["gpu"] ** 2
     cpu = 0.6 + 0.45 * c["cores"] * c["cpu"] ** 2
     mem = 0.4 + 0.6 * c["emc"]
+    if EXTRA["model"] == "tx2":  # VDD_IN feeds the module: the other rails are part of it
+        sub = {{"VDD_SYS_GPU": gpu, "VDD_SYS_CPU": cpu, "VDD_SYS_SOC": 0.6 + mem, "VDD_SYS_DDR": mem}}
+        return {{**sub, "VDD_4V0_WIFI": 0.3, "VDD_IN": 1.5 + 0.3 + sum(sub.values())}}
+    if EXTRA["model"] == "xavier-agx":  # six parallel rails, no input rail
+        return {{"GPU": gpu, "CPU": cpu, "SOC": 1.5 + mem, "CV": 0.2, "VDDRQ": mem, "SYS5V": 1.8}}
     if "VDD_IN" in EXTRA["rails"]:
         return {{"VDD_IN": 2.0 + gpu + cpu + 2 * mem, "VDD_CPU_GPU_CV": gpu + cpu, "VDD_SOC": 1.0 + mem}}
     return {{"VDD_GPU_SOC": 2.5 + gpu, "VDD_CPU_CV": cpu, "VIN_SYS_5V0": 3.0 + mem, "VDDQ_VDD2_1V8AO": mem}}
@@ -467,6 +618,8 @@ def sensor(path, value):
     """A sensor changes at once: a reader never sees it half written (temporary name, then rename)."""
     tmp = path.with_name(f".{{path.name}}.tmp_input")
     tmp.write_text(f"{{value}}\n")
+    if path.exists():
+        os.chmod(tmp, path.stat().st_mode & 0o7777)  # a root-only sensor stays root-only
     os.replace(tmp, path)
 
 
@@ -617,6 +770,9 @@ class FakeBoard:
         """What the rails read now, in watts."""
         out = {}
         for name, (folder, channel, _mv) in self.conf["rails"].items():
+            if self.conf.get("iio"):
+                out[name] = int(self.read(f"{folder}/in_power{channel}_input")) / 1e3
+                continue
             mv = int(self.read(f"{folder}/in{channel}_input"))
             ma = int(self.read(f"{folder}/curr{channel}_input"))
             out[name] = mv * ma / 1e6
@@ -774,55 +930,108 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
     both kernels: each argument names the L4T 35 path, and ``<ARG>_KNEXT`` the
     newer kernel's (here: this layout's own, or L4T 36.4's on an L4T 35
     board); nvpmodel writes the one that exists. The EMC section's header is
-    written ``<PARAM ...`` without the space, as in that file.
+    written ``<PARAM ...`` without the space, as in that file. An L4T 32 conf
+    names its own paths only (NVIDIA's MLPerf Xavier template has no _KNEXT for
+    them), gates no TPCs on a TX2, and caps AGX Xavier's DLAs through one
+    ``DLA_CORE`` section.
     """
     cpus = sum(len(c) for c in board["clusters"])
     old = LAYOUTS["l4t35"]
     new = lay if lay is not old else LAYOUTS["l4t36.4"]
+    l4t32 = lay["release"].startswith("# R32")
 
     def both(arg: str, path: Any) -> list[str]:
+        if l4t32:
+            return [f"{arg} {path(lay)}"]
         first, knext = path(old), path(new)
         return [f"{arg} {first}"] + ([f"{arg}_KNEXT {knext}"] if knext != first else [])
 
     def gpu0(leaf: str) -> Any:
         return lambda lay: f"/{lay['parent']}/gpu.0/{leaf}"
 
+    params = board.get("cpu_param", "CPU_A78_{index}")
+    names = params if isinstance(params, list) else [params.format(index=i) for i in range(len(board["clusters"]))]
+    dlas = _dla_count(board)
     out = ["# fake nvpmodel.conf: NVIDIA's PARAM / POWER_MODEL / PM_CONFIG format", ""]
     out.append("< PARAM TYPE=FILE NAME=CPU_ONLINE >")
     out += [f"CORE_{c} /sys/devices/system/cpu/cpu{c}/online" for c in range(cpus)]
-    out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", *both("TPC_PG_MASK", gpu0("tpc_pg_mask"))]
+    if board["tpcs"] is not None:
+        out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", *both("TPC_PG_MASK", gpu0("tpc_pg_mask"))]
     out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >", *both("GPU_PWR_CNTL_EN", gpu0("power/control"))]
     out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >", *both("GPU_PWR_CNTL_DIS", gpu0("power/control"))]
-    for index, cluster in enumerate(board["clusters"]):
+    for name, cluster in zip(names, board["clusters"], strict=True):
         base = f"/sys/devices/system/cpu/cpu{cluster[0]}/cpufreq"
-        out += ["", f"< PARAM TYPE=CLOCK NAME=CPU_A78_{index} >"]
+        out += ["", f"< PARAM TYPE=CLOCK NAME={name} >"]
         out += [f"FREQ_TABLE {base}/scaling_available_frequencies", f"MAX_FREQ {base}/scaling_max_freq"]
         out += [f"MIN_FREQ {base}/scaling_min_freq"]
     out += ["", "< PARAM TYPE=CLOCK NAME=GPU >"]
     for arg, leaf in (("FREQ_TABLE", "available_frequencies"), ("MAX_FREQ", "max_freq"), ("MIN_FREQ", "min_freq")):
         out += both(arg, lambda lay, leaf=leaf: f"{lay['conf_gpu']}/{leaf}")
     out += ["", "<PARAM TYPE=CLOCK NAME=EMC >", *both("MAX_FREQ", lambda lay: f"/{lay['emc_cap']}"), ""]
-    for core in range(2 if "dla_caps" in board else 0):
-        out += [f"< PARAM TYPE=CLOCK NAME=DLA{core}_CORE >"]
+    sections = ["DLA_CORE"] if board.get("dla_section") == "DLA_CORE" else [f"DLA{c}_CORE" for c in range(dlas)]
+    for core, section in enumerate(sections[:dlas]):
+        out += [f"< PARAM TYPE=CLOCK NAME={section} >"]
         out += [*both("MAX_FREQ", lambda lay, core=core: f"/{_dla_cap(lay, core)}"), ""]
     for mode_id, name, cores, cpu_max, gpu_max, emc_cap, tpc in board["modes"]:
+        online = cores if isinstance(cores, list) else list(range(cores))
+        caps = cpu_max if isinstance(cpu_max, list) else [cpu_max] * len(board["clusters"])
         out.append(f"< POWER_MODEL ID={mode_id} NAME={name} >")
-        out += [f"CPU_ONLINE CORE_{c} {1 if c < cores else 0}" for c in range(cpus)]
-        out += [f"TPC_POWER_GATING TPC_PG_MASK {tpc}", "GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on"]
-        for index, cluster in enumerate(board["clusters"]):
-            if cluster[0] < cores:
-                out += [f"CPU_A78_{index} MIN_FREQ {board['cpu_min_khz']}", f"CPU_A78_{index} MAX_FREQ {cpu_max}"]
+        out += [f"CPU_ONLINE CORE_{c} {1 if c in online else 0}" for c in range(cpus)]
+        if tpc is not None:
+            out += [f"TPC_POWER_GATING TPC_PG_MASK {tpc}"]
+        out += ["GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on"]
+        for param, cluster, cap in zip(names, board["clusters"], caps, strict=True):
+            if cap is not None and set(cluster) & set(online):
+                out += [f"{param} MIN_FREQ {board['cpu_min_khz']}", f"{param} MAX_FREQ {cap}"]
         out += ["GPU MIN_FREQ 0", f"GPU MAX_FREQ {gpu_max}", "GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto"]
         out += [f"EMC MAX_FREQ {emc_cap}"]
-        if "dla_caps" in board:
-            out += [f"DLA{core}_CORE MAX_FREQ {board['dla_caps'][mode_id]}" for core in range(2)]
+        dla = board["dla_caps"].get(mode_id) if "dla_caps" in board else None
+        per_core = dla if isinstance(dla, tuple) else (dla,) * dlas
+        out += [f"{section} MAX_FREQ {cap}" for section, cap in zip(sections[:dlas], per_core, strict=False)]
         out += [""]
     out += ["# mandatory section to configure the default power mode", f"< PM_CONFIG DEFAULT={board['default_mode']} >"]
     return "\n".join(out) + "\n"
 
 
+def _dla_rate(board: dict[str, Any], core: int) -> str:
+    """BPMP's clock of DLA core ``core``: nafll_dla0_core/nafll_dla1_core on Orin (T234), nafll_dla on Xavier (T194)."""
+    return "nafll_dla" if board.get("dla_section") == "DLA_CORE" else f"nafll_dla{core}_core"
+
+
+def _iio_rails(root: Path, address: str, number: int, channels: dict[int, str], root_only: bool) -> dict[str, list]:
+    """One INA3221 in L4T 32's ina3221x IIO layout: what jetson-stats and Zeus read there.
+
+    ``/sys/bus/i2c/drivers/ina3221x/<bus>-<addr>/iio:deviceN`` with ``name``
+    ina3221x, ``rail_name_<ch>`` (channels 0-2) and ``in_power<ch>_input`` (mW),
+    ``in_voltage<ch>_input`` (mV), ``in_current<ch>_input`` (mA) beside the
+    current limits (jtop/core/power.py list_all_i2c_ports, zeus/device/soc/jetson.py).
+    """
+    folder = f"sys/bus/i2c/drivers/ina3221x/{address}/iio:device{number}"
+    _write(root / folder / "name", "ina3221x")
+    found: dict[str, list] = {}
+    for channel, label in channels.items():
+        _write(root / folder / f"rail_name_{channel}", label)
+        for reading in ("power", "voltage", "current"):
+            _write(root / folder / f"in_{reading}{channel}_input", 0)
+            if root_only:
+                (root / folder / f"in_{reading}{channel}_input").chmod(0o400)
+        _write(root / folder / f"crit_current_limit_{channel}", 32760)
+        _write(root / folder / f"warn_current_limit_{channel}", 32760)
+        found[label] = [folder, channel, 5000]
+    return found
+
+
+def _dla_count(board: dict[str, Any]) -> int:
+    """DLA cap files: two per Orin with DLAs, one shared file on L4T 32's AGX Xavier, none on a board without."""
+    if "dla_caps" not in board:
+        return 0
+    return 1 if board.get("dla_section") == "DLA_CORE" else 2
+
+
 def _dla_cap(lay: dict[str, str], core: int) -> str:
     """Where DLA core ``core``'s clock cap sits in this layout (see the module docstring)."""
+    if lay["release"].startswith("# R32"):
+        return f"{lay['dla']}/nafll_dla"
     unit = ("15880000.nvdla0", "158c0000.nvdla1")[core]
     return lay["dla"].format(unit=unit) + f"/dla{core}_core"
 
@@ -847,11 +1056,14 @@ def make_fake_board(
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}: choose from {', '.join(LAYOUTS)}")
     board = BOARDS[model]
-    lay = LAYOUTS[layout]
+    lay = {key: value.replace("{node}", board.get("gpu_node", "")) for key, value in LAYOUTS[layout].items()}
+    if (layout == "l4t32") != ("gpu_node" in board):
+        raise ValueError(f"fake board {model!r} runs on {'l4t32' if 'gpu_node' in board else 'l4t35 and later'}")
     rng = random.Random(seed)
     root = Path(root)
     cpus = sum(len(c) for c in board["clusters"])
-    gpu_hz = GRIDS[grid] if model == "orin-agx" else NANO_GRID
+    gpu_hz = board.get("grid") or (GRIDS[grid] if model == "orin-agx" else NANO_GRID)
+    dlas = _dla_count(board)
     gpu_device, devfreq = root / lay["gpu"], root / lay["devfreq"]
 
     _write(devfreq / "available_frequencies", " ".join(map(str, gpu_hz)) + " ")
@@ -864,7 +1076,8 @@ def make_fake_board(
     _link(root / "sys/class/devfreq" / lay["class"], devfreq)
     if layout == "l4t36.4":
         _link(gpu_device / "devfreq_dev", devfreq)
-    _write(gpu_device / "tpc_pg_mask", 0)
+    if board["tpcs"] is not None:
+        _write(gpu_device / "tpc_pg_mask", 0)
     _write(gpu_device / "railgate_enable", 1)
     _write(gpu_device / "power" / "control", "auto")
     node = root / "sys/firmware/devicetree/base" / f"gpu@17000000-{lay['node']}"
@@ -906,7 +1119,7 @@ def make_fake_board(
 
     _write(root / lay["emc_cap"], 0)
     (root / lay["emc_cap"]).chmod(0o600)  # root-only, as the issue's probe of a board found it
-    for core in range(2 if "dla_caps" in board else 0):
+    for core in range(dlas):
         _write(root / _dla_cap(lay, core), board["dla_max_hz"])
     bpmp = root / "sys/kernel/debug/bpmp/debug/clk"
     emc = bpmp / "emc"
@@ -915,8 +1128,8 @@ def make_fake_board(
     _write(root / "sys/kernel/debug/bpmp/debug/emc/possible_rates", " ".join(map(str, board["emc_khz"])) + " ")
     # BPMP's view of the running clocks (NVIDIA's MLPerf Orin harness reads these with sudo cat)
     _write(bpmp / "gpusysclk" / "rate", max(gpu_hz))
-    for core in range(2 if "dla_caps" in board else 0):
-        _write(bpmp / f"nafll_dla{core}_core" / "rate", board["dla_max_hz"])
+    for core in range(dlas):
+        _write(bpmp / (_dla_rate(board, core)) / "rate", board["dla_max_hz"])
     (root / "sys/kernel/debug").chmod(0o700)  # debugfs is mounted root-only (mode 0700)
     _oc_hwmon(root, rng)
     (root / "proc/device-tree").mkdir(parents=True, exist_ok=True)
@@ -930,6 +1143,9 @@ def make_fake_board(
     hwmon_dirs: dict[str, Path] = {}
     numbers = rng.sample(range(1, 10), len(board["ina"]))  # hwmon numbers are the kernel's, unique
     for number, (address, channels) in zip(numbers, board["ina"].items(), strict=True):
+        if board.get("iio"):
+            rails.update(_iio_rails(root, address, number - 1, channels, board.get("rails_root_only", False)))
+            continue
         folder = f"sys/bus/i2c/drivers/ina3221/{address}/hwmon/hwmon{number}"
         hwmon_dirs[address] = root / folder
         _write(root / folder / "name", "ina3221")
@@ -964,8 +1180,11 @@ def make_fake_board(
         "rails": rails,
         "modes": {name: mode_id for mode_id, name, *_ in board["modes"]},
         "dla_max_hz": board.get("dla_max_hz", 0),
-        "dla_caps": [_dla_cap(lay, core) for core in range(2 if "dla_caps" in board else 0)],
+        "dla_caps": [_dla_cap(lay, core) for core in range(dlas)],
+        "dla_rates": [_dla_rate(board, core) for core in range(dlas)],
         "desktop": desktop,
+        "iio": board.get("iio", False),
+        "model": model,
     }
     tool_dir = root / "etc" / "fake-nvpmodel"
     tool_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ are checked; reads pass through. The rules, and where each comes from:
   attribute has no write op). Writable here are only the attributes listed in
   ``WRITABLE`` (cpufreq limits and governor, devfreq min/max/governor, CPU
   ``online``, the GPU's ``tpc_pg_mask``/``railgate_enable``/``power/control``,
-  the nvpmodel clock caps including the DLAs' ``clk_cap/dla<n>_core``, the
+  the nvpmodel clock caps including the DLAs' ``clk_cap/dla<n>_core`` (and L4T 32 Xavier's ``nafll_dla``), the
   bpmp debugfs EMC ``rate``/``mrq_rate_locked``).
 - Nothing can be created under /sys, /proc or debugfs (kernfs directories have
   no ``create`` inode operation: EACCES).
@@ -60,6 +60,7 @@ import errno
 import json
 import os
 import re
+import threading
 from pathlib import Path
 
 WRITABLE = {
@@ -79,6 +80,7 @@ WRITABLE = {
     "mrq_rate_locked",
     "dla0_core",
     "dla1_core",
+    "nafll_dla",
 }
 KERNEL_TREES = ("sys/", "proc/")
 LIMITS = {"min_freq": "max_freq", "max_freq": "min_freq", "scaling_min_freq": "scaling_max_freq"}
@@ -195,8 +197,10 @@ def register_from_environment() -> None:
 def _put(path: str | Path, value: object) -> None:
     """Write a file the kernel changes by itself, atomically (temporary name, then rename)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.fakekernel")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.fakekernel")
     tmp.write_text(f"{value}\n")
+    if path.exists():
+        os.chmod(tmp, path.stat().st_mode & 0o7777)  # the attribute keeps its mode
     os.replace(tmp, path)
 
 
@@ -227,28 +231,35 @@ def _requests(root: str) -> tuple[Path, dict[str, int]]:
 
 
 def _clamp(root: str, path: str, value: int) -> None:
-    """Resolve a limit pair after a store: the max wins, the request is kept (see the module docstring)."""
+    """Resolve a limit pair after a store: the max wins, a clamped min's request is kept (module docstring).
+
+    Only the min is ever clamped, so only its request is remembered, and only while it differs
+    from what the min reads back; a pair that never crossed leaves nothing behind.
+    """
     folder, name = os.path.dirname(path), os.path.basename(path)
     other = os.path.join(folder, LIMITS[name])
     if not os.path.exists(other):
         return
-    store, requests = _requests(root)
-    rel_self, rel_other = os.path.relpath(path, root), os.path.relpath(other, root)
-    requests[rel_self] = value
-    requests.setdefault(rel_other, int(_read(other)))
     lo_path, hi_path = (path, other) if "min" in name else (other, path)
-    lo = requests[os.path.relpath(lo_path, root)]
-    hi = requests[os.path.relpath(hi_path, root)]
+    store, requests = _requests(root)
+    key = os.path.relpath(lo_path, root)
     table = _table(folder) if name.startswith("scaling_") else []
+    hi = int(_read(hi_path))
+    if table and hi_path == path:
+        hi = max([f for f in table if f <= hi], default=table[0])  # __resolve_freq, CPUFREQ_RELATION_H
+    wanted = value if lo_path == path else requests.get(key, int(_read(lo_path)))
     if table:
-        hi = max([f for f in table if f <= hi], default=table[0])
-        lo = min([f for f in table if f >= lo], default=table[-1])
-    lo = min(lo, hi)
-    for target, number in ((lo_path, lo), (hi_path, hi)):
+        wanted = min([f for f in table if f >= wanted], default=table[-1])  # CPUFREQ_RELATION_L
+    lo = min(wanted, hi)
+    for target, number in ((hi_path, hi), (lo_path, lo)):
         if int(_read(target)) != number:
             _put(target, number)
+    if lo != wanted:
+        requests[key] = wanted
+    else:
+        requests.pop(key, None)
     if store.parent.is_dir():
-        store.write_text(json.dumps(requests))
+        _put(store, json.dumps(requests))  # atomically: a writer killed here leaves the old requests
 
 
 def throttle_state(root: Path) -> dict:
@@ -259,7 +270,7 @@ def throttle_state(root: Path) -> dict:
 
 def throttle(root: Path, **state: int | None) -> None:
     """Throttle (or, with no arguments, free) the board at ``root``; the running clocks follow at once."""
-    (Path(root) / STATE / "throttle.json").write_text(json.dumps({k: v for k, v in state.items() if v}))
+    _put(Path(root) / STATE / "throttle.json", json.dumps({k: v for k, v in state.items() if v}))
     settle(Path(root))
 
 
@@ -296,8 +307,8 @@ def settle(root: Path) -> None:
     for cpu in conf["policies"]:
         policy = root / f"sys/devices/system/cpu/cpufreq/policy{cpu}"
         _put(policy / "scaling_cur_freq", running(policy, "scaling_max_freq", caps.get("cpu_khz")))
-    for core, cap_file in enumerate(conf.get("dla_caps", [])):
-        rate = root / BPMP / (f"nafll_dla{core}_core" if conf.get("dla_rates") != "nafll_dla" else "nafll_dla")
+    for cap_file, clock in zip(conf.get("dla_caps", []), conf.get("dla_rates", []), strict=False):
+        rate = root / BPMP / clock
         if rate.is_dir() and (root / cap_file).exists():
             hz = int(_read(str(root / cap_file)))
             _put(rate / "rate", min(hz, caps["dla_hz"]) if caps.get("dla_hz") else hz)

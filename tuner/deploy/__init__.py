@@ -26,7 +26,7 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
 from tuner.errors import BoundUnmet, ConfigurationError, UserError
 from tuner.measurement import TOKEN_KEYS
-from tuner.records import fastest, recommended, trial_record, unmet_bound
+from tuner.records import RAN_SUFFIXES, fastest, recommended, trial_record, unmet_bound
 from tuner.space import Config, parse_assignments
 from tuner.storage import redact
 from tuner.units import format_ms
@@ -223,8 +223,9 @@ CLOCK_EXTRAS = ("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max", "mem_mhz_mean", "mem_
 
 
 def clocks_ran(extra: dict[str, Any]) -> dict[str, Any]:
-    """What the card ran in the trial's (last) window: SM and memory clocks, and how the SM clock was held."""
-    return {k: extra[k] for k in CLOCK_EXTRAS if k in extra}
+    """What the device ran in the trial's (last) window: the clocks it sampled (a GPU's SM and memory clocks and
+    how the SM clock was held, a Jetson's GPU, CPU, EMC and DLA clocks and its over-current events)."""
+    return {k: v for k, v in extra.items() if k in CLOCK_EXTRAS or k.endswith(RAN_SUFFIXES) or k == "oc_events"}
 
 
 def unlocked_knobs(exported: ExportedConfig, device: Device) -> list[str]:

@@ -633,7 +633,7 @@ def test_meter_period_below_50_ms_is_refused(board: FakeBoard) -> None:
         device(board, meter_period_s=0.01)
 
 
-@pytest.mark.parametrize("kind", ["orin-nano", "xavier-agx", "tx2"])
+@pytest.mark.parametrize("kind", ["orin-nano", "orin-nx", "xavier-agx", "tx2"])
 def test_published_spaces_load_with_distinct_mode_ids(kind: str) -> None:
     space = load_space(kind)
     assert space.mode_knob == "nvpmodel" and "nvpmodel" in space.source

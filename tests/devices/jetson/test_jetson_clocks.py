@@ -62,6 +62,12 @@ def test_a_window_whose_gpu_clock_did_not_hold_is_marked_and_never_recommended(b
     best = json.loads(stdout)["best"]
     assert float(best["config"]["gpu_mhz"]) <= 1020 and best["throttled"] is False
     assert best["clocks_ran"]["gpu_mhz_mean"] == float(best["config"]["gpu_mhz"])
+    export = tmp_path / "best.yaml"
+    args = ("-m", "tiny-cnn", "-d", "orin", "--max-latency", "500ms", "-o", str(export), "--out", str(out))
+    code, _stdout, stderr = in_process("export", *args)
+    assert code == 0, stderr
+    ran = yaml.safe_load(export.read_text())["metrics"]["clocks_ran"]
+    assert ran["gpu_mhz_max"] == float(best["config"]["gpu_mhz"]) and ran["oc_events"] == 0
 
 
 def test_a_window_in_which_the_over_current_counter_rose_does_not_count(board: FakeBoard, tmp_path) -> None:

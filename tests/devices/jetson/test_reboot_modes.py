@@ -136,3 +136,18 @@ def test_nvpmodel_gets_no_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with pytest.raises(Exception, match="needs a reboot"):
         dev.set_mode(1)
     assert board.snapshot() == before and not board.reboot_requested()
+
+
+def test_a_desktop_study_from_maxn_naming_every_mode_leaves_the_board_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every mode in the space (--modes names all four): nvpmodel declines the other masks, the study goes on."""
+    board = _board(tmp_path, monkeypatch, "MAXN", True)
+    before = board.snapshot()
+    out = tmp_path / "studies"
+    every = ("--modes", "MAXN,15W,30W,50W", "--knobs", "nvpmodel", "--batch-sizes", "1,4")
+    code, _stdout, stderr = in_process(*RUN, *every, "--trials", "6", "--out", str(out))
+    assert code == 0, stderr
+    assert board.snapshot() == before and board.mode_id() == 0 and not board.reboot_requested()
+    trials = next(out.rglob("trials.csv")).read_text()
+    assert "needs a reboot" in trials  # a mode of another mask was proposed, declined, and left out

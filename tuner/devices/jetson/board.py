@@ -67,14 +67,23 @@ NVPMODEL_CONF = "etc/nvpmodel.conf"
 # Module part numbers in the device tree's compatible string, per space.
 MODULES = {
     "p3701": "orin-agx",
+    "p3767-0000": "orin-nx",
+    "p3767-0001": "orin-nx",
     "p3767": "orin-nano",
     "p2888": "xavier-agx",
+    "p2972": "xavier-agx",
     "p3310": "tx2",
     "p3489": "tx2",
+    "p2771": "tx2",
 }
+# Checked in this order, so the Orin NX SKUs of p3767 (0000: 16 GB, 0001: 8 GB; NVIDIA's
+# nvpmodel_p3767_0000.conf) come before the Orin Nano ones (0003-0005). p2972 and p2771 are the
+# AGX Xavier and TX2 developer kits' carrier boards, the compatible strings of mainline's
+# tegra194-p2972-0000.dts and tegra186-p2771-0000.dts.
 MODEL_NAMES = {
     "orin-agx": "AGX Orin",
     "orin-nano": "Orin Nano",
+    "orin-nx": "Orin NX",
     "xavier-agx": "AGX Xavier",
     "tx2": "TX2",
 }
@@ -136,6 +145,7 @@ class BoardMode:
     emc_max_hz: int | None
     tpc_pg_mask: int | None
     dla_max_hz: int | None = None
+    dla_caps_hz: tuple[int, ...] = ()
 
 
 @dataclass
@@ -276,6 +286,7 @@ def _int(value: str) -> int | None:
 def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
     online: dict[str, str] = {}
     cpu_caps: list[int] = []
+    per_core: list[int | None] = []
     gpu = emc = tpc = dla = None
     for param, arg, value in mode.lines:
         number = _int(value)
@@ -292,6 +303,9 @@ def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
             emc = number
         elif param in ("DLA0_CORE", "DLA_CORE") and arg.startswith("MAX_FREQ"):
             dla = number
+            per_core.append(number)
+        elif param == "DLA1_CORE" and arg.startswith("MAX_FREQ"):
+            per_core.append(number)  # may differ from DLA0's (Orin NX 10W: 153.6 and 115 MHz)
     cores = 1 + sum(1 for core, v in online.items() if core != "CORE_0" and v == "1")
     capped = [c for c in cpu_caps if c > 0]
     return BoardMode(
@@ -303,6 +317,7 @@ def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
         emc_max_hz=emc if emc is not None and emc > 0 else None,
         tpc_pg_mask=tpc,
         dla_max_hz=dla if dla is not None and dla > 0 else None,
+        dla_caps_hz=tuple(c for c in per_core if c is not None and c > 0),
     )
 
 
@@ -423,7 +438,7 @@ def discover(root: Path) -> Board:
     clocks = find_clock_files(root, gpu, cpufreq_dirs, online)
     return Board(
         root=root,
-        layout=_layout(root, gpu_device),
+        layout="l4t32" if read_release(root).startswith("L4T 32.") else _layout(root, gpu_device),
         release=read_release(root),
         model=read(root / MODEL) if is_file(root / MODEL) else "",
         gpu=gpu,

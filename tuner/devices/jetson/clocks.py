@@ -59,13 +59,14 @@ class ClockFiles:
     dla: Path | None = None
     oc: dict[str, Path] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
+    bpmp: Path = Path("/") / BPMP_CLK
 
     def note(self) -> str | None:
         """The one line saying which rates cannot be sampled here (debugfs needs root)."""
         if not self.unreadable:
             return None
         return (
-            f"the {', '.join(self.unreadable)} rate(s) that ran are not sampled: BPMP debugfs ({BPMP_CLK}) is "
+            f"the {', '.join(self.unreadable)} rate(s) that ran are not sampled: BPMP debugfs ({self.bpmp}) is "
             "readable by root only (run with sudo to record them)"
         )
 
@@ -85,9 +86,7 @@ def find_clock_files(root: Path, gpu: Path, cpu_dirs: dict[int, Path], online: d
 
     gpu_bpmp = rate("gpusysclk", "GPU (gpusysclk)")
     emc = rate("emc", "EMC")
-    dla = None
-    for name in DLA_RATES:
-        dla = dla or (bpmp / name / "rate" if sysfs.can_read(bpmp / name / "rate") else None)
+    dla = next((bpmp / name / "rate" for name in DLA_RATES if sysfs.can_read(bpmp / name / "rate")), None)
     if dla is None and any(sysfs.denied(bpmp / name / "rate") for name in DLA_RATES):
         unreadable.append("DLA")
     cpu_cur = {cpu: folder / "scaling_cur_freq" for cpu, folder in cpu_dirs.items()}
@@ -100,6 +99,7 @@ def find_clock_files(root: Path, gpu: Path, cpu_dirs: dict[int, Path], online: d
         dla=dla,
         oc=_oc_counters(root),
         unreadable=unreadable,
+        bpmp=bpmp,
     )
 
 

@@ -54,6 +54,7 @@ DEVICE_KINDS = {
     "orin": "orin-agx",
     "orin-agx": "orin-agx",
     "orin-nano": "orin-nano",
+    "orin-nx": "orin-nx",
     "xavier": "xavier-agx",
     "xavier-agx": "xavier-agx",
     "tx2": "tx2",
@@ -327,7 +328,8 @@ class JetsonDevice:
         if "dla_mhz" not in space.knobs:
             return []
         caps = [m.caps["dla_mhz"] for m in space.modes.values() if "dla_mhz" in m.caps]
-        return sorted({round(float(v) * 1e6) for v in [*space.knobs["dla_mhz"].values, *caps]})
+        per_core = {hz for m in self.board.modes for hz in m.dla_caps_hz}  # a mode may cap each DLA differently
+        return sorted({round(float(v) * 1e6) for v in [*space.knobs["dla_mhz"].values, *caps]} | per_core)
 
     # -- state ----------------------------------------------------------------
 
@@ -754,7 +756,7 @@ class JetsonDevice:
         if kind in (None, "", "rails", "ina3221"):
             if not self.board.rails:
                 raise UserError(
-                    f"no INA3221 power rails under {self.root / 'sys/bus/i2c/drivers/ina3221'}: "
+                    f"no INA3221 power rails under {self.root / 'sys/bus/i2c/drivers'} (ina3221, ina3221x): "
                     "this board has no readable power sensor; pick --meter jtop or another board"
                 )
             unreadable = [r.name for r in self.board.rails if not all(sysfs.can_read(f) for f in r.files())]
@@ -828,7 +830,7 @@ def _pair(
 
 
 def jetson_device(name: str, **kwargs: Any) -> JetsonDevice:
-    """The device a user named (``orin``, ``orin-nano``, ``xavier``, ``tx2``, or a space's kind)."""
+    """The device a user named (``orin``, ``orin-nano``, ``orin-nx``, ``xavier``, ``tx2``, or a space's kind)."""
     if name not in DEVICE_KINDS:
         raise UserError(f"unknown Jetson device {name!r}: choose from {', '.join(DEVICE_KINDS)}")
     return JetsonDevice(DEVICE_KINDS[name], name=name, **kwargs)
