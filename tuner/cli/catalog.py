@@ -25,7 +25,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
         "dashboard",
         "Browse the studies in optuna-dashboard, read-only (optional extra: pip install 'powertune[dashboard]').",
     ),
-    ("apply", "Apply an exported best mode at deploy time (idempotent; undo with tune restore)."),
+    ("apply", "Apply an exported best mode, or a hand-chosen one with --set, at deploy time (undo with tune restore)."),
     ("restore", "Put a device back as it was before tune apply or a crashed run, from the journal."),
     ("verify", "Check an export on this unit (at most 3 windows); re-tune locally if it does not hold."),
     ("status", "Progress of a study across workers: trials done, running, failed, recommended configuration so far."),
