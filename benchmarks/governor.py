@@ -31,21 +31,20 @@ from pathlib import Path
 from tuner.devices.registry import open_device
 from tuner.devices.switching import SwitchCosts
 from tuner.devices.virtual.twin import TwinDevice
-from tuner.serve.plan import REFINE_TRIALS, PlanOptions, build_policy, plan_rates, plot_policy
+from tuner.serve.figures import plot_policy, plot_replay
+from tuner.serve.plan import REFINE_TRIALS, PlanOptions, build_policy, plan_rates
 from tuner.serve.policy import Policy, write_policy
 from tuner.serve.replay import (
     DEFAULT_REACTION_S,
     GovernorRules,
     Replayer,
-    StrategyResult,
-    Trace,
     default_band,
     deployed_reaction,
-    load_trace,
-    plot_replay,
     replay,
     unlocked_idle_w,
 )
+from tuner.serve.replay_report import StrategyResult
+from tuner.serve.trace import Trace, load_trace
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

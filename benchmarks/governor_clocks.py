@@ -28,7 +28,8 @@ from pathlib import Path
 
 from tuner.devices.registry import open_device
 from tuner.serve.policy import load_policy
-from tuner.serve.replay import DEFAULT_REACTION_S, load_trace, replay
+from tuner.serve.replay import DEFAULT_REACTION_S, replay
+from tuner.serve.trace import load_trace
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # (clocks, how late the tuned configurations' governors react); the default mode always reacts 25 ms late.

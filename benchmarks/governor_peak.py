@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tuner.devices.registry import open_device
 from tuner.serve.policy import load_policy
-from tuner.serve.replay import load_trace, replay
+from tuner.serve.replay import replay
+from tuner.serve.trace import load_trace
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCALES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

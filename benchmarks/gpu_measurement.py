@@ -26,8 +26,9 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.device import NvmlDevice
 from tuner.devices.nvml.meters import NvmlEnergyMeter
+from tuner.devices.nvml.telemetry import NvmlTelemetry
 from tuner.measure.meters import EnergyReading, SampledPowerMeter
 from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings

@@ -28,8 +28,9 @@ import statistics
 import time
 from pathlib import Path
 
-from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.device import NvmlDevice
 from tuner.devices.nvml.meters import NvmlEnergyMeter
+from tuner.devices.nvml.telemetry import NvmlTelemetry
 from tuner.measure.session import measure_with
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config

@@ -31,7 +31,8 @@ import optuna
 from tuner.devices.registry import open_device
 from tuner.measure.settings import WindowSettings
 from tuner.scenario import TIMEOUT_KNOB, label, serving_space, window_for
-from tuner.serve.plan import PlanOptions, build_policy, plan_rates, plot_policy
+from tuner.serve.figures import plot_policy
+from tuner.serve.plan import PlanOptions, build_policy, plan_rates
 from tuner.serve.policy import write_policy
 from tuner.space import Config
 from tuner.study import narrowed_space, open_study, study_name

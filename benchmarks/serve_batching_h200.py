@@ -34,10 +34,12 @@ from typing import Any
 import numpy as np
 
 from runners import make_runner
-from tuner.devices.nvml.device import NvmlDevice, NvmlTelemetry
+from tuner.devices.nvml.device import NvmlDevice
+from tuner.devices.nvml.telemetry import NvmlTelemetry
+from tuner.measure.loadgen_run import run_window
+from tuner.measure.results import WindowResult
 from tuner.measure.session import build_measurement
 from tuner.measure.settings import WindowSettings
-from tuner.measure.window import WindowResult, run_window
 
 # (model, precision, channels_last, graph, maximum batch, Server rates low/middle/near capacity)
 CONFIGS = [

@@ -39,7 +39,8 @@ from twin_rails import MODULE_LIMIT_W, PODGOV, PODGOV_SOURCE, doc_lines
 from twin_rails import fit as fit_rails
 from twin_rails import sources as rail_sources
 
-from tuner.devices.virtual.twin import TwinDevice, TwinParams
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.devices.virtual.twin_schema import TwinParams
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "tuner" / "devices" / "virtual" / "twin_params"

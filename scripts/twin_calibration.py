@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from runners.profile import load_profile
-from tuner.devices.virtual.twin import TwinDevice, TwinParams
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.devices.virtual.twin_schema import TwinParams
 from tuner.space import Config
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration_data"
@@ -290,7 +291,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
     """
     from scipy.optimize import least_squares
 
-    from tuner.devices.virtual.twin import _unit
+    from tuner.devices.virtual.twin_physics import math_unit
 
     fastest: dict[tuple[str, str], float] = {}
     for case in micro["cases"]:
@@ -324,7 +325,7 @@ def fit_op_classes(micro: dict, floors: dict[str, float], peak: dict[str, float]
         groups.setdefault((cls(case), case["precision"]), []).append(case)
     fits: dict[tuple[str, str], dict] = {}
     for (name, precision), cases in sorted(groups.items()):
-        unit_peak = peak[_unit(name, precision)] * tpcs
+        unit_peak = peak[math_unit(name, precision)] * tpcs
         k = floor_cycles[name]
 
         def residuals(x: np.ndarray, cases=cases, unit_peak=unit_peak, k=k) -> list[float]:

@@ -26,7 +26,8 @@ from twin_calibration import CALIBRATION_DIR
 from twin_depth_anything import depth_anything_v2_base
 
 from runners.profile import ModelProfile, load_profile
-from tuner.devices.virtual.twin import TwinDevice, TwinParams
+from tuner.devices.virtual.twin import TwinDevice
+from tuner.devices.virtual.twin_schema import TwinParams
 from tuner.space import Config
 
 RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")

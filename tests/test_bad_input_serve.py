@@ -23,7 +23,7 @@ from tuner import atomicfile
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
 from tuner.serve.policy import Policy, load_policy, write_policy
-from tuner.serve.replay import TRACES, shipped_traces, trace_path
+from tuner.serve.trace import TRACES, shipped_traces, trace_path
 
 
 def twin_policy() -> Policy:

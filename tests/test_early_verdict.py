@@ -55,7 +55,7 @@ def test_a_hopeless_offline_configuration_ends_after_a_few_batches_as_a_miss():
 
 def test_a_hopeless_window_beside_dla_lanes_is_proven_by_its_query_count_as_on_hardware():
     # The engines' batches differ in size and speed: the share of batches past the bound proves nothing there
-    # (tuner.measure.window._tail_rule), so the twin cuts after about 1% of the window's queries, not 5 batches.
+    # (tuner.measure.loadgen_settings.tail_rule), so the twin cuts after about 1% of the queries, not 5 batches.
     device = TwinDevice("sim:orin-trt")
     values = {name: knob.default for name, knob in device.space().knobs.items()}
     gpu_only = Config(knobs={**values, "dla_cores": 0}, batch_size=64)
@@ -141,7 +141,7 @@ def test_tune_run_says_where_the_time_went_and_which_trials_were_cut(tmp_path):
 
 
 def test_every_constraint_is_set_through_the_one_mirror():
-    """Only tuner/storage.py calls Optuna's set_constraint: every other writer uses storage.set_constraint,
+    """Only tuner/storage/constraints.py calls Optuna's set_constraint: every other writer uses storage.set_constraint,
     which keeps the list optuna-dashboard reads (a cut trial once had the named form only, and Optuna's
     GP sampler then refused the study for its uneven constraint counts)."""
     import ast
@@ -154,4 +154,4 @@ def test_every_constraint_is_set_through_the_one_mirror():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if node.func.attr == "set_constraint":
                     callers.append(str(path.relative_to(root)))
-    assert set(callers) == {"tuner/storage.py"}
+    assert set(callers) == {"tuner/storage/constraints.py"}

@@ -136,6 +136,7 @@ def test_a_link_planted_as_a_folder_is_refused_and_never_followed(work, where, a
     assert after == before, sorted(set(after.items()) ^ set(before.items()))
 
 
+@pytest.mark.loadgen
 def test_loadgen_logs_go_through_a_private_folder_never_a_planted_trial_folder(tmp_path):
     """LoadGen writes into mkdtemp (0700); the tool moves its logs, so a planted trial-0000 link is refused."""
     victim = tmp_path / "victim"
@@ -146,8 +147,8 @@ def test_loadgen_logs_go_through_a_private_folder_never_a_planted_trial_folder(t
     loadgen.mkdir(parents=True)
     (loadgen / "trial-0000").symlink_to(victim, target_is_directory=True)
     before = state(tmp_path)
+    from tuner.measure.loadgen_run import run_window
     from tuner.measure.settings import WindowSettings
-    from tuner.measure.window import run_window
 
     with pytest.raises(UserError, match="symbolic link"):
         run_window(_NeverRun(), 1, WindowSettings(window_s=1.0, warmup_s=0.0), loadgen / "trial-0000")

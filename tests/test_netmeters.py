@@ -113,6 +113,7 @@ def test_the_clock_offset_is_measured_and_server_times_are_moved_onto_ours():
     assert reading.extra["clock_offset_s"] == remote.offset_s
 
 
+@pytest.mark.loadgen
 def test_a_killed_server_fails_the_trial_with_a_clear_reason():
     server = served()
     remote = RemoteMeter(*server.address, TOKEN)

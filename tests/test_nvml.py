@@ -8,8 +8,9 @@ import pytest
 from fakenvml import FakeNVML, FakeNVMLError
 
 import runners
-from tuner.devices.nvml.device import NvmlDevice, kind_of
+from tuner.devices.nvml.device import NvmlDevice
 from tuner.devices.nvml.meters import NvmlEnergyMeter
+from tuner.devices.nvml.space import kind_of
 from tuner.errors import UserError
 from tuner.measure.meters import SampledPowerMeter
 from tuner.measure.settings import WindowSettings
@@ -153,6 +154,7 @@ def fake_runners(monkeypatch):
     monkeypatch.setattr(runners, "make_runner", FakeRunner, raising=False)
 
 
+@pytest.mark.loadgen
 def test_measure_marks_a_throttled_window(fake_runners, tmp_path):
     nvml = FakeNVML()
     nvml.reasons = HW_SLOWDOWN
@@ -200,6 +202,7 @@ def _window(tmp_path) -> WindowSettings:
     return WindowSettings(window_s=1.0, warmup_s=0.05, log_dir=str(tmp_path))
 
 
+@pytest.mark.loadgen
 def test_under_cuda_visible_devices_the_card_changed_and_metered_is_the_one_torch_ran_on(
     fake_runners, tmp_path, monkeypatch
 ):
@@ -300,6 +303,7 @@ def test_restore_refuses_a_journal_written_for_another_card(monkeypatch):
     assert nvml.write_attempts == []
 
 
+@pytest.mark.loadgen
 def test_observe_only_records_the_clocks_that_ran_not_the_applications_clock(fake_runners, tmp_path):
     nvml = FakeNVML()
     nvml.gpus[0].busy = True  # under load the unlocked card boosts: 1410-1980 MHz in the fake
@@ -315,6 +319,7 @@ def test_observe_only_records_the_clocks_that_ran_not_the_applications_clock(fak
     assert nvml.write_attempts == []
 
 
+@pytest.mark.loadgen
 def test_a_memory_lock_the_driver_accepts_but_does_not_honour_marks_the_window(fake_runners, tmp_path):
     nvml = FakeNVML()
     nvml.gpus[0].honour_mem_lock = False
@@ -326,6 +331,7 @@ def test_a_memory_lock_the_driver_accepts_but_does_not_honour_marks_the_window(f
     assert "sm_mhz" not in result.reason.split("did not hold")[1]
 
 
+@pytest.mark.loadgen
 def test_an_sm_clock_below_its_lock_is_excused_only_by_a_cap(fake_runners, tmp_path):
     nvml = FakeNVML()
     gpu = nvml.gpus[0]
@@ -339,6 +345,7 @@ def test_an_sm_clock_below_its_lock_is_excused_only_by_a_cap(fake_runners, tmp_p
     assert again.valid, again.reason
 
 
+@pytest.mark.loadgen
 def test_a_power_limit_the_card_enforces_lower_is_not_held(fake_runners, tmp_path):
     nvml = FakeNVML()
     nvml.gpus[0].other_limit_mw = 300_000  # another limiter (nvmlDeviceGetEnforcedPowerLimit) is lower
@@ -390,6 +397,7 @@ def test_the_power_meter_reads_the_instant_field_where_the_card_has_it():
     assert meter.rails == ["cuda:0 board power, nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer)"]
 
 
+@pytest.mark.loadgen
 def test_an_observe_only_study_from_the_cli_records_clocks_and_exports_no_lock(fake_runners, tmp_path, monkeypatch):
     import sys
 

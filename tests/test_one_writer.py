@@ -72,9 +72,9 @@ WRITE_FLAGS = {"O_CREAT", "O_WRONLY", "O_RDWR", "O_TRUNC", "O_APPEND"}
 # (file, what) -> why it is not a file this tool writes.
 ALLOWED = {
     ("tuner/devices/jetson/sysfs.py", "os.open"): "a board attribute under /sys (hardware, never created)",
-    ("tuner/storage.py", "sqlite3.connect"): "opened with mode=ro to see whether a study is there",
+    ("tuner/storage/sqlite.py", "sqlite3.connect"): "opened with mode=ro to see whether a study is there",
     ("tuner/serve/rates.py", "os.unlink"): "the governor's own unix socket, removed only if it is still that socket",
-    ("tuner/measure/window.py", ".outdir="): "LoadGen writes into atomicfile.private_folder, moved by move_file",
+    ("tuner/measure/loadgen_run.py", ".outdir="): "LoadGen writes into atomicfile.private_folder, moved by move_file",
 }
 
 

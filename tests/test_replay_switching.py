@@ -10,7 +10,8 @@ from tuner.devices.switching import SwitchCosts, switch_seconds
 from tuner.devices.virtual.queueing import ServingProfile, simulate
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.serve.policy import Band, BandProvenance, Policy
-from tuner.serve.replay import GovernorRules, Replayer, Step, Trace
+from tuner.serve.replay import GovernorRules, Replayer, Step
+from tuner.serve.trace import Trace
 from tuner.space import Config
 
 ORIN = TwinDevice("sim:orin")

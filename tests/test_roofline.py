@@ -171,7 +171,7 @@ def test_log_axes_carry_three_to_ten_plain_labels_whatever_their_span(low, high)
 def test_the_roofline_plot_labels_its_log_axes_with_several_plain_numbers(device, model):
     import matplotlib.pyplot as plt
 
-    from tuner.roofline import figure
+    from tuner.roofline_plot import figure
 
     dev = TwinDevice(device)
     space = dev.space()

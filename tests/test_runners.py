@@ -124,8 +124,7 @@ def test_eager_warms_only_the_sizes_a_window_will_run():
 
 
 def test_sizes_to_warm_follow_the_scenario_and_the_bound():
-    from tuner.measure.settings import WindowSettings
-    from tuner.measure.window import sizes_to_warm
+    from tuner.measure.settings import WindowSettings, sizes_to_warm
 
     assert sizes_to_warm(WindowSettings(), 512) == 0
     server = {"scenario": "server", "options": {"server_target_qps": 3000.0}}

@@ -419,6 +419,7 @@ USER_MODELS = textwrap.dedent(
 )
 
 
+@pytest.mark.torch
 def test_a_users_model_whose_forward_or_input_fails_ends_in_one_line(rapl_at_15w, tmp_path, monkeypatch, capsys):
     from tuner.cli import main
 

@@ -15,7 +15,7 @@ from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
 from tuner.serve.plan import PlanOptions, neighbours, parse_rates, plan_rates
 from tuner.serve.policy import load_policy
-from tuner.serve.replay import load_trace
+from tuner.serve.trace import load_trace
 from tuner.space import Config
 
 runner = CliRunner()
@@ -227,7 +227,8 @@ def test_the_replayed_governor_reads_the_rate_every_interval():
     import numpy as np
 
     from tuner.serve.policy import Band, BandProvenance, Policy
-    from tuner.serve.replay import GovernorRules, Replayer, Trace
+    from tuner.serve.replay import GovernorRules, Replayer
+    from tuner.serve.trace import Trace
 
     device = TwinDevice("sim:orin")
     default = device.space().default_config().knobs

@@ -9,9 +9,9 @@ import pytest
 
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, SampledPowerMeter
+from tuner.measure.results import BatchRecord, LoadGenSummary, WindowResult
 from tuner.measure.session import build_measurement, measure_with
 from tuner.measure.settings import WindowSettings
-from tuner.measure.window import BatchRecord, LoadGenSummary, WindowResult
 
 
 class Meter:

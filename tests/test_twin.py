@@ -37,8 +37,9 @@ from twin_rails import (
 )
 
 from runners.profile import load_profile
-from tuner.devices.virtual.twin import TwinDevice, load_params
+from tuner.devices.virtual.twin import TwinDevice
 from tuner.devices.virtual.twin_dla import load_dla_params
+from tuner.devices.virtual.twin_schema import load_params
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config

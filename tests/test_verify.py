@@ -1,7 +1,7 @@
 """Fleet verification: 8 twin units that differ (sim:orin#unit=N, a seeded per-unit power and speed) verify one
 export against one PostgreSQL study; those outside the tolerance re-tune locally; tune status --fleet sums up.
 
-The units are a test device (tuner.devices.virtual.twin.UnitVariation), not hardware.
+The units are a test device (tuner.devices.virtual.twin_units.UnitVariation), not hardware.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pgserver
 import pytest
 from clirun import in_process
 
-from tuner.devices.virtual.twin import UnitVariation
+from tuner.devices.virtual.twin_units import UnitVariation
 
 pytestmark = pytest.mark.slow  # a PostgreSQL server and 8 units' windows and re-tunes
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from tuner.errors import UserError
+from tuner.measure.loadgen_run import run_window
+from tuner.measure.logparse import parse_logs
 from tuner.measure.meters import EnergyReading
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import StopRule, TailProof, relative_half_width, within_needed
-from tuner.measure.window import parse_logs, run_window
 
 
 class SleepyRunner:
@@ -48,6 +49,7 @@ class RecordingMeter:
         return EnergyReading(10.0 * duration, duration, 10.0, self.name, self.rails, 2)
 
 
+@pytest.mark.loadgen
 def test_offline_window_batches_samples_and_keeps_logs(tmp_path):
     runner = SleepyRunner()
     meter = RecordingMeter()
@@ -95,6 +97,7 @@ class TwoEngineRunner(SleepyRunner):
         return [("gpu", 4, run("gpu", 0.002, 4)), ("dla0", 2, run("dla0", 0.004, 2))]
 
 
+@pytest.mark.loadgen
 def test_offline_window_feeds_every_engine_from_one_queue(tmp_path):
     runner = TwoEngineRunner()
     settings = WindowSettings(window_s=0.5, warmup_s=0.05)
@@ -117,6 +120,7 @@ class SpeedsUpRunner(SleepyRunner):
         return size or 1
 
 
+@pytest.mark.loadgen
 def test_offline_window_is_rerun_when_the_warmup_undersized_it(tmp_path):
     settings = WindowSettings(window_s=0.5, warmup_s=0.0)
     result = run_window(SpeedsUpRunner(), 2, settings, tmp_path)
@@ -141,6 +145,7 @@ class SizeRecordingRunner(SleepyRunner):
         return min((b for b in self.ladder if b >= size), default=size)
 
 
+@pytest.mark.loadgen
 @pytest.mark.parametrize("ladder", [(), (1, 2, 4, 8)])
 def test_server_batches_run_the_samples_that_arrived_and_latency_is_per_query(tmp_path, ladder):
     runner = SizeRecordingRunner(ladder)
@@ -177,6 +182,7 @@ class SlowStartMeter(RecordingMeter):
         super().start()
 
 
+@pytest.mark.loadgen
 def test_server_starts_the_meter_before_the_first_query_arrives(tmp_path):
     meter = SlowStartMeter()
     settings = WindowSettings(window_s=0.5, warmup_s=0.0, scenario="server", options={"server_target_qps": 400.0})
@@ -186,6 +192,7 @@ def test_server_starts_the_meter_before_the_first_query_arrives(tmp_path):
     assert result.energy is not None and result.energy.duration_s >= result.duration_s
 
 
+@pytest.mark.loadgen
 def test_padded_server_batches_run_the_maximum(tmp_path):
     runner = SizeRecordingRunner()
     settings = WindowSettings(
@@ -197,6 +204,7 @@ def test_padded_server_batches_run_the_maximum(tmp_path):
     assert result.padding == pytest.approx(1 - result.queries / (8 * len(result.batch_records)))
 
 
+@pytest.mark.loadgen
 def test_singlestream_window_runs(tmp_path):
     settings = WindowSettings(window_s=0.5, warmup_s=0.05, scenario="singlestream")
     result = run_window(SleepyRunner(), 1, settings, tmp_path)
@@ -204,6 +212,7 @@ def test_singlestream_window_runs(tmp_path):
     assert result.queries == result.batches > 0
 
 
+@pytest.mark.loadgen
 def test_runner_error_ends_the_window_and_is_reported(tmp_path):
     settings = WindowSettings(window_s=0.3, warmup_s=0.0)
     result = run_window(SleepyRunner(fail_after=5), 2, settings, tmp_path)
@@ -217,6 +226,7 @@ def test_missing_loadgen_names_the_extra(tmp_path, monkeypatch):
         run_window(SleepyRunner(), 1, WindowSettings(window_s=0.1), tmp_path)
 
 
+@pytest.mark.loadgen
 def test_unknown_scenario_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="scenario"):
         run_window(SleepyRunner(), 1, WindowSettings(scenario="multistream-ish"), tmp_path)
@@ -243,6 +253,7 @@ class SteadyMeter(RecordingMeter):
         return now, 10.0 * (now - self.started)
 
 
+@pytest.mark.loadgen
 def test_adaptive_window_stops_once_the_interval_is_narrow(tmp_path):
     settings = WindowSettings(window_s=8.0, min_window_s=0.5, ci=0.5, min_queries=50, warmup_s=0.05)
     meter = SteadyMeter()
@@ -257,6 +268,7 @@ def test_adaptive_window_stops_once_the_interval_is_narrow(tmp_path):
     assert result.batches == -(-result.queries // 4)
 
 
+@pytest.mark.loadgen
 def test_an_adaptive_window_whose_tail_is_known_within_the_bound_needs_fewer_queries(tmp_path):
     # One query a batch: the tail is known within 30 s once 299 batches met it, long before 100,000 queries.
     # The bound is far above a 2 ms batch, so no stall of a loaded machine puts a batch past it.
@@ -268,6 +280,7 @@ def test_an_adaptive_window_whose_tail_is_known_within_the_bound_needs_fewer_que
     assert within_needed(0.99) <= result.queries < 100_000 and result.stop["tail_over_queries"] == 0
 
 
+@pytest.mark.loadgen
 def test_a_window_of_two_engines_does_not_count_their_batches_as_alike(tmp_path):
     # Beside a DLA the engines run batches of their own size and speed: no run of batches puts the queries'
     # percentile within the bound, so the window waits for its query count (or its end), as without a bound.
@@ -280,6 +293,7 @@ def test_a_window_of_two_engines_does_not_count_their_batches_as_alike(tmp_path)
     assert result.stop["stop_rule"] in ("max-duration", "queries-exhausted")
 
 
+@pytest.mark.loadgen
 def test_fixed_window_ends_at_its_duration_and_records_the_interval(tmp_path):
     settings = WindowSettings(window_s=0.6, warmup_s=0.05)
     result = run_window(SleepyRunner(), 2, settings, tmp_path, meter=SteadyMeter())
@@ -288,6 +302,7 @@ def test_fixed_window_ends_at_its_duration_and_records_the_interval(tmp_path):
     assert result.duration_s >= 0.6
 
 
+@pytest.mark.loadgen
 def test_a_meter_that_cannot_be_read_mid_window_runs_to_the_maximum(tmp_path):
     settings = WindowSettings(window_s=0.8, min_window_s=0.2, ci=0.5, warmup_s=0.05, min_queries=1)
     result = run_window(SleepyRunner(), 2, settings, tmp_path, meter=RecordingMeter())

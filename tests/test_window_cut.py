@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from test_window import RecordingMeter, SleepyRunner, SteadyMeter
 
+from tuner.measure.loadgen_run import run_window
 from tuner.measure.session import build_measurement
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL, TailProof, costs_more, over_needed
-from tuner.measure.window import run_window
 
 pytestmark = pytest.mark.slow
 

@@ -20,6 +20,7 @@ from tuner.models import check_model
 from tuner.records import recommended
 from tuner.scenario import format_rate
 from tuner.serve.estimate import DEFAULT_SMOOTHING_S
+from tuner.serve.figures import plot_policy, plot_replay
 from tuner.serve.governor import (
     DEFAULT_DWELL_S,
     DEFAULT_HEADROOM,
@@ -39,11 +40,11 @@ from tuner.serve.plan import (
     build_policy,
     parse_rates,
     plan_rates,
-    plot_policy,
 )
 from tuner.serve.policy import Policy, load_policy, write_policy
 from tuner.serve.rates import open_rate_source
-from tuner.serve.replay import GovernorRules, load_trace, plot_replay, replay, shipped_traces, trace_path
+from tuner.serve.replay import GovernorRules, replay
+from tuner.serve.trace import load_trace, shipped_traces, trace_path
 from tuner.serve.validate import check_policy_for, check_rules
 from tuner.units import MAX_TRIALS, check_count
 

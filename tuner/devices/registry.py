@@ -32,7 +32,7 @@ def canonical_device(name: str) -> str:
 
 def twin_of(board: str) -> str | None:
     """The twin of a Jetson board name (``orin-agx`` and ``orin`` are both ``sim:orin``), or None."""
-    from tuner.devices.virtual.twin import TWIN_KINDS
+    from tuner.devices.virtual.twin_schema import TWIN_KINDS
 
     return f"sim:{TWIN_ALIASES.get(board, board)}" if board in TWIN_KINDS else None
 
@@ -59,7 +59,8 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
+        from tuner.devices.virtual.twin import TwinDevice
+        from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
         name = canonical_device(name)
         if name[4:].split("#", 1)[0] not in TWIN_KINDS:
@@ -107,7 +108,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
 def _suggest_device(name: str) -> str:
     """A near miss among the device names, or the twin of a board named where none is."""
     from tuner.devices.jetson import DEVICE_KINDS
-    from tuner.devices.virtual.twin import twin_names
+    from tuner.devices.virtual.twin_schema import twin_names
 
     names = [f"sim:{n}" for n in twin_names()] + list(DEVICE_KINDS) + ["cpu", "cuda:0"]
     return did_you_mean(name, names) or did_you_mean(f"sim:{name}", [f"sim:{n}" for n in twin_names()])
@@ -216,7 +217,8 @@ def known_devices() -> list[dict[str, Any]]:
     not, why (``why``), so a user learns it before a study starts, not from its
     failed trials.
     """
-    from tuner.devices.virtual.twin import TWIN_KINDS, TwinDevice, twin_names
+    from tuner.devices.virtual.twin import TwinDevice
+    from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
     found = []
     for short in twin_names():

@@ -10,7 +10,7 @@ trial's record.
 What a window needs prepared depends on its scenario: an Offline window runs
 only full batches, a Server window any number of samples up to the maximum,
 so a runner that can (``warm_upto``) warms the sizes below the maximum the
-window will run (tuner.measure.window.sizes_to_warm; None: all of them).
+window will run (tuner.measure.settings.sizes_to_warm; None: all of them).
 The throughput a window ran at is kept too: a window that follows one of the
 same prepared configuration skips its warm-up (nothing changed).
 """

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tuner.errors import UserError
 from tuner.measure.poller import Poller
@@ -52,6 +52,14 @@ class Meter(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> EnergyReading: ...
+
+
+class Monitor(Protocol):
+    """Something sampled alongside the meter during the window (telemetry)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> Any: ...
 
 
 MAX_RAILS = 64

@@ -9,10 +9,12 @@ import numpy as np
 
 from tuner import atomicfile
 from tuner.errors import UserError
-from tuner.measure.meters import Meter, MeterLost
+from tuner.measure.lanes import Runner
+from tuner.measure.loadgen_run import run_window
+from tuner.measure.meters import Meter, MeterLost, Monitor
+from tuner.measure.results import WindowResult
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import CUT_REASONS
-from tuner.measure.window import Monitor, Runner, WindowResult, run_window
 from tuner.measurement import Measurement, batch_size_extras
 
 PERCENTILES = ("p50", "p90", "p99")

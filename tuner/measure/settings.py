@@ -6,6 +6,7 @@ never the other way round (devices.base re-exports it for the devices).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -66,3 +67,22 @@ class WindowSettings(BaseModel):
     @property
     def adaptive(self) -> bool:
         return self.min_window_s is not None and self.min_window_s < self.window_s
+
+
+def sizes_to_warm(settings: WindowSettings, batch_size: int) -> int:
+    """The batch sizes below the maximum a window runs often enough to prepare beforehand: 1 up to this.
+
+    Offline runs full batches (none). A Server window that keeps its bound
+    gathers about ``target x (bound + timeout)`` queries a batch; a batch
+    twice that is one whose queries already waited past the bound, so sizes
+    beyond are left to the runner's ladder: preparing a shape costs the
+    runner its plans, so every size below the maximum would cost minutes.
+    """
+    scenario = settings.scenario.lower().replace("-", "").replace("_", "")
+    if scenario == "offline":
+        return 0
+    target = float(settings.options.get("server_target_qps", 0.0))
+    if scenario != "server" or settings.bound_ms is None or target <= 0:
+        return batch_size - 1
+    wait_s = (settings.bound_ms + float(settings.options.get("batch_timeout_ms", 0.0))) / 1000.0
+    return min(batch_size - 1, math.ceil(2 * target * wait_s) + 1)

@@ -21,7 +21,6 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import atomicfile
 from tuner.devices.base import Device
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
@@ -474,33 +473,3 @@ def measurements(options: PlanOptions, results: list[RateResult]) -> dict[str, l
 
 def _label(record: dict) -> str:
     return " ".join([*(f"{k}={v}" for k, v in record["config"].items()), f"bs={record['batch_size']}"])
-
-
-def plot_policy(policy: Policy, path: Path) -> None:
-    """Energy per query against arrival rate: the planned points, coloured by band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    feasible = [p for p in policy.points if p.feasible]
-    for i, band in enumerate(policy.bands):
-        pts = [p for p in feasible if band.min_qps < p.rate_qps <= band.max_qps]
-        ax.plot(
-            [p.rate_qps for p in pts],
-            [p.j_per_query for p in pts],
-            "o-",
-            label=f"band {i}: <= {band.max_qps:g} q/s",
-        )
-    missed = [p.rate_qps for p in policy.points if not p.feasible]
-    if missed:
-        ax.axvspan(min(missed), max(missed), color="0.9", label="no feasible configuration")
-    ax.set_xlabel("arrival rate (queries/s)")
-    ax.set_ylabel("energy per query (J)")
-    twin = " [digital twin]" if policy.twin else ""
-    ax.set_title(f"{policy.model} on {policy.device}, {policy.percentile} <= {policy.max_latency_ms:g} ms{twin}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    atomicfile.write_figure(path, fig, dpi=120)
-    plt.close(fig)

@@ -9,21 +9,19 @@ day) and ``governor`` (the policy's bands switched by
 twin's queueing model and scaled to their length; the time around every
 switch is simulated as one run of arrivals, so the queue a switch leaves and
 the switch's own time and energy are both counted. The rules and their
-sources are in docs/serving.md.
+sources are in docs/serving.md. The traces are tuner.serve.trace, what a
+replay found tuner.serve.replay_report, its figure tuner.serve.figures.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tuner import atomicfile
 from tuner.devices.switching import SwitchCosts, switch_power_w, switch_seconds
 from tuner.devices.virtual.queueing import (
     QueueOutcome,
@@ -35,13 +33,13 @@ from tuner.devices.virtual.queueing import (
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import ConfigurationError
 from tuner.models import profiled
-from tuner.readfile import read_capped
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S
 from tuner.serve.governor import DEFAULT_DWELL_S, DEFAULT_HEADROOM, DEFAULT_HYSTERESIS, DEFAULT_MIN_SAVING, Governor
 from tuner.serve.policy import Band, Policy
-from tuner.serve.validate import MAX_REPLAY_STEPS, MAX_TRACE_BYTES, MAX_TRACE_ROWS, check_policy_for
+from tuner.serve.replay_report import ReplayReport, StrategyResult
+from tuner.serve.trace import Trace
+from tuner.serve.validate import MAX_REPLAY_STEPS, check_policy_for
 from tuner.space import Config
-from tuner.units import MAX_RATE_QPS
 
 SIM_CAP_S = 20.0
 PRE_SWITCH_S = 5.0
@@ -51,120 +49,6 @@ DEFAULT_REACTION_S = 0.025
 DEFAULT_INTERVAL_S = 1.0
 # How the tuned configurations (static and the governor's bands) hold their clocks; see Replayer.
 CLOCKS = ("lock", "cap")
-STRATEGIES = ("default", "default_locked", "static", "governor")
-
-
-@dataclass
-class Trace:
-    """Rate steps: ``rates[i]`` queries/s from ``times[i]`` until ``times[i+1]`` (the last for one more step)."""
-
-    times: np.ndarray
-    rates: np.ndarray
-    name: str = ""
-
-    @property
-    def durations(self) -> np.ndarray:
-        step = float(np.median(np.diff(self.times))) if len(self.times) > 1 else 60.0
-        return np.diff(np.append(self.times, self.times[-1] + step))
-
-
-TRACES = Path(__file__).parent / "traces"
-
-
-def shipped_traces() -> list[str]:
-    """The names of the traces that ship with the tool (tuner/serve/traces/), for ``--trace NAME``."""
-    return sorted(p.stem for p in TRACES.glob("*.csv"))
-
-
-def trace_path(spec: str) -> Path:
-    """``--trace``: a CSV file, or the bare name of a shipped trace (``diurnal``); a miss lists the shipped ones."""
-    path = Path(spec)
-    if path.exists():
-        return path
-    name = path.name.removesuffix(".csv")
-    if path.parent == Path(".") and name in shipped_traces():
-        return TRACES / f"{name}.csv"
-    raise ConfigurationError(
-        f"no trace {spec}: give a CSV file of t_s,rate_qps, or a shipped trace by name: "
-        f"{', '.join(shipped_traces())} (in {TRACES})"
-    )
-
-
-def load_trace(path: Path, scale: float = 1.0) -> Trace:
-    """Read ``t_s,rate_qps`` rows; a bad file, or one asking for more work than the limits allow, is one line.
-
-    Times must be finite and increasing and rates (after ``scale``) within
-    the serving rate limits (tuner/serve/validate.py); the file's size and
-    rows are capped before they are parsed.
-    """
-    fix = "give a CSV file of t_s,rate_qps rows"
-    raw = read_capped(path, "trace", MAX_TRACE_BYTES, fix)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigurationError(f"trace {path} is not UTF-8 text: {fix}") from None
-    lines = [line for line in text.splitlines() if not line.startswith("#")]
-    if len(lines) > MAX_TRACE_ROWS + 1:
-        raise ConfigurationError(f"trace {path} has more than {MAX_TRACE_ROWS} rows: use coarser steps")
-    try:
-        rows = list(csv.DictReader(lines))
-        times = np.array([float(r["t_s"]) for r in rows])
-        raw = [float(r["rate_qps"]) for r in rows]
-    except (KeyError, TypeError, ValueError, csv.Error):
-        raise ConfigurationError(
-            f"trace {path} must be CSV with columns t_s,rate_qps and numbers in every row"
-        ) from None
-    if not (math.isfinite(scale) and scale > 0):
-        raise ConfigurationError("--rate-scale must be a positive number, e.g. 10")
-    highest = max(raw, default=0.0)
-    if any(not math.isfinite(r) or r < 0 for r in raw) or highest > MAX_RATE_QPS / scale:
-        raise ConfigurationError(
-            f"trace {path}: rates (times --rate-scale) must be from 0 to {MAX_RATE_QPS:g} queries/s; "
-            f"the highest is {highest:g}" + ("" if scale == 1 else f" times {scale:g}")
-        )
-    rates = np.array(raw) * scale
-    with np.errstate(over="ignore", invalid="ignore"):
-        steps = np.diff(times)
-    if len(times) < 2 or not np.all(np.isfinite(times)) or not np.all(np.isfinite(steps)) or np.any(steps <= 0):
-        raise ConfigurationError(f"trace {path} needs two or more rows with finite, increasing t_s")
-    if np.any(rates < 0) or not np.all(np.isfinite(rates)) or float(rates.max()) > MAX_RATE_QPS:
-        raise ConfigurationError(
-            f"trace {path}: rates (times --rate-scale) must be from 0 to {MAX_RATE_QPS:g} queries/s; "
-            f"the highest is {float(rates.max()):g}"
-        )
-    return Trace(times=times, rates=rates, name=path.stem)
-
-
-@dataclass
-class StrategyResult:
-    """One way of serving the trace: totals and a timeline (one entry per trace row)."""
-
-    name: str
-    energy_j: float = 0.0
-    queries: float = 0.0
-    over_bound: float = 0.0
-    switches: int = 0
-    switch_s: float = 0.0
-    bands: list[int] = field(default_factory=list)
-    power_w: list[float] = field(default_factory=list)
-    labels: set[str] = field(default_factory=set)
-
-    @property
-    def over_fraction(self) -> float:
-        return self.over_bound / self.queries if self.queries else 0.0
-
-    def row(self) -> dict:
-        return {
-            "strategy": self.name,
-            "energy_kj": round(self.energy_j / 1000, 3),
-            "j_per_query": self.energy_j / self.queries if self.queries else float("nan"),
-            "queries": round(self.queries),
-            "over_bound": round(self.over_bound),
-            "over_bound_pct": round(100 * self.over_fraction, 3),
-            "switches": self.switches,
-            "switching_s": round(self.switch_s, 3),
-            "configurations": sorted(self.labels),
-        }
 
 
 Progress = Callable[[str, int, int], None]
@@ -455,52 +339,6 @@ class GovernorRules:
         }
 
 
-@dataclass
-class ReplayReport:
-    """The three strategies over one trace."""
-
-    trace: Trace
-    policy: Policy
-    device: str
-    results: dict[str, StrategyResult]
-
-    def savings(self) -> dict[str, float]:
-        g = self.results["governor"].energy_j
-        return {
-            f"governor_vs_{name}_pct": round(100 * (1 - g / self.results[name].energy_j), 2)
-            for name in ("static", "default", "default_locked")
-        }
-
-    def above_top(self) -> dict | None:
-        """Where the trace's rate exceeds the policy's top band (planned for no such rate): None if nowhere."""
-        top = self.policy.bands[self.policy.top]
-        over = self.trace.rates > top.max_qps
-        if not over.any():
-            return None
-        seconds = float(self.trace.durations[over].sum())
-        return {
-            "top_band_max_qps": top.max_qps,
-            "peak_qps": float(self.trace.rates.max()),
-            "seconds": round(seconds, 3),
-            "trace_pct": round(100 * seconds / float(self.trace.durations.sum()), 3),
-            "governor_over_bound_pct": round(100 * self.results["governor"].over_fraction, 3),
-        }
-
-    def summary(self) -> dict:
-        return {
-            "trace": self.trace.name,
-            "device": self.device,
-            "twin": True,
-            "model": self.policy.model,
-            "bound": f"{self.policy.percentile} <= {self.policy.max_latency_ms:g} ms",
-            "hours": round(float(self.trace.durations.sum()) / 3600, 3),
-            "peak_qps": float(self.trace.rates.max()),
-            "strategies": [self.results[n].row() for n in STRATEGIES],
-            "above_top_band": self.above_top(),
-            **self.savings(),
-        }
-
-
 def default_band(device: TwinDevice, static: Band) -> tuple[Config, float]:
     """The device's default knobs (MAXN / default clocks) with the peak band's batching."""
     space = device.space()
@@ -612,37 +450,3 @@ def replay(
         "governor": replayer.governed(trace, interval_s, rules or GovernorRules(), costs),
     }
     return ReplayReport(trace=trace, policy=policy, device=device.name, results=results)
-
-
-def plot_replay(report: ReplayReport, path: Path) -> None:
-    """Rate, the governor's band and the power of each strategy over the trace."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    hours = report.trace.times / 3600.0
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
-    axes[0].step(hours, report.trace.rates, where="post", color="k")
-    axes[0].set_ylabel("rate (q/s)")
-    axes[1].step(hours, report.results["governor"].bands, where="post", color="tab:green", label="governor")
-    axes[1].axhline(report.results["static"].bands[0], color="tab:orange", ls="--", label="static (peak)")
-    bands = report.policy.bands
-    axes[1].set_yticks(range(len(bands)), [f"{b.min_qps:g}-{b.max_qps:g} q/s" for b in bands], fontsize=7)
-    axes[1].set_ylim(-0.5, len(bands) - 0.5)
-    axes[1].set_ylabel("band (its rates)")
-    axes[1].legend(fontsize=7)
-    colours = {"default": "tab:red", "default_locked": "tab:purple", "static": "tab:orange", "governor": "tab:green"}
-    for name, colour in colours.items():
-        axes[2].step(hours, report.results[name].power_w, where="post", color=colour, label=name)
-    axes[2].set_ylabel("power (W)")
-    axes[2].set_xlabel("time (h)")
-    axes[2].legend(fontsize=7)
-    p = report.policy
-    axes[0].set_title(
-        f"{p.model} on {report.device} [digital twin], {p.percentile} <= {p.max_latency_ms:g} ms, "
-        f"trace {report.trace.name}"
-    )
-    fig.tight_layout()
-    atomicfile.write_figure(path, fig, dpi=120)
-    plt.close(fig)

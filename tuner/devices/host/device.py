@@ -17,8 +17,7 @@ from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter
 from tuner.measure.session import measure_with
-from tuner.measure.settings import WindowSettings
-from tuner.measure.window import sizes_to_warm
+from tuner.measure.settings import WindowSettings, sizes_to_warm
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 

@@ -29,199 +29,43 @@ from typing import Any
 
 from tuner.devices.host.meters import RaplMeter
 from tuner.devices.meters.registry import device_meter
+from tuner.devices.nvml.calls import (
+    CLOCK_GRAPHICS,
+    CLOCK_MEM,
+    CLOCK_SM,
+    FI_DEV_POWER_INSTANT,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_SUCCESS,
+    POWER_SCOPE_GPU,
+    USER_CLOCKS_BIT,
+    as_text,
+    error_code,
+    is_nvml_error,
+    load_nvml,
+)
 from tuner.devices.nvml.meters import EDGES_FOR_PERIOD, NvmlEnergyMeter
+from tuner.devices.nvml.space import LOCK_KNOBS, card_space, kind_of, supported_values, without_knobs
+from tuner.devices.nvml.telemetry import NvmlTelemetry
 from tuner.devices.nvml.visible import PhysicalGpu, cuda_gpu
 from tuner.devices.runner_cache import RunnerCache
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, SampledPowerMeter
-from tuner.measure.poller import Poller
 from tuner.measure.session import mark_invalid, measure_with
-from tuner.measure.settings import WindowSettings
-from tuner.measure.window import sizes_to_warm
+from tuner.measure.settings import WindowSettings, sizes_to_warm
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
 
-KIND_BY_NAME = (("H200", "h200"), ("H100", "h100"), ("A30", "a30"))
 METERS = ("nvml-energy", "nvml-power", "rapl")
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
-NVML_SUCCESS = 0
-CLOCK_GRAPHICS = 0
-CLOCK_SM = 1
-CLOCK_MEM = 2
-TEMPERATURE_GPU = 0
-# nvmlDeviceGetPowerUsage is a 1 s average on Ampere (but GA100) and newer (NVML reference, nvmlDeviceGetPowerUsage);
-# the field value NVML_FI_DEV_POWER_INSTANT at GPU scope is the power now, where the card reports it.
-FI_DEV_POWER_INSTANT = 186
-POWER_SCOPE_GPU = 0
-# The knobs that lock a clock; an observe-only device has none, and a configuration without one leaves it to the driver.
-LOCK_KNOBS = ("sm_mhz", "mem_mhz")
 KNOB_OF_SET_CALL = {
     "nvmlDeviceSetGpuLockedClocks": "sm_mhz",
     "nvmlDeviceSetMemoryLockedClocks": "mem_mhz",
     "nvmlDeviceSetPowerManagementLimit": "power_limit_w",
 }
-# How far a locked clock may read from its lock (relative) before the setting counts as not held.
-CLOCK_TOLERANCE = 0.02
 # A power limit read back within this of the request (mW) holds.
 POWER_LIMIT_TOLERANCE_MW = 1000
-# Clock-event reason bits (nvml.h): these mean the clocks were pulled down by
-# something other than the configuration under test, so the window is untrusted.
-THROTTLE_BITS = {
-    0x8: "hardware slowdown",
-    0x20: "software thermal slowdown",
-    0x40: "hardware thermal slowdown",
-    0x80: "hardware power brake",
-}
-# SW power cap is the configured power limit doing its job: recorded, not disqualifying.
-POWER_CAP_BIT = 0x4
-GPU_IDLE_BIT = 0x1
-# Applications-clocks or locked-clocks setting in force (nvml.h nvmlClocksEventReasonApplicationsClocksSetting).
-USER_CLOCKS_BIT = 0x2
-# Samples with any of these bits may run below a lock without the lock failing.
-BELOW_LOCK_BITS = GPU_IDLE_BIT | POWER_CAP_BIT | sum(THROTTLE_BITS)
 POWER_SAMPLE_PERIOD_S = 0.05
-TELEMETRY_PERIOD_S = 0.1
-
-
-def _load_nvml(nvml: Any | None) -> Any:
-    if nvml is not None:
-        return nvml
-    try:
-        import pynvml
-    except ImportError:
-        raise UserError("NVML bindings are missing: pip install nvidia-ml-py") from None
-    return pynvml
-
-
-def _error_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def _is_nvml_error(nvml: Any, exc: BaseException) -> bool:
-    cls = getattr(nvml, "NVMLError", None)
-    return (isinstance(cls, type) and isinstance(exc, cls)) or _error_code(exc) is not None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def kind_of(gpu_name: str) -> str:
-    """Search-space kind from the marketing name NVML reports."""
-    upper = gpu_name.upper()
-    for marker, kind in KIND_BY_NAME:
-        if marker in upper:
-            return kind
-    raise UserError(
-        f"no search space for GPU {gpu_name!r}: write one (copy search_spaces/h200.yaml, "
-        "set its clocks and power limits) and pass its path as the space file"
-    )
-
-
-class NvmlTelemetry:
-    """Samples temperature, clock-event reasons and the SM and memory clocks on a thread during a window.
-
-    The clocks are what the card ran (nvmlDeviceGetClockInfo), not what was
-    asked: an observe-only window records the driver's boost, a locked one
-    shows whether the lock held.
-    """
-
-    def __init__(self, nvml: Any, handle: Any, period_s: float = TELEMETRY_PERIOD_S) -> None:
-        self.nvml = nvml
-        self.handle = handle
-        self.period_s = period_s
-        self.temps_c: list[float] = []
-        self.reasons = 0
-        self.power_capped_samples = 0
-        self.samples = 0
-        self.clocks: list[tuple[float | None, float | None, int | None]] = []
-        self._poller = Poller(self.sample, period_s, "nvml-telemetry")
-
-    def _reasons_now(self) -> int:
-        getter = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        if getter is None:
-            getter = self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        return int(getter(self.handle))
-
-    def _read(self, fn: str, *args: Any) -> Any | None:
-        try:
-            return getattr(self.nvml, fn)(self.handle, *args)
-        except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
-                raise
-            return None
-
-    def sample(self) -> None:
-        temp = self._read("nvmlDeviceGetTemperature", TEMPERATURE_GPU)
-        if temp is not None:
-            self.temps_c.append(float(temp))
-        sm = self._read("nvmlDeviceGetClockInfo", CLOCK_SM)
-        mem = self._read("nvmlDeviceGetClockInfo", CLOCK_MEM)
-        try:
-            reasons: int | None = self._reasons_now()
-        except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
-                raise
-            reasons = None
-        self.clocks.append((None if sm is None else float(sm), None if mem is None else float(mem), reasons))
-        if reasons is None:
-            return
-        self.reasons |= reasons
-        self.power_capped_samples += bool(reasons & POWER_CAP_BIT)
-        self.samples += 1
-
-    def start(self) -> None:
-        self.temps_c, self.reasons, self.power_capped_samples, self.samples = [], 0, 0, 0
-        self.clocks = []
-        self.sample()
-        self._poller.start()
-
-    def stop(self) -> NvmlTelemetry:
-        self._poller.stop()
-        self.sample()
-        return self
-
-    def throttle_reasons(self) -> list[str]:
-        return [text for bit, text in THROTTLE_BITS.items() if self.reasons & bit]
-
-    def clock_extras(self) -> dict[str, float]:
-        """Mean, minimum and maximum of the SM and memory clocks sampled over the window (MHz)."""
-        out: dict[str, float] = {}
-        for position, name in ((0, "sm_mhz"), (1, "mem_mhz")):
-            values = [c[position] for c in self.clocks if c[position] is not None]
-            if values:
-                out[f"{name}_mean"] = round(sum(values) / len(values), 1)
-                out[f"{name}_min"] = min(values)
-                out[f"{name}_max"] = max(values)
-        return out
-
-    def lock_misses(self, sm_lock: float | None, mem_lock: float | None) -> list[str]:
-        """Locks the sampled clocks did not follow, as ``knob locked X MHz, ran A-B MHz``.
-
-        The SM clock may run below its lock while the power cap, a slowdown or
-        idling pulls it down (those samples are not judged); above it, or below
-        it without such a reason, the lock did not hold. The memory clock is
-        judged on every sample without a slowdown: drivers can accept a memory
-        lock and not honour it.
-        """
-        misses = []
-        slow = sum(THROTTLE_BITS)
-        for position, lock, name, excused in ((0, sm_lock, "sm_mhz", BELOW_LOCK_BITS), (1, mem_lock, "mem_mhz", slow)):
-            if lock is None:
-                continue
-            off = [
-                c[position]
-                for c in self.clocks
-                if c[position] is not None
-                and abs(c[position] - lock) > CLOCK_TOLERANCE * lock
-                and not (c[position] < lock and (c[2] or 0) & excused)
-            ]
-            if off:
-                misses.append(f"{name} locked at {lock:g} MHz ran {min(off):g}-{max(off):g} MHz")
-        return misses
 
 
 class NvmlDevice:
@@ -237,14 +81,14 @@ class NvmlDevice:
         nvml: Any | None = None,
         space_file: str | None = None,
     ) -> None:
-        self.nvml = _load_nvml(nvml)
+        self.nvml = load_nvml(nvml)
         self.index = index
         self.allow_clock_changes = allow_clock_changes
         self.name = f"cuda:{index}"
         try:
             self.nvml.nvmlInit()
         except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
+            if not is_nvml_error(self.nvml, exc):
                 raise
             raise UserError(
                 f"NVML is not available ({exc}): {self.name} needs an NVIDIA GPU and driver; "
@@ -284,7 +128,7 @@ class NvmlDevice:
         try:
             return self._call(fn, *args)
         except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
+            if not is_nvml_error(self.nvml, exc):
                 raise
             return None
 
@@ -307,66 +151,17 @@ class NvmlDevice:
     def space(self) -> SearchSpace:
         """The kind's space cut to what this card supports; observe-only: no clock locks, the power limit pinned."""
         if self._space is None:
-            self._space = self._build_space()
+            base = load_space(self.space_file or self.kind)
+            supported = supported_values(self._try, self.name, self.allow_clock_changes)
+            current = None if self.allow_clock_changes else self.current_clocks()
+            self._space = card_space(base, supported, current, self.gpu_name, self.kind, self.name)
         return self._space
-
-    def _build_space(self) -> SearchSpace:
-        space = load_space(self.space_file or self.kind)
-        supported = self._supported()
-        for knob, allowed in supported.items():
-            if knob not in space.knobs or allowed is None:
-                continue
-            kept = [v for v in space.knobs[knob].values if allowed(float(v))]
-            if not kept:
-                raise UserError(
-                    f"{self.gpu_name} supports none of the {knob} values in the {self.kind} space: "
-                    "edit that file to match `nvidia-smi -q -d SUPPORTED_CLOCKS`"
-                )
-            default = space.knobs[knob].default
-            space.knobs[knob] = space.knobs[knob].model_copy(
-                update={"values": kept, "default": default if default in kept else kept[-1]}
-            )
-        if not self.allow_clock_changes:
-            space = without_knobs(space, LOCK_KNOBS)
-            current = self.current_clocks()
-            for name, knob in list(space.knobs.items()):
-                if knob.group != "device":
-                    continue
-                if name not in current:
-                    raise UserError(f"cannot read the current {name} of {self.name} through NVML")
-                value = current[name]
-                space = space.pin(name, int(value) if float(value).is_integer() else value)
-        return space
 
     def check_config(self, config: Config) -> None:
         """Refuse a configuration the space does not allow; a clock lock it leaves out stays with the driver."""
         space = self.space()
         free = tuple(k for k in LOCK_KNOBS if k in space.knobs and k not in config.knobs)
         without_knobs(space, free).validate_config(config)
-
-    def _supported(self) -> dict[str, Any]:
-        """Predicates for values the card accepts; None where NVML cannot say."""
-        mem = self._try("nvmlDeviceGetSupportedMemoryClocks")
-        graphics: set[float] = set()
-        for clock in mem or []:
-            graphics.update(float(g) for g in self._try("nvmlDeviceGetSupportedGraphicsClocks", clock) or [])
-        limits = self._try("nvmlDeviceGetPowerManagementLimitConstraints")
-        if self.allow_clock_changes and (not mem or not graphics or not limits):
-            raise UserError(
-                f"NVML on {self.name} does not report supported clocks and power limits, "
-                "so they cannot be "
-                "changed safely: run without --allow-clock-changes"
-            )
-        mem_set = {float(m) for m in mem or []}
-        result: dict[str, Any] = {
-            "mem_mhz": (lambda v: v in mem_set) if mem_set else None,
-            "sm_mhz": (lambda v: v in graphics) if graphics else None,
-            "power_limit_w": None,
-        }
-        if limits:
-            low, high = (x / 1000.0 for x in limits)
-            result["power_limit_w"] = lambda v: low - 1e-6 <= v <= high + 1e-6
-        return result
 
     def read_state(self) -> dict[str, Any]:
         """Power limit, clocks and clock-event reasons as found, before any write; the card by UUID."""
@@ -451,7 +246,7 @@ class NvmlDevice:
             try:
                 self._call(fn, *args)
             except Exception as exc:
-                if not _is_nvml_error(self.nvml, exc):
+                if not is_nvml_error(self.nvml, exc):
                     raise
                 for undo_fn, undo_with in reversed(done):
                     if undo_fn != "nvmlDeviceSetPowerManagementLimit" or undo_with:
@@ -482,7 +277,7 @@ class NvmlDevice:
         knob = KNOB_OF_SET_CALL.get(fn, fn)
         others = [k for k in self.space().tuned_knobs if k != knob]
         drop = f"--knobs {','.join(others)}" if others else f"a --space file without {knob}"
-        code = _error_code(exc)
+        code = error_code(exc)
         if code == NVML_ERROR_NO_PERMISSION:
             return UserError(
                 f"{fn} on {self.name} needs root (NVML's set calls are root-only; `nvidia-smi -acp UNRESTRICTED` "
@@ -531,9 +326,9 @@ class NvmlDevice:
             try:
                 self._call(fn, *args)
             except Exception as exc:
-                if not _is_nvml_error(self.nvml, exc):
+                if not is_nvml_error(self.nvml, exc):
                     raise
-                if _error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
+                if error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
                     failures.append(f"{fn}: {exc}")
         if failures:
             raise UserError(f"could not restore {self.name} ({'; '.join(failures)}): run `tune restore` as root")
@@ -544,7 +339,7 @@ class NvmlDevice:
         try:
             value = self._call("nvmlDeviceGetFieldValues", [(FI_DEV_POWER_INSTANT, POWER_SCOPE_GPU)])[0]
         except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
+            if not is_nvml_error(self.nvml, exc):
                 raise
             return None
         if int(value.nvmlReturn) != NVML_SUCCESS:
@@ -651,9 +446,9 @@ class NvmlDevice:
     def describe(self) -> dict[str, Any]:
         driver = None
         try:
-            driver = _text(self.nvml.nvmlSystemGetDriverVersion())
+            driver = as_text(self.nvml.nvmlSystemGetDriverVersion())
         except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
+            if not is_nvml_error(self.nvml, exc):
                 raise
         return {
             "name": self.name,
@@ -674,15 +469,5 @@ class NvmlDevice:
         try:
             self.nvml.nvmlShutdown()
         except Exception as exc:
-            if not _is_nvml_error(self.nvml, exc):
+            if not is_nvml_error(self.nvml, exc):
                 raise
-
-
-def without_knobs(space: SearchSpace, names: tuple[str, ...]) -> SearchSpace:
-    """The space less the named knobs (the clock locks an observe-only GPU does not make)."""
-    gone = set(names) & set(space.knobs)
-    if not gone:
-        return space
-    knobs = {n: k for n, k in space.knobs.items() if n not in gone}
-    tuned = [n for n in space.tuned if n not in gone] if space.tuned is not None else None
-    return space.model_copy(update={"knobs": knobs, "tuned": tuned})

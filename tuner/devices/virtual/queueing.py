@@ -5,8 +5,8 @@ scenario draws its issue times the same way). One model instance serves
 them: when it is free and a query waits, it starts a batch as soon as the
 maximum batch size has queued or the oldest query has waited the batching
 timeout, whichever comes first, and then takes every waiting query up to the
-maximum (the policy of Triton's dynamic batcher and of ``_BatchingSUT`` in
-tuner/measure/window.py). The batch size knob is that maximum; a batch of n
+maximum (the policy of Triton's dynamic batcher and of ``BatchingSUT`` in
+tuner/measure/sut.py). The batch size knob is that maximum; a batch of n
 runs n samples (eager) or, with captured CUDA graphs (``graph=cudagraphs``),
 the smallest size of the runner's ladder (1, 2, 4, ..., maximum) that holds
 n, as the runners do. It takes the twin's time per batch at the size it
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from runners.base import ladder
+from tuner.measure.loadgen_settings import SERVER_MIN_QUERIES
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import QUANTILES, STOP_TAIL, over_needed
-from tuner.measure.window import SERVER_MIN_QUERIES
 from tuner.measurement import Measurement, batch_size_extras
 from tuner.space import Config
 
