@@ -22,16 +22,21 @@ from pathlib import Path
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
+from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
 from tuner import atomicfile, baseline, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
+from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
+from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
+from tuner.measure.prompts import DEFAULT_SHAPE, load_prompts
+from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs, model_slug
 from tuner.objective import MeasurementRejected, Objective
-from tuner.pareto import ParetoFile, results_dir, write_results
+from tuner.pareto import LLM_OBJECTIVE, ParetoFile, results_dir, write_results
 from tuner.provenance import provenance, twin_note
-from tuner.records import recommended, trial_record, unmet_bound
+from tuner.records import recommended, trial_record, unmet_bound, unmet_bounds
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
@@ -57,9 +62,13 @@ def default_storage(out: Path) -> str:
     return f"sqlite:///{(out / 'tune.db').as_posix()}"
 
 
-def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> str:
-    """A study per model, device, scenario (with its rate, see tuner.scenario.label) and bound."""
-    return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
+def study_name(model: str, device: Device, scenario: str, bound_ms: float, window: WindowSettings | None = None) -> str:
+    """A study per model, device, scenario (with its rate, see tuner.scenario.label) and bound(s).
+
+    An LLM study's name carries its token bounds too (``ttft500ms,tpot30ms``: tuner.llm.bounds_label).
+    """
+    bounds = format_ms(bound_ms) if window is None else bounds_label(bound_ms, window)
+    return f"{model}|{device.slug}|{scenario}|{bounds}"
 
 
 def narrowed_space(
@@ -81,7 +90,7 @@ def narrowed_space(
         offer = getattr(device, "offer_modes", None)
         if offer is not None:
             offer(modes)
-    space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
+    space = model_base_space(device, model).narrow(knobs=knobs, batch_sizes=batch_sizes)
     if modes:
         space = space.only_modes(modes)
     if model is not None:
@@ -91,6 +100,14 @@ def narrowed_space(
             "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
         )
     return space
+
+
+def model_base_space(device: Device, model: str | None) -> SearchSpace:
+    """The device's space, or for a causal LM the LLM runner's space on it (tuner.llm.llm_space)."""
+    space = device.space()
+    if model is not None and model.startswith(ENGINE_PREFIX):
+        return engine_space(space, model)
+    return llm_space(space) if model is not None and is_llm(model) else space
 
 
 def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
@@ -237,6 +254,8 @@ class StudyResult(BaseModel):
     twin_note: str = ""
     model: str
     max_latency_ms: float
+    max_ttft_ms: float | None = None
+    max_tpot_ms: float | None = None
     percentile: str
     scenario: str
     results: Path
@@ -262,6 +281,10 @@ def study_folder(options: RunOptions, device: Device) -> Path:
 def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = None) -> Device:
     """The device a request names, opened once its meter, model, space and sampler are known to be usable."""
     options = request.options
+    check_bounds(options.model, options.max_latency_ms, options.window)
+    llm_sampler(options.model, options.sampler)
+    if is_llm(options.model):
+        load_prompts(options.window.prompts)  # a bad --prompts file is refused before anything is opened
     check_meter(options.window.meter, request.device, options.model)
     extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
     device = open_device(
@@ -274,9 +297,14 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
     narrowed_space(device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime)
     notes = [*getattr(device, "notes", [])]
     pinned = pinned_note(
-        device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime
+        model_base_space(device, options.model).narrow(options.knobs, options.batch_sizes),
+        options.model,
+        options.window.runtime,
     )
     notes += [pinned] if pinned is not None else []
+    if is_llm(options.model) and not options.model.startswith(ENGINE_PREFIX):
+        weights = weights_note(parse_llm(options.model))
+        notes += [weights] if weights is not None else []
     if options.baseline is not None:
         space = narrowed_space(
             device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
@@ -322,6 +350,8 @@ def tune_study(
         twin_note=twin_note(device),
         model=options.model,
         max_latency_ms=options.max_latency_ms,
+        max_ttft_ms=options.window.max_ttft_ms,
+        max_tpot_ms=options.window.max_tpot_ms,
         percentile=options.window.percentile,
         scenario=label(options.window),
         results=folder,
@@ -374,15 +404,14 @@ def _run_study(
     on_interrupt: Callable[[optuna.Study], None] | None,
     on_note: Callable[[str], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
-    space = serving_space(
-        narrowed_space(
-            device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
-        ),
-        options.window,
+    llm = is_llm(options.model)
+    narrowed = narrowed_space(
+        device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
     )
+    space = llm_serving_space(narrowed, options.window) if llm else serving_space(narrowed, options.window)
     storage = options.storage or default_storage(options.out)
-    name = study_name(options.model, device, label(options.window), options.max_latency_ms)
-    sampler = sampler or make_sampler(options.sampler, options.seed)
+    name = study_name(options.model, device, label(options.window), options.max_latency_ms, options.window)
+    sampler = sampler or make_sampler(llm_sampler(options.model, options.sampler), options.seed)
     if hasattr(sampler, "bind"):
         sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile, device=device)
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
@@ -394,7 +423,8 @@ def _run_study(
         if held and on_note is not None:
             on_note(f"resuming: {held} trials in storage (study {name})")
         _stamp(study, device, options, space)
-        if fresh and options.warm_start and storage != MEMORY_STORAGE:
+        # Earlier studies' answers are J/query under a query bound: an LLM study starts from its own trials.
+        if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
             _warm_start(study, storage, space, options, device)
     if options.study_trials is not None:
         study = QuotaStudy(
@@ -449,7 +479,6 @@ def _run_study(
         if not stopped:
             quota = options.study_trials
             stopped = "timeout" if quota is None else f"the study holds its {quota} completed trials (--study-trials)"
-    percentile = options.window.percentile
     summary = RunSummary(
         study=name,
         storage=redact(storage),
@@ -462,12 +491,20 @@ def _run_study(
         stopped=stopped,
         early_stop=decision if options.early_stop else None,
         reused=list(study.user_attrs.get(WARM_ATTR, [])),
-        unmet=None if best else unmet_bound(study.get_trials(deepcopy=False), options.max_latency_ms, percentile),
+        unmet=None if best else _unmet(study, options, llm),
         saved=None
         if best is None or record is None
-        else baseline.saved(float(best.value), record, options.max_latency_ms, percentile),
+        else baseline.saved(float(best.value), record, options.max_latency_ms, options.window.percentile),
     )
     return study, summary
+
+
+def _unmet(study: optuna.Study, options: RunOptions, llm: bool) -> str:
+    """What a study says when no configuration met its bound(s)."""
+    trials = study.get_trials(deepcopy=False)
+    if not llm:
+        return unmet_bound(trials, options.max_latency_ms, options.window.percentile)
+    return unmet_bounds(trials, options.bounds(), options.window.percentile)
 
 
 def _baseline(
@@ -671,9 +708,16 @@ def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: Sear
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([OBJECTIVE_NAME])
-    study.set_user_attr(
-        "latency_bound", f"{options.window.percentile} <= {options.max_latency_ms:g} ms (constraint latency <= 0)"
-    )
+    said = [
+        f"{attr.removesuffix('_ms')} <= {bound:g} ms (constraint {name} <= 0)"
+        for name, (attr, bound) in options.bounds().items()
+    ]
+    study.set_user_attr("latency_bound", ", ".join(said))
+    if is_llm(options.model):
+        study.set_user_attr("objective", LLM_OBJECTIVE)
+        study.set_user_attr("max_ttft_ms", options.window.max_ttft_ms)
+        study.set_user_attr("max_tpot_ms", options.window.max_tpot_ms)
+        study.set_user_attr("prompts", options.window.prompts or DEFAULT_SHAPE)
     study.set_user_attr("scenario", options.window.scenario)
     if options.window.scenario == "server":
         study.set_user_attr("target_qps", options.window.options["server_target_qps"])

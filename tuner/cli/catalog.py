@@ -13,13 +13,14 @@ import textwrap
 SUMMARY = "Find the power mode and batch size that minimise energy per query under a latency bound."
 
 COMMANDS: tuple[tuple[str, str], ...] = (
-    ("run", "Run (or resume) a study: minimum energy per query subject to the latency bound."),
+    ("run", "Run (or resume) a study: minimum energy per query (per output token for an LLM) under the bound(s)."),
     ("sweep", "Measure every configuration of the (narrowed) space: ground truth and characterization."),
     ("measure", "Measure one configuration (repeatably, with --repeat)."),
     ("pareto", "Summarise a study: its recommended configuration, then each batch size's front; rewrite its files."),
     (
         "export",
-        "Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON.",
+        "Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON, "
+        "and an LLM study's vLLM or llama.cpp server command line.",
     ),
     (
         "dashboard",
