@@ -269,3 +269,32 @@ def test_a_server_studys_triton_config_prefers_the_sizes_its_windows_executed(tm
     text = (tmp_path / "s.pbtxt").read_text()
     assert f"max_batch_size: {best.user_attrs['batch_size']}\n" in text
     assert f"preferred_batch_size: [ {', '.join(map(str, executed))} ]" in text
+
+
+def test_on_a_gpu_the_default_baseline_and_a_hand_mode_lock_no_clock_they_do_not_name():
+    from fakenvml import FakeNVML
+
+    from tuner.deploy import apply_hand
+    from tuner.devices.nvml.device import NvmlDevice
+    from tuner.errors import UserError
+
+    nvml = FakeNVML()
+    device = NvmlDevice(0, allow_clock_changes=True, nvml=nvml)
+    config = baseline.baseline_config(device, device.space(), None, 8)
+    assert "sm_mhz" not in config.knobs and "mem_mhz" not in config.knobs  # the driver's boost, as nobody tuned it
+    assert baseline.label_of(None, device, device.space()) == "the default clocks (none locked)"
+    _, plan = apply_hand(device, ["power_limit_w=300"])
+    assert [fn for fn, _ in nvml.write_attempts] == ["nvmlDeviceSetPowerManagementLimit"]
+    assert nvml.locked_sm is None and nvml.locked_mem is None and plan.writes
+    with pytest.raises(UserError, match="observe-only"):
+        apply_hand(NvmlDevice(0, nvml=FakeNVML()), ["power_limit_w=300"])
+
+
+def test_a_report_without_a_study_compares_its_recommendation_with_its_own_default_point(tmp_path):
+    args = ("report", "-m", "resnet50", "-d", "sim:orin", "-l", "50ms", "--batch-sizes", "4,8")
+    code, out, err = in_process(*args, "--out", str(tmp_path / "report"))
+    assert code == 0, err
+    line = _one_line(out)
+    assert re.search(r"saved for resnet50 on sim:orin: \d+\.\d% less energy per query than the default mode MAXN "
+                     r"\(batch [48]\) at p99 <= 50 ms", line), line  # fmt: skip
+    assert "What it saves:" in (tmp_path / "report" / "report.md").read_text()

@@ -149,3 +149,7 @@ def _write_report(
                 )
                 if answer.saved is not None:
                     common.out_console.print(f"saved: {answer.saved.line}")
+            elif f"{info.device}|{model}" in data.saved:
+                common.out_console.print(
+                    f"saved for {model} on {info.device}: {data.saved[f'{info.device}|{model}'].line}"
+                )

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 
 import optuna
 
-from tuner.baseline import saved_of
+from tuner.baseline import DEFAULT, FIGURES, BaselineRecord, Saved, label_of, saved_of
+from tuner.baseline import saved as saved_against
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import ConfigurationError, did_you_mean
@@ -327,6 +328,7 @@ def make_report(
     traces: list[Trace] = []
     infos: list[DeviceInfo] = []
     answers: list[StudyAnswer] = []
+    saved: dict[str, Saved] = {}
     for p in plans:
         mine: list[Point] = []
         with hold(p.device):
@@ -340,6 +342,10 @@ def make_report(
                 best = answer_point(theirs, settings.percentile, max_latency_ms) or recommended(
                     found, settings.percentile, max_latency_ms
                 )
+                grid = None if answer_point(theirs, settings.percentile, max_latency_ms) else best
+                mine_saved = grid_saved(p, grid, found, settings.percentile, max_latency_ms)
+                if mine_saved is not None:
+                    saved[f"{p.device.name}|{model}"] = mine_saved
                 trace = None if best is None else power_trace(p.device, model, best, settings)
                 if trace is not None:
                     traces.append(trace)
@@ -357,7 +363,46 @@ def make_report(
         points=points,
         traces=traces,
         answers=answers,
+        saved=saved,
     )
+
+
+def grid_saved(
+    p: Plan, best: Point | None, found: list[Point], percentile: str, bound_ms: float | None
+) -> Saved | None:
+    """The grid's recommendation against the grid's own point of the device's default at the same batch size.
+
+    That point is the baseline tune run measures (tuner.baseline: every knob at the device's default),
+    measured here like every other point; None without a bound, or when the grid holds no such point.
+    """
+    if best is None or bound_ms is None or best.measurement is None:
+        return None
+    space = p.device.space()
+    wanted = {k: space.knobs[k].default for k in p.group_knobs if k in space.knobs}
+    base = next(
+        (
+            q
+            for q in found
+            if q.ok
+            and q.config.batch_size == best.config.batch_size
+            and all(str(q.config.knobs.get(k)) == str(v) for k, v in wanted.items())
+        ),
+        None,
+    )
+    if base is None or base.measurement is None:
+        return None
+    m = base.measurement
+    record = BaselineRecord(
+        spec=DEFAULT,
+        label=label_of(None, p.device, space),
+        batch_size=base.config.batch_size,
+        config=dict(base.config.knobs),
+        valid=True,
+        figures={key: float(getattr(m, key)) for key in FIGURES},
+        meter=m.meter,
+        twin=m.twin,
+    )
+    return saved_against(best.measurement.j_per_query, record, bound_ms, percentile)
 
 
 def answer_point(answers: list[StudyAnswer], percentile: str, bound_ms: float | None) -> Point | None:

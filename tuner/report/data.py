@@ -119,6 +119,8 @@ class ReportData(BaseModel):
     points: list[Point]
     traces: list[Trace] = Field(default_factory=list)
     answers: list[StudyAnswer] = Field(default_factory=list)
+    saved: dict[str, Saved] = Field(default_factory=dict)
+    """The grid's own recommendation against the grid's default point (``device|model``), where no study answers."""
 
     def device_info(self, name: str) -> DeviceInfo:
         return next(d for d in self.devices if d.device == name)
