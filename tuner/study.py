@@ -10,10 +10,7 @@ per rate. What one trial does lives in tuner.objective; the study's answer
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import random
 import time
 import warnings
 from collections.abc import Callable
@@ -27,6 +24,7 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
 from tuner.errors import UserError
+from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
 from tuner.models import check_model, fixed_knobs
 from tuner.objective import MeasurementRejected, Objective
 from tuner.pareto import ParetoFile, results_dir, write_results
@@ -35,7 +33,7 @@ from tuner.records import recommended, trial_record, unmet_bound
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
-from tuner.space import Config, Grid, SearchSpace
+from tuner.space import SearchSpace
 from tuner.storage import (
     EARLY_STOP_ATTR,
     OBJECTIVE_NAME,
@@ -47,9 +45,10 @@ from tuner.storage import (
     storage_lock,
 )
 from tuner.strategies import proposal_counts
-from tuner.strategies.base import WARM_START
 from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
+from tuner.study_space import check_same_space, space_key
 from tuner.units import format_ms
+from tuner.warm_start import WARM_ATTR, warm_start
 
 
 def default_storage(out: Path) -> str:
@@ -140,46 +139,6 @@ def open_study(
             direction="minimize",
             load_if_exists=True,
         )
-
-
-REPEATS_BEFORE_EXPLORING = 2
-
-
-class Explorer:
-    """Breaks a sampler's loop of re-proposing measured configurations.
-
-    Model-based samplers on a small discrete space keep suggesting the
-    incumbent; each repeat is free (the measurement is reused) but teaches
-    nothing. After a few repeats in a row the next trial is an unmeasured
-    configuration drawn at random, so every trial budget buys new points. Not
-    in a fleet with a study quota: a queued trial in shared storage would be
-    left waiting when the quota ends the study.
-    """
-
-    def __init__(self, space: SearchSpace, objective: Objective, seed: int | None) -> None:
-        self.space = space
-        self.objective = objective
-        self.rng = random.Random(seed)
-
-    def enqueue_unmeasured(self, study: optuna.Study) -> bool:
-        """Queue a random unmeasured configuration; False when every one has been measured."""
-        grid = Grid(self.space)
-        measured = {grid.position(key) for key in self.objective.cache} - {None}
-        left = len(grid) - len(measured)
-        if left <= 0:
-            return False
-        # Draw by position; once most of the grid is measured, pick among the few left instead.
-        if left * 4 >= len(grid):
-            pick = next(i for i in iter(lambda: self.rng.randrange(len(grid)), None) if i not in measured)
-        else:
-            pick = self.rng.choice([i for i in range(len(grid)) if i not in measured])
-        why = "the sampler re-proposed measured configurations: a random unmeasured one"
-        study.enqueue_trial(
-            self.space.params_for(grid[pick]),
-            user_attrs={"proposed_by": "explorer", "why": why},
-            skip_if_exists=False,
-        )
-        return True
 
 
 class RunSummary(BaseModel):
@@ -378,7 +337,7 @@ def _run_study(
         fresh = not study.get_trials(deepcopy=False)
         _stamp(study, device, options, space)
         if fresh and options.warm_start and storage != MEMORY_STORAGE:
-            _warm_start(study, storage, space, options, device)
+            warm_start(study, storage, space, options, device)
     if options.study_trials is not None:
         study = QuotaStudy(
             study,
@@ -394,7 +353,7 @@ def _run_study(
     done_before = stored_decision(study) if options.early_stop else None
     target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
     state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
-    explorer = Explorer(space, objective, options.seed)
+    explorer = Explorer(space, lambda: objective.cache, options.seed)
     rule = StopRule(resolution=options.window.ci)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -447,58 +406,6 @@ def _run_study(
         unmet=None if best else unmet_bound(study.get_trials(deepcopy=False), options.max_latency_ms, percentile),
     )
     return study, summary
-
-
-WARM_SEEDS = 3
-WARM_ATTR = "warm_start"
-
-
-def _warm_start(study: optuna.Study, storage: str, space: SearchSpace, options: RunOptions, device: Device) -> None:
-    """Queue the cheapest configurations earlier studies of this model on this device kind found, to measure again.
-
-    Studies in the same storage (a fleet's is shared) at another bound or
-    scenario: their completed, measured trials whose tail latency met this
-    study's bound, in this space, cheapest first, ``WARM_SEEDS`` distinct
-    configurations. They are enqueued, so measured afresh under this study's
-    bound, never copied; what was queued is stored in the study (``WARM_ATTR``)
-    and the run summary says it.
-    """
-    summaries = optuna.get_all_study_summaries(storage=study._storage, include_best_trial=False)
-    grid = Grid(space)
-    lat_key = f"{options.window.percentile}_ms"
-    found: dict[str, tuple[float, str, int, dict]] = {}
-    for summary in summaries:
-        attrs = summary.user_attrs
-        if summary.study_name == study.study_name or attrs.get("model") != options.model:
-            continue
-        if attrs.get("device_kind") != device.kind:
-            continue
-        other = optuna.load_study(study_name=summary.study_name, storage=study._storage)
-        for t in other.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            a = t.user_attrs
-            key, latency = a.get("effective_key"), a.get(lat_key)
-            if key is None or latency is None or "reused_from" in a or "j_per_query" not in a:
-                continue
-            if float(latency) > options.max_latency_ms or grid.position(key) is None:
-                continue
-            j = float(a["j_per_query"])
-            if key not in found or j < found[key][0]:
-                found[key] = (j, summary.study_name, t.number, a)
-    picked = sorted(found.values(), key=lambda item: item[0])[:WARM_SEEDS]
-    lines = []
-    for j, source, number, a in picked:
-        config = Config(knobs=a["effective"], batch_size=a["batch_size"])
-        why = (
-            f"warm start: trial {number} of study {source} ({j:.4g} J/query at {float(a[lat_key]):.4g} ms), "
-            "measured again under this bound"
-        )
-        study.enqueue_trial(space.params_for(config), user_attrs={"proposed_by": WARM_START, "why": why})
-        lines.append(f"trial {number} of {source}")
-    if lines:
-        study.set_user_attr(
-            WARM_ATTR,
-            [f"warm start: {len(lines)} configurations of earlier studies measured again ({'; '.join(lines)})"],
-        )
 
 
 WIDEN = (
@@ -559,48 +466,6 @@ def _optimize(study: optuna.Study, objective: Objective, callback: Callable, dea
         except ValueError as exc:
             if not str(exc).startswith("Cannot tell a"):
                 raise
-
-
-def space_key(space: SearchSpace) -> str:
-    """A short hash of what a trial's parameters mean: each tuned knob's values in order, and the batch sizes.
-
-    Pinned knobs are left out (they are not parameters), so an observe-only
-    GPU whose clocks were changed between runs still resumes its study.
-    """
-    meaning = {
-        "knobs": {n: [str(v) for v in space.knobs[n].values] for n in space.tuned_knobs},
-        "batch_sizes": space.batch_sizes,
-    }
-    return hashlib.sha256(json.dumps(meaning, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def _space_flags(tuned: list[str], batch_sizes: list[int] | None) -> str:
-    flags = f"--knobs {','.join(tuned)}"
-    return flags + (f" --batch-sizes {','.join(map(str, batch_sizes))}" if batch_sizes else "")
-
-
-def check_same_space(study: optuna.Study, space: SearchSpace) -> None:
-    """Refuse to resume a study with another space: its parameter indexes would change meaning.
-
-    Studies from before the key was recorded are compared by their tuned knobs,
-    the only part of the space they recorded.
-    """
-    attrs = study.user_attrs
-    if any(name.endswith("_index") for t in study.get_trials(deepcopy=False) for name in t.params):
-        raise UserError(
-            f"study {study.study_name} was written by an older powertune that stored knob positions, not values: "
-            "give another --out or --storage to start afresh (tune pareto, export and status still read it)"
-        )
-    recorded = attrs.get("space_key")
-    if recorded is None and "tuned_knobs" not in attrs:
-        return
-    same = recorded == space_key(space) if recorded is not None else attrs["tuned_knobs"] == space.tuned_knobs
-    if not same:
-        before = _space_flags(attrs.get("tuned_knobs", []), attrs.get("batch_sizes"))
-        raise UserError(
-            f"study {study.study_name} was tuned over another space ({before}, or another --space file): "
-            "run with the same flags to resume it, or give another --out or --storage for this space"
-        )
 
 
 def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:

@@ -33,13 +33,13 @@ from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
 from tuner.study import (
     TrialCallback,
-    check_same_space,
     default_storage,
     narrowed_space,
     open_study,
     run_study,
     study_name,
 )
+from tuner.study_space import check_same_space
 from tuner.units import check_rate
 
 # The sampler a plan uses unless told: the roofline-guided default models
