@@ -22,13 +22,14 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.records import recommendation_change
 from tuner.run_options import DEFAULT_SAMPLER
 from tuner.sampling import SAMPLERS, canonical
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
-from tuner.study import RunSummary, StudyResult, narrowed_space
+from tuner.study import StudyResult, narrowed_space
 from tuner.sweep import (
     LARGE_SWEEP,
     SweepRow,
@@ -207,7 +208,7 @@ def _print_run(result: StudyResult) -> None:
         common.out_console.print(line)
     if summary.stopped:
         common.out_console.print(summary.stopped)
-    changed = resumed_line(summary)
+    changed = recommendation_change(summary.previous_best, summary.best)
     if changed:
         common.out_console.print(changed)
     if summary.best is None:
@@ -491,15 +492,3 @@ class trial_progress:
     def __exit__(self, *exc: object) -> None:
         if self.task is not None:
             self.progress.__exit__(*exc)
-
-
-def resumed_line(summary: RunSummary) -> str:
-    """One line when a resumed study's answer changed during this run: which trial replaced which, and why."""
-    before, after = summary.previous_best, summary.best
-    if before is None or after is None or before["trial"] == after["trial"]:
-        return ""
-    return (
-        f"the recommendation changed: trial {after['trial']} ({after['j_per_query']:.4g} J/query, "
-        f"mean of {after['windows']} windows) replaces trial {before['trial']} ({before['j_per_query']:.4g} J/query): "
-        "a new configuration met the bound for less energy"
-    )
