@@ -1,7 +1,7 @@
 """What the early stop costs: the same study stopped by itself against run to its cap (twins, generated boards).
 
 Usage: python benchmarks/early_stop.py [--devices sim:orin,...] [--models resnet50,...] [--bounds tight,medium,loose]
-           [--boards 1000-1005] [--seeds 3] [--trials 40] [--stop-z 2] [--out results.json]
+           [--boards 1000-1005] [--seeds 3] [--trials 40] [--bounds-judged window3,latent3] [--out results.json]
 
 Each landscape (tuner.bench: a device, model and bound from the noise-free sweep; a generated board gets its own
 bound, or --board-bound) runs once per seed through run_study with the default strategy and early stop off, to its
@@ -11,6 +11,11 @@ the run that stops by itself is this run's prefix up to the trial where the rule
 the stop, and the true energy (noise-free sweep) of the answer at the stop and at the cap over the optimum.
 The cost of the stop is their ratio minus 1 (an answer truly over the bound counts as infinite regret). Also the
 exported regret at 20 trials (item 4: tight bounds on generated boards), with and without the stop.
+
+The bound the rule reads (the learned strategy's ``headroom``) never changes a proposal either, so one run
+judges several bounds: each proposal records every bound named by ``--bounds-judged`` (``window3``: the
+spread of a new window, 3 sd; ``latent3``: the spread of the configuration's true energy and latency, 3 sd;
+any spread and z), and each is judged with every rule.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -31,6 +37,8 @@ from tuner.measure.settings import WindowSettings
 from tuner.records import recommended_of
 from tuner.run_options import RunOptions
 from tuner.strategies import LearnedSampler
+from tuner.strategies.base import COULD_WIN_KEY, HEADROOM_KEY
+from tuner.strategies.learned.headroom import Headroom
 from tuner.strategies.stopping import StopRule, decide
 from tuner.study import MEMORY_STORAGE, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
@@ -44,7 +52,82 @@ def boards(spec: str) -> list[int]:
     return out
 
 
-def run(land: Landscape, seed: int, trials: int, stop_z: float, rules: dict[str, StopRule]) -> dict:
+def judged_bounds(spec: str) -> dict[str, Headroom]:
+    """``window3,latent2.5,latent3all``: the bounds to record at each proposal, by spread, z and models."""
+    out = {}
+    for name in filter(None, spec.split(",")):
+        match = re.fullmatch(r"(window|latent)([0-9.]+)(all)?", name)
+        if match is None:
+            raise SystemExit(f"--bounds-judged {name}: write window<z> or latent<z>[all], e.g. latent3all")
+        latent, every = match.group(1) == "latent", match.group(3) is not None
+        out[name] = Headroom(float(match.group(2)), 0.05, 0.05, latent=latent, every_model=every)
+    return out
+
+
+class Several:
+    """Every judged bound at each proposal; the strategy's own (``first``) is what it records as its headroom."""
+
+    def __init__(self, bounds: dict[str, Headroom]) -> None:
+        self.bounds = bounds
+        self.last: dict[str, tuple[float, int]] = {}
+        self.winners: list[int] = []
+
+    def clear(self) -> None:
+        """Forget the last proposal's bounds (a proposal that made none records none)."""
+        self.last = {}
+
+    def bound(self, *args) -> tuple[float, int]:
+        self.last = {name: h.bound(*args) for name, h in self.bounds.items()}
+        self.winners = next(iter(self.bounds.values())).winners
+        return next(iter(self.last.values()))
+
+
+class Judged(LearnedSampler):
+    """The default strategy, recording each judged bound beside its own (``headroom:<name>``, ``could_win:<name>``)."""
+
+    def __init__(self, seed: int, bounds: dict[str, Headroom], **settings) -> None:
+        super().__init__(seed=seed, **settings)
+        self.several = Several(bounds)
+        self.bounding = self.several
+
+    def sample_relative(self, study, trial, search_space):
+        self.several.clear()
+        params = super().sample_relative(study, trial, search_space)
+        for name, (headroom, could) in self.several.last.items():
+            study._storage.set_trial_user_attr(trial._trial_id, f"{HEADROOM_KEY}:{name}", round(headroom, 6))
+            study._storage.set_trial_user_attr(trial._trial_id, f"{COULD_WIN_KEY}:{name}", could)
+        return params
+
+
+def as_bound(trials: list[optuna.trial.FrozenTrial], name: str) -> list[optuna.trial.FrozenTrial]:
+    """The trials as the rule reads them had the strategy recorded bound ``name`` as its headroom."""
+    out = []
+    for t in trials:
+        attrs = {k: v for k, v in t.user_attrs.items() if k not in (HEADROOM_KEY, COULD_WIN_KEY)}
+        if f"{HEADROOM_KEY}:{name}" in attrs:
+            attrs[HEADROOM_KEY] = attrs[f"{HEADROOM_KEY}:{name}"]
+            attrs[COULD_WIN_KEY] = attrs[f"{COULD_WIN_KEY}:{name}"]
+        out.append(
+            optuna.trial.FrozenTrial(
+                number=t.number,
+                state=t.state,
+                value=t.value,
+                datetime_start=t.datetime_start,
+                datetime_complete=t.datetime_complete,
+                params=t.params,
+                distributions=t.distributions,
+                user_attrs=attrs,
+                system_attrs=t.system_attrs,
+                intermediate_values=t.intermediate_values,
+                trial_id=t._trial_id,
+            )
+        )
+    return out
+
+
+def run(
+    land: Landscape, seed: int, trials: int, bounds: dict[str, Headroom], rules: dict[str, StopRule], settings: dict
+) -> dict:
     started = time.monotonic()
     options = RunOptions(
         model=land.model,
@@ -55,7 +138,7 @@ def run(land: Landscape, seed: int, trials: int, stop_z: float, rules: dict[str,
         early_stop=False,
         window=WindowSettings(seed=seed),
     )
-    study, _ = run_study(device(land.device), options, sampler=LearnedSampler(seed=seed, stop_z=stop_z))
+    study, _ = run_study(device(land.device), options, sampler=Judged(seed, bounds, **settings))
     table = truth(land.device, land.model, "p99")
     done = sorted((t for t in study.trials if t.state.is_finished()), key=lambda t: t.number)
 
@@ -81,11 +164,12 @@ def run(land: Landscape, seed: int, trials: int, stop_z: float, rules: dict[str,
         "seconds": round(time.monotonic() - started, 1),
         "rules": {},
     }
-    for name, rule in rules.items():
-        stop = next((i for i in range(len(done)) if decide(done[: i + 1], rule) is not None), None)
+    for bound, (name, rule) in ((b, r) for b in bounds for r in rules.items()):
+        read = as_bound(done, bound)
+        stop = next((i for i in range(len(read)) if decide(read[: i + 1], rule) is not None), None)
         end = len(done) - 1 if stop is None else stop
         at_stop = ratio(done[: end + 1])
-        out["rules"][name] = {
+        out["rules"][f"{bound}/{name}"] = {
             "stopped": stop is not None,
             "measured": measured_at[end],
             "regret": at_stop - 1,
@@ -150,7 +234,8 @@ def main() -> None:
     parser.add_argument("--board-bound", default="", help="one bound for every generated board (default its own)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--stop-z", type=float, default=3.0)
+    parser.add_argument("--settings", default="", help="the strategy's settings, e.g. settle=3 (ints and floats)")
+    parser.add_argument("--bounds-judged", default="window3,latent3,latent2", help="bounds recorded and judged")
     parser.add_argument("--patience", default="3", help="patience values of the rule to judge, e.g. 3,4,5")
     parser.add_argument("--min-measured", default="8", help="min_measured values of the rule to judge, e.g. 8,12")
     parser.add_argument("--bound-ms", type=float, default=None, help="one fixed bound (the quick start: 50)")
@@ -175,13 +260,15 @@ def main() -> None:
         for p in args.patience.split(",")
         for m in args.min_measured.split(",")
     }
+    bounds = judged_bounds(args.bounds_judged)
+    strategy = {k: float(v) if "." in v else int(v) for k, v in (p.split("=") for p in args.settings.split(",") if p)}
     runs = []
     started = time.monotonic()
     for land in lands:
         for seed in range(args.seeds):
-            runs.append(run(land, seed, args.trials, args.stop_z, rules))
+            runs.append(run(land, seed, args.trials, bounds, rules, strategy))
             r = runs[-1]
-            stops = " ".join(f"{k}: {v['measured']} trials cost {v['cost']:+.2%}" for k, v in r["rules"].items())
+            stops = "; ".join(f"{k}: {v['measured']} trials cost {v['cost']:+.2%}" for k, v in r["rules"].items())
             print(
                 f"{land.device} {land.model} {land.bound} seed {seed}: cap regret {r['regret_cap']:.2%}; {stops}",
                 flush=True,
@@ -190,9 +277,10 @@ def main() -> None:
     result = {
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": "python " + " ".join(sys.argv),
-        "stop_z": args.stop_z,
+        "bounds_judged": args.bounds_judged,
+        "settings": strategy,
         "seconds": round(time.monotonic() - started, 1),
-        "summary": summary(runs, list(rules)),
+        "summary": summary(runs, [f"{b}/{r}" for b in bounds for r in rules]),
         "runs": runs,
     }
     args.out.write_text(json.dumps(result, indent=1))

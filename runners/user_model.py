@@ -105,6 +105,32 @@ def profile(model: str) -> Any:
     return _PROFILES[key]
 
 
+def described_inputs(model: str) -> list[tuple[str, list[int]]]:
+    """Each input of the factory's model: the forward argument's name and its shape per sample (no batch axis).
+
+    Read from one batch of the factory's own input description, so a
+    deployment's engine build can name and shape the inputs the study ran.
+    """
+    import inspect
+
+    import torch
+
+    source = load(model)
+    with user_code(f"--model {model}: its input at batch size 1", "fix it (see docs/models.md)"):
+        tensors = source.make_batch(1, torch.float32)
+    inner = getattr(source.build(), "inner", None)
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(inner.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError, AttributeError):
+        params = []
+    names = params if len(params) >= len(tensors) else [f"input{i}" for i in range(len(tensors))]
+    return [(name, list(t.shape[1:])) for name, t in zip(names, tensors, strict=False)]
+
+
 def _guarded(nn: Any, model: str) -> Any:
     """A module class that runs the user's module and turns any failure of its forward into one line.
 

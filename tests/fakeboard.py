@@ -270,7 +270,18 @@ GOVERNORS_GPU = "nvhost_podgov userspace performance simple_ondemand "
 
 # Files the board changes by itself (sensors, the instantaneous clocks):
 # left out of snapshots, since no restore can or should put them back.
-SENSOR_SUFFIXES = ("_input", "/temp", "/cur_freq", "/scaling_cur_freq")
+SENSOR_SUFFIXES = (
+    "_input",
+    "/temp",
+    "/cur_freq",
+    "/scaling_cur_freq",
+    "gpusysclk/rate",
+    "nafll_dla0_core/rate",
+    "nafll_dla1_core/rate",
+    "nafll_dla/rate",
+    "_event_cnt",
+)
+SHUNT_MOHM = 5
 
 _SCRIPT = r'''
 """Fake nvpmodel for tests: reads /etc/nvpmodel.conf and applies a mode's lines in order."""
@@ -289,6 +300,7 @@ import fakekernel  # noqa: E402
 fakekernel.register(ROOT)
 EXTRA = json.loads((HERE / "fake.json").read_text())
 STATUS = ROOT / "var/lib/nvpmodel/status"
+SHUNT_MOHM = 5
 
 
 def under(path):
@@ -427,14 +439,14 @@ def clocks():
     """Current clocks (GHz), online cores and active TPCs, from the files."""
     cpus = EXTRA["cpus"]
     online = [0] + [c for c in range(1, cpus) if read(f"sys/devices/system/cpu/cpu{{c}}/online") == "1"]
-    freqs = [int(read(f"sys/devices/system/cpu/cpufreq/policy{{p}}/scaling_max_freq")) / 1e6
+    freqs = [int(read(f"sys/devices/system/cpu/cpufreq/policy{{p}}/scaling_cur_freq")) / 1e6
              for p in EXTRA["policies"]]
     mask = int(read(f"{{EXTRA['gpu']}}/tpc_pg_mask"))
     cap_ghz = int(read(EXTRA["emc_cap"])) / 1e9 or 3.2
     emc = "sys/kernel/debug/bpmp/debug/clk/emc/rate"
     tpcs = EXTRA["tpcs"] - bin(mask & ((1 << EXTRA["tpcs"]) - 1)).count("1")
     return {{
-        "gpu": int(read(f"{{EXTRA['devfreq']}}/max_freq")) / 1e9,
+        "gpu": int(read(f"{{EXTRA['devfreq']}}/cur_freq")) / 1e9,
         "cpu": sum(freqs) / len(freqs),
         "cores": len(online),
         "emc": int(read(emc)) / 1e9 if (ROOT / emc).exists() else cap_ghz,
@@ -459,12 +471,27 @@ def sensor(path, value):
 
 
 def refresh():
+    fakekernel.settle(ROOT)
     c = clocks()
-    sensor(ROOT / EXTRA["devfreq"] / "cur_freq", read(f"{{EXTRA['devfreq']}}/max_freq"))
+    sums = {{}}
     for name, watts in rail_watts(c).items():
         folder, channel, millivolts = EXTRA["rails"][name]
+        milliamps = round(watts * 1e6 / millivolts)
+        if EXTRA.get("iio"):
+            # L4T 32 ina3221x IIO: in_voltageN (mV), in_currentN (mA), in_powerN (mW), channels from 0
+            sensor(ROOT / folder / f"in_voltage{{channel}}_input", millivolts)
+            sensor(ROOT / folder / f"in_current{{channel}}_input", milliamps)
+            sensor(ROOT / folder / f"in_power{{channel}}_input", round(watts * 1000))
+            continue
         sensor(ROOT / folder / f"in{{channel}}_input", millivolts)
-        sensor(ROOT / folder / f"curr{{channel}}_input", round(watts * 1e6 / millivolts))
+        sensor(ROOT / folder / f"curr{{channel}}_input", milliamps)
+        # shunt voltage in uV across SHUNT_MOHM (in4-in6 are channels 1-3), and the sums in7 / curr4
+        sensor(ROOT / folder / f"in{{channel + 3}}_input", milliamps * SHUNT_MOHM)
+        sums.setdefault(folder, []).append(milliamps)
+    for folder, currents in sums.items():
+        if (ROOT / folder / "curr4_input").exists():
+            sensor(ROOT / folder / "curr4_input", sum(currents))
+            sensor(ROOT / folder / "in7_input", sum(currents) * SHUNT_MOHM)
 
 
 def boot():
@@ -622,6 +649,32 @@ class FakeBoard:
         self.conf["switch_s"] = seconds
         (self.nvpmodel.parent / "fake.json").write_text(json.dumps(self.conf))
 
+    def throttle(
+        self,
+        gpu_hz: int | None = None,
+        cpu_khz: int | None = None,
+        dla_hz: int | None = None,
+        oc_events: int = 0,
+    ) -> None:
+        """Throttle the board as soctherm does under heat or over-current; no arguments: free it.
+
+        The running clocks (GPU ``cur_freq`` and BPMP ``gpusysclk``, every cluster's
+        ``scaling_cur_freq``, the DLA's ``nafll_dla*`` rate) are held at or below the
+        caps while the limits still read back as written, and ``oc3_event_cnt``
+        (instantaneous over-current) gains ``oc_events`` at every read (see fakekernel).
+        Seen on boards: a JetPack 6 AGX Orin under MAXN stress logging "System throttled
+        due to Over-current" with oc3_event_cnt rising by thousands per hour (NVIDIA
+        developer forum, "About System throttled due to over-current").
+        """
+        fakekernel.throttle(self.root, gpu_hz=gpu_hz, cpu_khz=cpu_khz, dla_hz=dla_hz, oc_events=oc_events)
+
+    def oc_events(self) -> int:
+        """The instantaneous over-current count (read without counting it as time passing)."""
+        for hwmon in (self.root / "sys/class/hwmon").iterdir():
+            if (hwmon / "name").read_text().strip() == "soctherm_oc":
+                return int((hwmon / "oc3_event_cnt").read_text())
+        raise KeyError("soctherm_oc")
+
     def create_gpu_context(self) -> None:
         """The GPU has run since boot: from now on a mode with another TPC mask asks for a reboot."""
         gpu_context_created(self.root)
@@ -694,6 +747,24 @@ def _write(path: Path, value: object) -> None:
 def _link(path: Path, target: Path | str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.relpath(target, path.parent) if isinstance(target, Path) else target, path)
+
+
+def _oc_hwmon(root: Path, rng: random.Random) -> None:
+    """The over-current event counters, where NVIDIA's tegra23x-oc-event driver registers them.
+
+    An hwmon device named ``soctherm_oc`` under the platform device
+    ``soctherm-oc-event`` with read-only ``oc1..oc3_event_cnt`` and
+    ``oc1..oc3_throt_en`` (SENSOR_DEVICE_ATTR_RO in the driver; OC1 under-voltage,
+    OC2 average, OC3 instantaneous over-current), linked from /sys/class/hwmon.
+    """
+    taken = {p.name for p in (root / "sys/class/hwmon").glob("hwmon*")}
+    number = next(n for n in rng.sample(range(10, 20), 10) if f"hwmon{n}" not in taken)
+    hwmon = root / "sys/devices/platform/soctherm-oc-event/hwmon" / f"hwmon{number}"
+    _write(hwmon / "name", "soctherm_oc")
+    for index in (1, 2, 3):
+        _write(hwmon / f"oc{index}_event_cnt", 0)
+        _write(hwmon / f"oc{index}_throt_en", 1)
+    _link(root / "sys/class/hwmon" / hwmon.name, hwmon)
 
 
 def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
@@ -834,12 +905,20 @@ def make_fake_board(
             _link(cpu_base / f"cpu{cpu}" / "cpufreq", pol)
 
     _write(root / lay["emc_cap"], 0)
+    (root / lay["emc_cap"]).chmod(0o600)  # root-only, as the issue's probe of a board found it
     for core in range(2 if "dla_caps" in board else 0):
         _write(root / _dla_cap(lay, core), board["dla_max_hz"])
-    emc = root / "sys/kernel/debug/bpmp/debug/clk/emc"
+    bpmp = root / "sys/kernel/debug/bpmp/debug/clk"
+    emc = bpmp / "emc"
     _write(emc / "rate", max(board["emc_khz"]) * 1000)
     _write(emc / "mrq_rate_locked", 0)
     _write(root / "sys/kernel/debug/bpmp/debug/emc/possible_rates", " ".join(map(str, board["emc_khz"])) + " ")
+    # BPMP's view of the running clocks (NVIDIA's MLPerf Orin harness reads these with sudo cat)
+    _write(bpmp / "gpusysclk" / "rate", max(gpu_hz))
+    for core in range(2 if "dla_caps" in board else 0):
+        _write(bpmp / f"nafll_dla{core}_core" / "rate", board["dla_max_hz"])
+    (root / "sys/kernel/debug").chmod(0o700)  # debugfs is mounted root-only (mode 0700)
+    _oc_hwmon(root, rng)
     (root / "proc/device-tree").mkdir(parents=True, exist_ok=True)
     (root / "proc/device-tree/compatible").write_bytes(board["compatible"])
     (root / "proc/device-tree/model").write_bytes(board["model"].encode() + b"\0")
@@ -849,17 +928,26 @@ def make_fake_board(
 
     rails: dict[str, list[Any]] = {}
     hwmon_dirs: dict[str, Path] = {}
-    for address, channels in board["ina"].items():
-        folder = f"sys/bus/i2c/drivers/ina3221/{address}/hwmon/hwmon{rng.randint(1, 9)}"
+    numbers = rng.sample(range(1, 10), len(board["ina"]))  # hwmon numbers are the kernel's, unique
+    for number, (address, channels) in zip(numbers, board["ina"].items(), strict=True):
+        folder = f"sys/bus/i2c/drivers/ina3221/{address}/hwmon/hwmon{number}"
         hwmon_dirs[address] = root / folder
         _write(root / folder / "name", "ina3221")
+        _link(root / "sys/class/hwmon" / Path(folder).name, root / folder)
         for channel in (1, 2, 3):
             label = channels.get(channel)
             _write(root / folder / f"in{channel}_label", label or "NC")
             _write(root / folder / f"in{channel}_input", 0)
             _write(root / folder / f"curr{channel}_input", 0)
+            _write(root / folder / f"in{channel + 3}_input", 0)  # shunt voltage (uV) of channel 1-3
+            _write(root / folder / f"shunt{channel}_resistor", SHUNT_MOHM * 1000)
             if label:
                 rails[label] = [folder, channel, 1800 if "1V8" in label else 5000]
+        if layout != "l4t35":
+            # the summation channel of newer kernels: in7 (sum of shunt voltages) and curr4 (sum of currents)
+            _write(root / folder / "in7_label", "sum of shunt voltages")
+            _write(root / folder / "in7_input", 0)
+            _write(root / folder / "curr4_input", 0)
 
     for index, (zone, celsius) in enumerate(board["zones"].items()):
         folder = root / f"sys/class/thermal/thermal_zone{index}"
@@ -886,6 +974,7 @@ def make_fake_board(
     script.write_text(f"#!{sys.executable} -S\n{_SCRIPT.format(tests=str(TESTS)).lstrip()}")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     fakekernel.register(root)
+    fakekernel.settle(root)
 
     fake = FakeBoard(
         root=root,
@@ -950,6 +1039,51 @@ def windows_create_context(measure: Any) -> Any:
 
     measure_on_gpu.creates_context = True  # type: ignore[attr-defined]
     return measure_on_gpu
+
+
+def quick_window(self: Any, model: str, config: Config, settings: WindowSettings, monitors: list[Any]) -> Measurement:
+    """A stand-in for JetsonDevice._window: quick_measure's 0.1 s rail window with the device's monitors
+    (the clocks that ran) sampled through it, so what the device makes of a window is the real code's."""
+    for monitor in monitors:
+        monitor.start()
+    try:
+        measurement = quick_measure(self, model, config, settings)
+    finally:
+        for monitor in monitors:
+            monitor.stop()
+    return measurement.model_copy(update={"temps_c": self.temperatures()})
+
+
+def unprivileged_access(path: Path | str, mode: int) -> bool:
+    """``os.access`` for a user other than root, on a fake board's tree where every file stands for a root-owned one.
+
+    The kernel's generic_permission for a uid that neither owns the file nor is in
+    its group: the "other" bits decide, search (x) on every folder on the way and
+    the bits asked of the file itself. Outside a fake board the real answer stands.
+    """
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    roots = [Path(r) for r in fakekernel._ROOTS if str(real).startswith(r + "/")]
+    if not roots:
+        return os.access(path, mode)
+    root = roots[0]
+    folder = real.parent
+    while folder != root and root in folder.parents:
+        if not folder.stat().st_mode & stat.S_IXOTH:
+            return False
+        folder = folder.parent
+    if not real.exists():
+        return False
+    bits = real.stat().st_mode
+    wanted = {os.R_OK: stat.S_IROTH, os.W_OK: stat.S_IWOTH, os.X_OK: stat.S_IXOTH}
+    return all(bits & bit for flag, bit in wanted.items() if mode & flag)
+
+
+def as_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run this test's tuner as a user other than root (tests may run as root, for whom file modes stop nothing)."""
+    from tuner.devices.jetson import sysfs
+
+    monkeypatch.setattr(sysfs, "access", unprivileged_access)
 
 
 def quick_measure(self: Any, model: str, config: Config, settings: WindowSettings) -> Measurement:

@@ -26,6 +26,26 @@ are checked; reads pass through. The rules, and where each comes from:
   attribute as it was (kstrtouint in the store methods; ``online`` takes 0/1;
   a governor must be one of ``scaling_available_governors``/``available_governors``).
   O_TRUNC therefore only takes effect once a write is accepted.
+- Limits clamp as the kernel resolves them (L4T 35/36): a devfreq
+  ``max_freq`` below ``min_freq`` is taken, and ``min_freq`` then reads back
+  as the max (drivers/devfreq/devfreq.c get_freq_range: "max_freq takes
+  precedence over min_freq"; the stores only update a PM QoS request); a
+  cpufreq ``scaling_max_freq`` below ``scaling_min_freq`` pulls the min down
+  with it (cpufreq_set_policy resolves the QoS min/max, the driver's verify
+  clamps min into [.., max]) and a value off the table resolves to a table
+  entry (``__resolve_freq``: the highest at or below for max, the lowest at or
+  above for min). The request is kept: raising the max again brings the min
+  back. L4T 32's 4.9 kernel refuses a crossing write instead (EINVAL:
+  devfreq max_freq_store "value < min", cpufreq_set_policy "new_policy->max <
+  policy->min"), which is what a board whose nv_tegra_release says R32 does.
+- The clocks that run (devfreq ``cur_freq``, cpufreq ``scaling_cur_freq``, the
+  BPMP debugfs ``gpusysclk``/``nafll_dla*`` rates) follow the limits, at the
+  top of the range as under load, unless the board is throttled
+  (:func:`throttle`): soctherm's thermal and over-current throttling slows
+  the clocks beneath the limits, which still read back as written.
+- The over-current event counters (``oc<N>_event_cnt`` of the soctherm_oc
+  hwmon) rise while the board is over current: each read sees the events
+  since the last one (the reads are the fake's clock, so no test waits).
 - A store is atomic to readers: the attribute shows the old value or the new
   one, never an empty or half-written one, even when the writer is killed
   mid-write. A plain file truncated and then written would show an empty
@@ -37,7 +57,9 @@ are checked; reads pass through. The rules, and where each comes from:
 from __future__ import annotations
 
 import errno
+import json
 import os
+import re
 from pathlib import Path
 
 WRITABLE = {
@@ -59,6 +81,11 @@ WRITABLE = {
     "dla1_core",
 }
 KERNEL_TREES = ("sys/", "proc/")
+LIMITS = {"min_freq": "max_freq", "max_freq": "min_freq", "scaling_min_freq": "scaling_max_freq"}
+LIMITS["scaling_max_freq"] = "scaling_min_freq"
+STATE = "etc/fake-nvpmodel"
+BPMP = "sys/kernel/debug/bpmp/debug/clk"
+_OC = re.compile(r"oc\d+_event_cnt")
 _ROOTS: set[str] = set()
 _FDS: dict[int, tuple[str, str]] = {}
 _real_open = os.open
@@ -97,6 +124,8 @@ def _read(path: str) -> str:
 
 def _open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
     writing = flags & (os.O_WRONLY | os.O_RDWR)
+    if not writing and dir_fd is None and _OC.fullmatch(os.path.basename(os.fspath(path))):
+        _count_oc(os.fspath(path))
     found = _tree_of(os.fspath(path)) if writing and dir_fd is None else None
     if found is None:
         return _real_open(path, flags, mode, dir_fd=dir_fd)
@@ -133,6 +162,8 @@ def _write(fd, data):  # type: ignore[no-untyped-def]
             raise _refuse(errno.EINVAL, path)
     elif name not in ("control",) and not value.lstrip("-").isdigit():
         raise _refuse(errno.EINVAL, path)
+    if name in LIMITS and _l4t32(root) and _crosses(path, name, int(value)):
+        raise _refuse(errno.EINVAL, path)
     tmp = os.path.join(os.path.dirname(root), f".fakekernel-{os.getpid()}-{fd}.tmp")
     tmp_fd = _real_open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, os.stat(path).st_mode & 0o7777)
     try:
@@ -140,6 +171,10 @@ def _write(fd, data):  # type: ignore[no-untyped-def]
     finally:
         _real_close(tmp_fd)
     os.replace(tmp, path)
+    if name in LIMITS:
+        _clamp(root, path, int(value))
+    if name in LIMITS or name in ("dla0_core", "dla1_core", "nafll_dla"):
+        settle(Path(root))
     return written
 
 
@@ -152,3 +187,117 @@ def register_from_environment() -> None:
     """For ``sitecustomize``: register every tree FAKE_KERNEL_ROOTS names (os.pathsep-separated)."""
     for root in filter(None, os.environ.get("FAKE_KERNEL_ROOTS", "").split(os.pathsep)):
         register(Path(root))
+
+
+# -- limits, running clocks and throttling (see the module docstring) -------------------------------
+
+
+def _put(path: str | Path, value: object) -> None:
+    """Write a file the kernel changes by itself, atomically (temporary name, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.fakekernel")
+    tmp.write_text(f"{value}\n")
+    os.replace(tmp, path)
+
+
+def _l4t32(root: str) -> bool:
+    release = os.path.join(root, "etc/nv_tegra_release")
+    return os.path.exists(release) and _read(release).startswith("# R32")
+
+
+def _crosses(path: str, name: str, value: int) -> bool:
+    other = os.path.join(os.path.dirname(path), LIMITS[name])
+    if not os.path.exists(other):
+        return False
+    partner = int(_read(other))
+    return value < partner if "max" in name else value > partner
+
+
+def _table(folder: str) -> list[int]:
+    for listing in ("available_frequencies", "scaling_available_frequencies"):
+        found = os.path.join(folder, listing)
+        if os.path.exists(found):
+            return sorted(int(v) for v in _read(found).split())
+    return []
+
+
+def _requests(root: str) -> tuple[Path, dict[str, int]]:
+    store = Path(root) / STATE / "requests.json"
+    return store, json.loads(store.read_text()) if store.exists() else {}
+
+
+def _clamp(root: str, path: str, value: int) -> None:
+    """Resolve a limit pair after a store: the max wins, the request is kept (see the module docstring)."""
+    folder, name = os.path.dirname(path), os.path.basename(path)
+    other = os.path.join(folder, LIMITS[name])
+    if not os.path.exists(other):
+        return
+    store, requests = _requests(root)
+    rel_self, rel_other = os.path.relpath(path, root), os.path.relpath(other, root)
+    requests[rel_self] = value
+    requests.setdefault(rel_other, int(_read(other)))
+    lo_path, hi_path = (path, other) if "min" in name else (other, path)
+    lo = requests[os.path.relpath(lo_path, root)]
+    hi = requests[os.path.relpath(hi_path, root)]
+    table = _table(folder) if name.startswith("scaling_") else []
+    if table:
+        hi = max([f for f in table if f <= hi], default=table[0])
+        lo = min([f for f in table if f >= lo], default=table[-1])
+    lo = min(lo, hi)
+    for target, number in ((lo_path, lo), (hi_path, hi)):
+        if int(_read(target)) != number:
+            _put(target, number)
+    if store.parent.is_dir():
+        store.write_text(json.dumps(requests))
+
+
+def throttle_state(root: Path) -> dict:
+    """What the board is throttled to now: ``gpu_hz``, ``cpu_khz``, ``dla_hz`` caps and ``oc_events`` per read."""
+    path = Path(root) / STATE / "throttle.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def throttle(root: Path, **state: int | None) -> None:
+    """Throttle (or, with no arguments, free) the board at ``root``; the running clocks follow at once."""
+    (Path(root) / STATE / "throttle.json").write_text(json.dumps({k: v for k, v in state.items() if v}))
+    settle(Path(root))
+
+
+def _count_oc(path: str) -> None:
+    found = _tree_of(path)
+    if found is None or not os.path.exists(path):
+        return
+    step = throttle_state(Path(found[0])).get("oc_events", 0)
+    if step and os.path.basename(path) == "oc3_event_cnt":
+        _put(path, int(_read(path)) + step)
+
+
+def settle(root: Path) -> None:
+    """Set the running clocks from the limits and the throttle caps (see the module docstring)."""
+    root = Path(root)
+    extra = root / STATE / "fake.json"
+    if not extra.exists():
+        return
+    conf = json.loads(extra.read_text())
+    caps = throttle_state(root)
+
+    def running(folder: Path, limit: str, cap: int | None) -> int:
+        top = int(_read(str(folder / limit)))
+        if cap:
+            top = min(top, cap)
+        table = [f for f in _table(str(folder)) if f <= top]
+        return max(table) if table else top
+
+    gpu = root / conf["devfreq"]
+    gpu_hz = running(gpu, "max_freq", caps.get("gpu_hz"))
+    _put(gpu / "cur_freq", gpu_hz)
+    if (root / BPMP / "gpusysclk").is_dir():
+        _put(root / BPMP / "gpusysclk" / "rate", gpu_hz)
+    for cpu in conf["policies"]:
+        policy = root / f"sys/devices/system/cpu/cpufreq/policy{cpu}"
+        _put(policy / "scaling_cur_freq", running(policy, "scaling_max_freq", caps.get("cpu_khz")))
+    for core, cap_file in enumerate(conf.get("dla_caps", [])):
+        rate = root / BPMP / (f"nafll_dla{core}_core" if conf.get("dla_rates") != "nafll_dla" else "nafll_dla")
+        if rate.is_dir() and (root / cap_file).exists():
+            hz = int(_read(str(root / cap_file)))
+            _put(rate / "rate", min(hz, caps["dla_hz"]) if caps.get("dla_hz") else hz)

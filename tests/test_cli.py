@@ -8,7 +8,7 @@ import pytest
 import yaml
 from clirun import in_process, run_cli
 
-from tuner.deploy import ExportedConfig
+from tuner.deploy import EXPORT_VERSION, ExportedConfig
 
 
 def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
@@ -58,7 +58,7 @@ def test_quick_start_on_the_orin_twin_then_pareto_and_export(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     exported = ExportedConfig.model_validate(yaml.safe_load(best.read_text()))
-    assert exported.twin and exported.device_kind == "orin-agx" and exported.version == 1
+    assert exported.twin and exported.device_kind == "orin-agx" and exported.version == EXPORT_VERSION
     assert exported.metrics["p99_ms"] <= 50
     assert set(exported.knobs) == {"nvpmodel", "gpu_mhz", "emc_mhz", "cpu_cores", "cpu_mhz"}
     assert best.read_text().startswith("# powertune best-mode configuration (digital twin: simulated, not measured")

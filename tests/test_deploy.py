@@ -64,9 +64,9 @@ def test_every_format_from_one_answer_and_the_nvpmodel_block_is_the_boards(study
         assert LIMITS[fmt] in path.read_text(), fmt  # each says what it cannot express
     triton = files["triton"].read_text()
     assert f"max_batch_size: {exported.batch_size}" in triton
-    assert "preferred_batch_size: [ " in triton and "max_queue_delay_microseconds: " in triton
+    assert f"preferred_batch_size: [ {exported.batch_size} ]" in triton and "max_queue_delay_microseconds: " in triton
     trt = files["trtexec"].read_text()
-    assert f"--maxShapes=input:{exported.batch_size}x3x224x224" in trt and "--minShapes=input:1x3x224x224" in trt
+    assert f"--maxShapes=x:{exported.batch_size}x3x224x224" in trt and "--minShapes=x:1x3x224x224" in trt
     assert f"POWERTUNE_BATCH_SIZE={exported.batch_size}" in files["env"].read_text()
 
     # The block reads back with the board's own reader, beside the board's modes, with a fresh ID.

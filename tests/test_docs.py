@@ -48,7 +48,7 @@ def test_the_readme_is_short_and_keeps_its_commands_and_its_honesty():
     assert "    pip install . && tune run --model resnet50 --device sim:orin --max-latency 50ms\n" in readme
     test_command = "pip install '.[test]' torch==2.13.0 && pytest"
     assert f"    {test_command}\n" in readme
-    assert (REPO / ".ci" / "run").read_text().rstrip().endswith(test_command), ".ci/run runs the README's command"
+    assert test_command in (REPO / ".ci" / "run").read_text().splitlines(), ".ci/run runs the README's command"
     assert "No real Jetson board has been tried yet" in readme
     python = readme.split("\n## Python\n", 1)[1].split("\n## ", 1)[0]
     assert len(python.strip().splitlines()) < 15

@@ -15,7 +15,9 @@ import json
 
 import numpy as np
 
+from tuner.devices.virtual.recorded import RecordedBoard
 from tuner.devices.virtual.twin import TwinDevice
+from tuner.measure.settings import WindowSettings
 from tuner.run_options import RunOptions
 from tuner.strategies import LearnedSampler, space_table
 from tuner.study import MEMORY_STORAGE, run_study
@@ -63,7 +65,44 @@ def test_the_kept_box_is_the_box_of_the_current_incumbent() -> None:
     table = space_table(space)
     sampler = LearnedSampler(seed=0)
     sampler.bind(space, "resnet50", 30.0, "p99")
-    steps = sampler._steps() * sampler.box_steps + 1e-9
+    steps = sampler.candidates.steps() * sampler.box_steps + 1e-9
     for row in (5, 5, 900, 5):
         fresh = np.flatnonzero(np.all(np.abs(table.x - table.x[row]) <= steps, axis=1))
-        assert np.array_equal(sampler._box(table, row), fresh)
+        assert np.array_equal(sampler.candidates.box(table, row), fresh)
+
+
+# measured:h200, bert-base, p99 <= 20 ms, seed 0: (batch, precision, graph, proposed by); recorded before the
+# strategy was split into modules (design, table, candidates, models, acquisition, headroom).
+RECORDED_H200 = [
+    (512, "fp16", "eager", "baseline"),
+    (1, "fp16", "eager", "baseline"),
+    (16, "fp16", "eager", "design"),
+    (128, "fp16", "eager", "gp+roofline"),
+    (128, "fp16", "cudagraphs", "local(gp+roofline)"),
+    (128, "bf16", "eager", "local(gp+roofline)"),
+    (128, "bf16", "cudagraphs", "local(gp+roofline)"),
+    (64, "bf16", "cudagraphs", "local(gp+roofline)"),
+    (64, "fp16", "cudagraphs", "local(gp+roofline)"),
+    (64, "fp16", "eager", "gp+roofline"),
+    (64, "bf16", "eager", "local(gp+roofline)"),
+    (256, "bf16", "cudagraphs", "local(gp+roofline)"),
+]
+
+
+def test_proposals_on_a_space_of_unordered_knobs_are_those_recorded_before_the_split() -> None:
+    options = RunOptions(
+        model="bert-base",
+        max_latency_ms=20.0,
+        trials=len(RECORDED_H200),
+        seed=0,
+        storage=MEMORY_STORAGE,
+        early_stop=False,
+        window=WindowSettings(seed=0),
+    )
+    study, _ = run_study(RecordedBoard("measured:h200"), options, sampler=LearnedSampler(seed=0))
+    got = []
+    for t in sorted(study.trials, key=lambda t: t.number):
+        batch, *pairs = json.loads(t.user_attrs["effective_key"])
+        k = dict(pairs)
+        got.append((batch, k["precision"], k["graph"], t.user_attrs["proposed_by"]))
+    assert got == RECORDED_H200

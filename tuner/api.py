@@ -179,7 +179,8 @@ def tune(
             (``auto``, ``gp``, ``tpe``, ``random``, ``two-phase``), ``out`` (``studies``),
             ``storage`` (an Optuna storage URL; default ``<out>/tune.db``), ``window``
             (a :class:`tuner.measure.settings.WindowSettings`), ``study_trials``, ``worker_id``,
-            ``heartbeat_s``.
+            ``heartbeat_s``, ``baseline`` (``default``: what the answer is compared against, see
+            tuner.baseline; a mode such as ``MAXN``, ``knob=value,...``, or None for no baseline).
 
     Returns:
         The answer (None when no configuration met the bound), the front, the study and the run's report.
@@ -199,6 +200,7 @@ def tune(
     bound_ms = parse_latency_ms(max_latency if isinstance(max_latency, str) else f"{float(max_latency)!r}ms")
     # tune run's window: adaptive from 2 s, seeded like the run, noisy on a twin as hardware is
     options.setdefault("window", WindowSettings(min_window_s=DEFAULT_MIN_WINDOW_S, seed=options.get("seed")))
+    options.setdefault("baseline", "default")  # what the answer saved, against the device as it comes
     try:
         run_options = RunOptions(model=model, max_latency_ms=bound_ms, **options)
     except ValidationError as exc:

@@ -22,6 +22,13 @@ def study_label(attrs: dict) -> str:
     return scenario
 
 
+def _board_kind(device: str, attrs: dict) -> bool:
+    """Whether ``device`` is a Jetson board name of the study's kind (``orin`` finds an ``orin-agx`` study)."""
+    from tuner.devices.jetson.device import DEVICE_KINDS
+
+    return not attrs.get("twin") and DEVICE_KINDS.get(device) == attrs.get("device_kind")
+
+
 def find_study(
     storage: str, model: str, device: str, bound_ms: float | None, scenario: str | None = None
 ) -> optuna.Study:
@@ -32,7 +39,11 @@ def find_study(
     results never needs the hardware present. ``scenario`` is ``offline``,
     ``singlestream``, ``server`` (any rate) or ``server@300qps``. Where more
     than one study is left, the error lists each with the flags that pick it.
+    A twin's other name (``sim:orin-agx``) finds the study of its one name.
     """
+    from tuner.devices.registry import canonical_device
+
+    device = canonical_device(device)
     try:
         with storage_errors(storage):
             opened = open_storage(storage, None, readonly=True)
@@ -49,6 +60,8 @@ def find_study(
         if s.user_attrs.get("model") == model
         and device in (s.user_attrs.get("device"), s.user_attrs.get("device_slug"), s.user_attrs.get("device_kind"))
     ]
+    if not matches:
+        matches = [s for s in summaries if s.user_attrs.get("model") == model and _board_kind(device, s.user_attrs)]
     if not matches:
         models = {str(s.user_attrs.get("model")) for s in summaries}
         devices = {str(s.user_attrs.get(k)) for s in summaries for k in ("device", "device_slug", "device_kind")}

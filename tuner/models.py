@@ -147,6 +147,43 @@ def profiled(model: str) -> ModelProfile:
     return _ONNX_PROFILES[key]
 
 
+ZOO_INPUT_NAMES = {"bert-base": "ids", "bert-large": "ids"}
+"""A zoo model's input name: its forward argument (``x``; BERT's token ids ``ids``), the name
+torch.onnx.export gives a graph input unless told otherwise (``input_names=``)."""
+
+
+def model_inputs(model: str) -> tuple[list[tuple[str, list[int]]], str]:
+    """The model's inputs, name and shape per sample (no batch axis), and where they were read.
+
+    A zoo model's from its committed profile and its forward argument; an
+    ONNX file's from its graph (a symbolic axis beyond the batch is refused:
+    an engine needs a fixed one); a ``py:`` factory's from its own input
+    description (this imports it, and needs torch).
+    """
+    if model in profile_names():
+        name = ZOO_INPUT_NAMES.get(model, "x")
+        return [(name, list(load_profile(model).input_shape))], (
+            f"{model}'s forward argument as torch.onnx.export names it; export with input_names=['{name}'] to match"
+        )
+    if user_model.is_user_model(model):
+        try:
+            return user_model.described_inputs(model), f"the input description of {model}"
+        except ImportError:
+            raise UserError(f"reading the inputs of {model} needs PyTorch: pip install 'powertune[torch]'") from None
+    path = Path(model)
+    if path.suffix.lower() != ".onnx":
+        raise UserError(f"the inputs of {model} are unknown: export a zoo model, an .onnx file or a py: factory")
+    from runners.profile_onnx import graph_inputs
+
+    found = []
+    for name, dims, _ in graph_inputs(path):
+        sample = (dims or [])[1:]
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in sample):
+            raise UserError(f"input {name!r} of {path.name} has no fixed shape beyond its batch axis: fix the file")
+        found.append((name, [int(d) for d in sample]))
+    return found, f"the graph inputs of {path.name}"
+
+
 # ONNX TensorProto element types of floating inputs, by the precision knob's names.
 _ONNX_FLOATS = {1: "fp32", 10: "fp16", 16: "bf16"}
 

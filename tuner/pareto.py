@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import __version__, atomicfile
 from tuner.measurement import METRIC_KEYS
-from tuner.records import EARLY_STOP_ATTR, is_feasible, recommended, trial_record, windows
+from tuner.records import EARLY_STOP_ATTR, clocks_ran, is_feasible, recommended, trial_record, windows
 
 PARETO_VERSION = 2
 
@@ -268,6 +268,7 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
 def write_trials_csv(study: optuna.Study, path: Path) -> None:
     trials = study.get_trials(deepcopy=False)
     knob_names = sorted({k for t in trials for k in t.user_attrs.get("effective", {})})
+    ran = sorted({k for t in trials for k in clocks_ran(t)})
     metrics = list(METRIC_KEYS)
     best = recommended(study)
     with atomicfile.writing(path) as fh:
@@ -300,6 +301,8 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                 "headroom",
                 "could_win",
                 "stopped",
+                "throttled",
+                *ran,
             ]
         )
         bound = study.user_attrs.get("max_latency_ms")
@@ -334,6 +337,8 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
                     a.get("headroom", ""),
                     a.get("could_win", ""),
                     f"early stop: {stop.get('line', '')}" if stop.get("trial") == t.number else "",
+                    "yes" if a.get("throttled") else "no",
+                    *[clocks_ran(t).get(key, "") for key in ran],
                 ]
             )
 
@@ -430,9 +435,12 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
             zorder=5,
             label=f"recommended (trial {pareto.best['trial']})",
         )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    log_ticks(ax)
+    if records:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        log_ticks(ax)
+    else:  # every trial failed (a throttled board): log axes have nothing to scale
+        ax.text(0.5, 0.5, "no completed trial", transform=ax.transAxes, ha="center", va="center")
     ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")
     ax.set_ylabel("energy per query (J)")
     twin = " [digital twin]" if pareto.twin else ""

@@ -21,6 +21,8 @@ import optuna
 from tuner.measurement import METRIC_KEYS
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
+RAN_SUFFIXES = ("_mhz_mean", "_mhz_min", "_mhz_max")
+"""Extras naming a clock a window ran, as its device sampled it (NVML ``sm_mhz_*``, Jetson ``gpu_mhz_*`` ...)."""
 EARLY_STOP_ATTR = "early_stop"
 """The study user attribute that holds a stop decision (tuner.strategies.stopping): every worker reads it."""
 
@@ -92,6 +94,16 @@ def tail_latency_ms(trial: optuna.trial.FrozenTrial) -> float | None:
     return None if latency is None else float(latency)
 
 
+def clocks_ran(trial: optuna.trial.FrozenTrial) -> dict[str, float]:
+    """The clocks the trial's (last) window ran, mean/min/max in MHz, and the over-current events in it.
+
+    What the device sampled, not what was asked: a window whose clocks did not
+    hold is marked ``throttled`` and fails its trial, so it is never the answer.
+    """
+    extra = trial.user_attrs.get("extra") or {}
+    return {k: float(v) for k, v in extra.items() if k.endswith(RAN_SUFFIXES) or k == "oc_events"}
+
+
 def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
     """A flat, JSON-ready view of a trial: configuration, metrics and feasibility."""
     attrs = trial.user_attrs
@@ -107,6 +119,8 @@ def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
         "device": attrs.get("device"),
         "host": attrs.get("host"),
         "worker": attrs.get("worker"),
+        "throttled": bool(attrs.get("throttled")),
+        "clocks_ran": clocks_ran(trial),
     }
     for key in METRIC_KEYS:
         record[key] = attrs.get(key)

@@ -38,3 +38,5 @@ class RunOptions(BaseModel):
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     out: Path = Path("studies")
     window: WindowSettings = Field(default_factory=WindowSettings)
+    baseline: str | None = None
+    """What the answer is compared against (tuner.baseline): ``default``, a mode, ``knob=value,...``; None: nothing."""

@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import atomicfile, interrupts
+from tuner import atomicfile, baseline, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
-from tuner.errors import UserError
+from tuner.errors import NeedsReboot
 from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
-from tuner.models import check_model, fixed_knobs
+from tuner.models import check_model, model_slug
 from tuner.objective import MeasurementRejected, Objective
 from tuner.pareto import ParetoFile, results_dir, write_results
-from tuner.provenance import provenance, twin_note
+from tuner.provenance import twin_note
 from tuner.records import recommended, trial_record, unmet_bound
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
@@ -36,7 +35,6 @@ from tuner.scenario import label, serving_space
 from tuner.space import SearchSpace
 from tuner.storage import (
     EARLY_STOP_ATTR,
-    OBJECTIVE_NAME,
     QuotaStudy,
     StudyFull,
     open_storage,
@@ -46,7 +44,7 @@ from tuner.storage import (
 )
 from tuner.strategies import proposal_counts
 from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
-from tuner.study_space import check_same_space, space_key
+from tuner.study_space import check_same_space, narrowed_space, pinned_note, stamp
 from tuner.units import format_ms
 from tuner.warm_start import WARM_ATTR, warm_start
 
@@ -59,57 +57,6 @@ def default_storage(out: Path) -> str:
 def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> str:
     """A study per model, device, scenario (with its rate, see tuner.scenario.label) and bound."""
     return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
-
-
-def narrowed_space(
-    device: Device,
-    knobs: list[str] | None,
-    batch_sizes: list[int] | None,
-    modes: list[str] | None = None,
-    model: str | None = None,
-    runtime: str = "auto",
-) -> SearchSpace:
-    """The device's space narrowed to ``knobs``, ``batch_sizes`` and the power ``modes`` named (``--modes``),
-    and, given the model, with what it fixes pinned.
-
-    A device that keeps some of its modes out of its space (a Jetson board: modes of
-    another TPC mask need a reboot) offers a named one through ``offer_modes``,
-    which says what that costs in the device's notes.
-    """
-    if modes:
-        offer = getattr(device, "offer_modes", None)
-        if offer is not None:
-            offer(modes)
-    space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
-    if modes:
-        space = space.only_modes(modes)
-    if model is not None:
-        space = model_space(space, model, runtime)
-    if not space.tuned_knobs and len(space.batch_sizes) < 2:
-        raise UserError(
-            "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
-        )
-    return space
-
-
-def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
-    """``space`` with the runner knobs ``model`` leaves no choice in pinned (tuner.models.fixed_knobs)."""
-    for name, (value, why) in fixed_knobs(model, runtime, space.knobs).items():
-        allowed = [v for v in space.knobs[name].values if str(v).lower() == str(value).lower()]
-        if not allowed:
-            shown = ", ".join(str(v) for v in space.knobs[name].values)
-            raise UserError(f"{why}, but {space.kind} allows {name} {shown} here: export the model to match")
-        space = space.pin(name, allowed[0])
-    return space
-
-
-def pinned_note(space: SearchSpace, model: str, runtime: str) -> str | None:
-    """One line naming the knobs pinned for ``model`` in ``space`` and why, or None when none is."""
-    fixed = fixed_knobs(model, runtime, space.tuned_knobs)
-    if not fixed:
-        return None
-    said = "; ".join(f"{name}={value} ({why})" for name, (value, why) in fixed.items())
-    return f"pinned for {model}: {said}"
 
 
 MEMORY_STORAGE = ":memory:"
@@ -151,6 +98,7 @@ class RunSummary(BaseModel):
     sampler, storage writes and progress between and around windows).
     ``unmet``: when no trial met the bound, the line that names the fastest
     one measured and the bound that would admit it (tuner.records.unmet_bound).
+    ``saved``: the answer against its baseline (tuner.baseline), when one was asked for.
     """
 
     study: str
@@ -165,6 +113,7 @@ class RunSummary(BaseModel):
     early_stop: StopDecision | None = None
     reused: list[str] = []
     unmet: str | None = None
+    saved: baseline.Saved | None = None
 
 
 class StudyRequest(BaseModel):
@@ -234,6 +183,11 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
         device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime
     )
     notes += [pinned] if pinned is not None else []
+    if options.baseline is not None:
+        space = narrowed_space(
+            device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
+        )
+        baseline.baseline_config(device, space, options.baseline, space.batch_sizes[-1])
     for note in notes:
         if on_note is not None:
             on_note(f"note: {note}")
@@ -265,7 +219,7 @@ def tune_study(
             if on_note is not None:
                 on_note(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
 
-    study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial)
+    study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial, on_note=on_note)
     pareto = write_results(study, folder)
     return StudyResult(
         summary=summary,
@@ -292,6 +246,7 @@ def run_study(
     on_trial: TrialCallback | None = None,
     sampler: optuna.samplers.BaseSampler | None = None,
     on_interrupt: Callable[[optuna.Study], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
     """Run ``options.trials`` measured trials (reused ones are free), holding the device safely.
 
@@ -306,10 +261,15 @@ def run_study(
     (a trial's apply or window, or between trials), never in the middle of
     Optuna's bookkeeping, so no trial is left RUNNING. The hardware is
     restored, then ``on_interrupt`` gets the study (to write the results of
-    the trials that completed) and the signal is raised.
+    the trials that completed) and the signal is raised. ``on_note`` hears
+    that a study resumes, and how many trials its storage holds.
+
+    Once the loop ends with an answer, the baseline ``options.baseline``
+    names is measured at the answer's batch size, unless the study already
+    holds it (tuner.baseline).
     """
     with interrupts.held(), hold(device):
-        return _run_study(device, options, on_trial, sampler, on_interrupt)
+        return _run_study(device, options, on_trial, sampler, on_interrupt, on_note)
 
 
 def _run_study(
@@ -318,6 +278,7 @@ def _run_study(
     on_trial: TrialCallback | None,
     sampler: optuna.samplers.BaseSampler | None,
     on_interrupt: Callable[[optuna.Study], None] | None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
     space = serving_space(
         narrowed_space(
@@ -334,8 +295,11 @@ def _run_study(
     with storage_errors(storage), storage_lock(storage, name):
         study = open_study(name, storage, sampler, options.heartbeat_s)
         check_same_space(study, space)
-        fresh = not study.get_trials(deepcopy=False)
-        _stamp(study, device, options, space)
+        held = len(study.get_trials(deepcopy=False))
+        fresh = not held
+        if held and on_note is not None:
+            on_note(f"resuming: {held} trials in storage (study {name})")
+        stamp(study, device, options, space)
         if fresh and options.warm_start and storage != MEMORY_STORAGE:
             warm_start(study, storage, space, options, device)
     if options.study_trials is not None:
@@ -375,6 +339,7 @@ def _run_study(
             with hardware_session(device), storage_errors(storage):
                 _optimize(study, objective, callback, deadline)
         interrupts.check()
+        record = _baseline(study, device, options, space, storage)
     except KeyboardInterrupt:
         if on_interrupt is not None:
             on_interrupt(study)
@@ -404,8 +369,45 @@ def _run_study(
         early_stop=decision if options.early_stop else None,
         reused=list(study.user_attrs.get(WARM_ATTR, [])),
         unmet=None if best else unmet_bound(study.get_trials(deepcopy=False), options.max_latency_ms, percentile),
+        saved=None
+        if best is None or record is None
+        else baseline.saved(float(best.value), record, options.max_latency_ms, percentile),
     )
     return study, summary
+
+
+def _baseline(
+    study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace, storage: str
+) -> baseline.BaselineRecord | None:
+    """The baseline at the answer's batch size: read from the study, or measured now (in its own hardware session).
+
+    None when no baseline was asked for or no configuration met the bound
+    (there is nothing to compare).
+    """
+    best = recommended(study)
+    if options.baseline is None or best is None:
+        return None
+    batch = int(best.user_attrs["batch_size"])
+    record = baseline.stored(study, options.baseline, batch)
+    if record is None:
+        config = baseline.baseline_config(device, space, options.baseline, batch)
+        named = baseline.label_of(options.baseline, device, space)
+        settings = options.window
+        if not device.simulated:
+            folder = options.out / device.slug / model_slug(options.model) / "loadgen"
+            if options.window.scenario != "offline":
+                folder = folder / label(options.window).replace("@", "-")
+            settings = settings.model_copy(update={"log_dir": str(folder / f"baseline-b{batch}")})
+        with hardware_session(device), storage_errors(storage):
+            try:
+                record = baseline.measure(device, options.model, config, settings, options.baseline, named)
+            except (MeasurementRejected, NeedsReboot) as exc:
+                record = baseline.failed(config, options.baseline, named, str(exc))
+            interrupts.check()
+        baseline.store(study, record)
+    elif study.user_attrs.get(baseline.SPEC_ATTR) != record.spec:
+        study.set_user_attr(baseline.SPEC_ATTR, record.spec)
+    return record
 
 
 WIDEN = (
@@ -466,30 +468,3 @@ def _optimize(study: optuna.Study, objective: Objective, callback: Callable, dea
         except ValueError as exc:
             if not str(exc).startswith("Cannot tell a"):
                 raise
-
-
-def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
-    """Study-level attributes so results and exports can say what was tuned, and how."""
-    study.set_user_attr("model", options.model)
-    study.set_user_attr("device", device.name)
-    study.set_user_attr("device_kind", device.kind)
-    study.set_user_attr("device_slug", device.slug)
-    study.set_user_attr("twin", device.simulated)
-    study.set_user_attr("max_latency_ms", options.max_latency_ms)
-    study.set_user_attr("percentile", options.window.percentile)
-    # What optuna-dashboard shows: the objective's name and, beside each trial's constraint, the bound it is against.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([OBJECTIVE_NAME])
-    study.set_user_attr(
-        "latency_bound", f"{options.window.percentile} <= {options.max_latency_ms:g} ms (constraint latency <= 0)"
-    )
-    study.set_user_attr("scenario", options.window.scenario)
-    if options.window.scenario == "server":
-        study.set_user_attr("target_qps", options.window.options["server_target_qps"])
-    study.set_user_attr("tuned_knobs", space.tuned_knobs)
-    study.set_user_attr("batch_sizes", space.batch_sizes)
-    study.set_user_attr("space_key", space_key(space))
-    study.set_user_attr("provenance", provenance(device))
-    if options.study_trials is not None:
-        study.set_user_attr("study_trials", options.study_trials)

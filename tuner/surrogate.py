@@ -139,14 +139,19 @@ class GaussianProcess:
         alpha = cho_solve((chol, True), r, check_finite=False)
         return cls(theta[:d], float(theta[d]), float(theta[d + 1]), x, basis, beta, chol, alpha)
 
-    def predict(self, x: np.ndarray, basis: np.ndarray, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and standard deviation of a new observation (model spread plus measurement noise)."""
+    def predict(
+        self, x: np.ndarray, basis: np.ndarray, chunk: int = 8192, latent: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of a new observation (model spread plus measurement noise).
+
+        ``latent``: the spread of the true value alone, without a window's noise.
+        """
         from scipy.linalg import solve_triangular
 
         mean = np.empty(len(x))
         std = np.empty(len(x))
         signal = np.exp(self.log_signal)
-        noise = np.exp(self.log_noise)
+        noise = 0.0 if latent else np.exp(self.log_noise)
         for start in range(0, len(x), chunk):
             s = slice(start, start + chunk)
             ks = _kernel(x[s], self.x, self.log_scales, self.log_signal)

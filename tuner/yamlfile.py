@@ -26,22 +26,31 @@ MAX_NODES = 200_000
 
 
 def load_yaml_model(
-    path: Path, model: type[ModelT], what: str, fix: str, version: int | None = None, trusted: bool = False
+    path: Path,
+    model: type[ModelT],
+    what: str,
+    fix: str,
+    version: int | None = None,
+    trusted: bool = False,
+    oldest: int | None = None,
 ) -> ModelT:
     """Parse ``path`` into ``model``; ``what`` names the file's role, ``fix`` says how to repair it.
 
     ``trusted``: the file decides what root does (an export, a policy), so
     it must pass the trust rule (tuner.trust) before it is read.
 
-    With ``version`` (the newest one this tool reads), a file from another
-    version is refused by name rather than by a pydantic field error.
+    With ``version`` (the newest one this tool reads; ``oldest``, the oldest
+    it still reads, defaults to it), a file from another version is refused
+    by name rather than by a pydantic field error.
     """
     data = _read(path, what, fix, trusted)
     if version is not None:
         found = data.get("version")
-        if found != version:
+        readable = range(version if oldest is None else oldest, version + 1)
+        if not isinstance(found, int) or isinstance(found, bool) or found not in readable:
+            reads = f"version {version}" if len(readable) == 1 else f"versions {readable[0]} to {version}"
             raise ConfigurationError(
-                f"{what} {path} has version {found!r}, this tool reads version {version}: "
+                f"{what} {path} has version {found!r}, this tool reads {reads}: "
                 + ("upgrade powertune, or " if isinstance(found, int) and found > version else "")
                 + fix
             )

@@ -10,13 +10,19 @@ import typer
 from tuner import interrupts
 from tuner.cli import common, options
 from tuner.cli.root import exit_code
-from tuner.deploy import DeployPlan, ExportedConfig, apply_export, load_export
+from tuner.deploy import DeployPlan, ExportedConfig, apply_export, apply_hand, load_export
 from tuner.devices.hardware_session import restore_device
 from tuner.devices.journal import journal_files, load_journal
 from tuner.devices.registry import builtin_device_name, device_name_for_kind, open_device
 from tuner.errors import DeviceRefused, UserError
 
-ConfigFile = typer.Argument(..., help="a YAML file written by tune export")
+ConfigFile = typer.Argument(None, help="a YAML file written by tune export (or --set for a hand-chosen mode)")
+HandSet = typer.Option(
+    [],
+    "--set",
+    help="apply a hand-chosen mode instead of an export: knob=value (repeatable), checked against the device's "
+    "tables, journaled, undone with tune restore; other knobs keep their default; needs --device",
+)
 ApplyDevice = typer.Option(None, "--device", "-d", help="device to apply to (default: the export's own device)")
 DryRun = typer.Option(False, "--dry-run", help="print every write and change nothing")
 Persist = typer.Option(
@@ -46,7 +52,8 @@ def default_device(exported_device: str, kind: str) -> str:
 
 @interrupts.deferring
 def apply(
-    config_file: Path = ConfigFile,
+    config_file: Path | None = ConfigFile,
+    set_: list[str] = HandSet,
     device: str | None = ApplyDevice,
     dry_run: bool = DryRun,
     persist: bool = Persist,
@@ -54,7 +61,9 @@ def apply(
     sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
 ) -> None:
-    """Apply an exported best mode at deploy time (idempotent; undo with tune restore)."""
+    """Apply an exported best mode, or a hand-chosen one with --set, at deploy time (undo with tune restore)."""
+    if set_ or config_file is None:
+        return apply_set(config_file, set_, device, dry_run, persist, allow_clock_changes, sysfs_root, as_json)
     exported = load_export(config_file)
     name = device or default_device(exported.device, exported.device_kind)
     sysfs = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
@@ -85,6 +94,54 @@ def apply(
         )
         return
     print_plan(exported, plan, dev.name, dry_run, dev.simulated)
+
+
+def apply_set(
+    config_file: Path | None,
+    assignments: list[str],
+    device: str | None,
+    dry_run: bool,
+    persist: bool,
+    allow_clock_changes: bool,
+    sysfs_root: Path | None,
+    as_json: bool,
+) -> None:
+    """tune apply --set: a hand-chosen mode, applied as an export is (journaled, restorable, checked first)."""
+    if config_file is not None:
+        raise UserError(f"give an export ({config_file}) or --set knob=value, not both: an export is applied as sealed")
+    if not assignments:
+        raise UserError("tune apply needs an export (best.yaml from tune export) or --set knob=value with --device")
+    if device is None:
+        raise UserError("tune apply --set needs the device it writes: add --device, e.g. --device orin")
+    if persist:
+        raise UserError("--persist keeps an export's mode (a sealed file); a --set mode is undone with tune restore")
+    sysfs = {"sysfs_root": sysfs_root} if sysfs_root is not None else {}
+    dev = open_device(device, allow_clock_changes=allow_clock_changes, **sysfs)
+    config, plan = apply_hand(dev, assignments, dry_run=dry_run)
+    if as_json:
+        common.emit_json(
+            {
+                "device": dev.name,
+                "dry_run": dry_run,
+                "writes": plan.writes,
+                "knobs": config.knobs,
+                "runtime": plan.runtime,
+            }
+        )
+        return
+    common.out_console.print(f"hand-chosen configuration for {dev.name}: {common.fmt(config.knobs)}")
+    verb = "would write" if dry_run or dev.simulated else "applied"
+    for step in plan.writes:
+        common.out_console.print(f"{verb}: {step}")
+    if not plan.writes:
+        common.out_console.print(f"{dev.name} already runs this configuration")
+    if plan.runtime:
+        runtime = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in plan.runtime.items())
+        common.out_console.print(f"the runtime must be given: {runtime}")
+    if dev.simulated and not dry_run:
+        common.out_console.print(f"{dev.name} is a digital twin: nothing was written and there is nothing to restore")
+    elif not dry_run:
+        common.out_console.print(f"undo with: tune restore --device {dev.name}")
 
 
 def print_plan(exported: ExportedConfig, plan: DeployPlan, device: str, dry_run: bool, twin: bool) -> None:

@@ -147,3 +147,5 @@ def _write_report(
                     f"recommended for {model} on {info.device}: trial {answer.trial} of study {answer.study} "
                     f"({answer.measurement.j_per_query:.4g} J/query, batch {answer.config.batch_size})"
                 )
+                if answer.saved is not None:
+                    common.out_console.print(f"saved: {answer.saved.line}")

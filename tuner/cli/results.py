@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 import typer
 
+from tuner import baseline
 from tuner.cli import common, options
 from tuner.dashboard import dashboard_app, serve
 from tuner.deploy import export_config
@@ -67,8 +68,9 @@ def pareto(
     study = find_study(url, model, device, bound, scenario)
     folder = study_folder(out, study)
     result = write_results(study, folder) if not as_json else build_pareto(study)
+    saved = baseline.saved_of(study)
     if as_json:
-        common.emit_json(result.model_dump(mode="json"))
+        common.emit_json({**result.model_dump(mode="json"), "saved": None if saved is None else saved.model_dump()})
         return
     twin = " [digital twin]" if result.twin else ""
     title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
@@ -84,6 +86,7 @@ def pareto(
         common.out_console.print(
             common.recommended_table(result.best, f"recommended: {title}", result.percentile, pinned)
         )
+        common.out_console.print(f"saved: {saved.line}{twin}" if saved else baseline.unmeasured_line(study))
     heading = "every measured configuration" if show_all else "per batch size, its front within the bound"
     common.out_console.print(common.configs_table(f"{heading} (* recommended)", rows, result.percentile, pinned))
     left = {} if show_all else rows_left_out(result, shown)
@@ -134,7 +137,12 @@ def export(
                 f"the nvpmodel format is a Jetson board's power mode; this study is of {exported.device_kind}: "
                 "export triton, trtexec, env or json instead"
             )
-        board = open_device(device_name_for_kind(exported.device_kind), sysfs_root=sysfs_root)
+        try:
+            board = open_device(device_name_for_kind(exported.device_kind), sysfs_root=sysfs_root)
+        except UserError as exc:
+            if not exported.twin or sysfs_root is not None or "no Jetson board" not in str(exc):
+                raise
+            board = open_device(exported.device)  # no board here: the twin's model of NVIDIA's conf, said in the file
     written = write_exports(exported, output, wanted, board)
     if as_json:
         common.emit_json({"written": [str(p) for p in written.values()], **exported.sealed().model_dump(mode="json")})
@@ -146,6 +154,9 @@ def export(
         f"{files}: {model} on {exported.device_kind}, trial {exported.provenance.trial}, "
         f"batch {exported.batch_size}, {common.fmt(exported.knobs)}: {m['j_per_query']:.4g} J/query, "
         f"{exported.percentile} {m[exported.percentile + '_ms']:.4g} ms (mean of {m['windows']} windows){twin}"
+    )
+    common.out_console.print(
+        f"saved: {exported.saved.line}{twin}" if exported.saved else baseline.unmeasured_line(study)
     )
 
 

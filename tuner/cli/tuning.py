@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import optuna
 import typer
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tuner import api, interrupts
 from tuner.cli import common, options
+from tuner.cli.progress import trial_progress
 from tuner.cli.root import BOUND_UNMET
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
@@ -96,6 +94,12 @@ RunModes = typer.Option(
     help="power modes to tune, e.g. MAXN,50W (default: the board's mode and those of its TPC mask; a mode of "
     "another mask needs a reboot to undo, which tune says before the first write)",
 )
+BaselineOption = typer.Option(
+    "default",
+    "--baseline",
+    help="what the answer is compared against, measured once per study at its batch size: default (the device as "
+    "it comes: a twin's or board's default mode, a GPU's unlocked clocks), a mode (MAXN) or knob=value,...",
+)
 MeasureSeed = typer.Option(None, "--seed", help="twins: add seeded noise (default noise-free)")
 
 
@@ -129,6 +133,7 @@ def run(
     space: Path | None = options.Space,
     scenario: str = options.Scenario,
     target_qps: float | None = options.TargetQps,
+    baseline: str = BaselineOption,
     as_json: bool = options.Json,
 ) -> None:
     """Run (or resume) a study: minimum energy per query subject to the latency bound."""
@@ -154,6 +159,7 @@ def run(
         allow_clock_changes=allow_clock_changes,
         sysfs_root=sysfs_root,
         space_file=space,
+        baseline=baseline,
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
         result = api.tune(model, device, bound_ms, on_trial=on_trial, on_note=_note, **settings)
@@ -222,6 +228,8 @@ def _print_run(result: StudyResult) -> None:
                 result.percentile,
             )
         )
+        if summary.saved is not None:
+            common.out_console.print(f"saved: {summary.saved.line}{note}")
     common.out_console.print(f"results: {result.results}/ (pareto.json, pareto.csv, pareto.png, trials.csv)")
 
 
@@ -425,70 +433,3 @@ def _print_measure(
     meters = ", ".join(sorted({m.meter for m in results}))
     spread = "" if summary is None else f"; mean and sd of the {summary['valid']} valid repeats"
     common.out_console.print(f"meter: {meters}{spread}")
-
-
-class trial_progress:
-    """Progress on stderr: trial n/N, the recommended configuration's energy so far, ETA.
-
-    On a terminal a rich progress bar; otherwise (logs, CI, ssh without a
-    tty) one line per finished trial, as Optuna's own logging prints. With
-    ``study_wide`` the count is the study's completed trials from every
-    worker, which is what ``--study-trials`` aims at.
-    """
-
-    def __init__(self, total: int, quiet: bool, study_wide: bool = False) -> None:
-        self.total = total
-        self.quiet = quiet
-        self.study_wide = study_wide
-        self.lines = not common.err_console.is_terminal
-        self.started = time.monotonic()
-        self.progress = Progress(
-            TextColumn("trial {task.completed}/{task.total}"),
-            BarColumn(),
-            TextColumn("best {task.fields[best]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=common.err_console,
-            disable=quiet or self.lines,
-            transient=False,
-        )
-        self.task: TaskID | None = None
-
-    def __enter__(self):
-        return self.update
-
-    def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, measured: int) -> None:
-        """Show the bar from the first finished trial on, so an error before it prints alone."""
-        from tuner.records import recommended
-
-        if self.quiet:
-            return  # nothing is shown: reading every trial back for the "best" label would be wasted
-        best = recommended(study)
-        label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
-        if self.study_wide:
-            measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-        if self.lines:
-            typer.echo(self.line(trial, min(measured, self.total), label), err=True)
-            return
-        if self.task is None:
-            self.progress.__enter__()
-            self.task = self.progress.add_task("trials", total=self.total, best="-")
-        self.progress.update(self.task, completed=min(measured, self.total), best=label)
-
-    def line(self, trial: optuna.trial.FrozenTrial, done: int, best: str) -> str:
-        """One finished trial: its number, value and verdict, the best so far, elapsed time and ETA."""
-        elapsed = time.monotonic() - self.started
-        left = "-" if done == 0 else common.clock(elapsed / done * (self.total - done))
-        if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
-            outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
-        else:
-            outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
-        return (
-            f"trial {trial.number} finished ({done}/{self.total}): {outcome}; best {best}; "
-            f"elapsed {common.clock(elapsed)}, ETA {left}"
-        )
-
-    def __exit__(self, *exc: object) -> None:
-        if self.task is not None:
-            self.progress.__exit__(*exc)

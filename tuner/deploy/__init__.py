@@ -19,16 +19,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from tuner import __version__, atomicfile
+from tuner.baseline import Saved, saved_of
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
-from tuner.errors import BoundUnmet, UserError
+from tuner.errors import BoundUnmet, ConfigurationError, UserError
 from tuner.records import fastest, recommended, trial_record, unmet_bound
-from tuner.space import Config
+from tuner.space import Config, parse_assignments
 from tuner.storage import redact
 from tuner.units import format_ms
 from tuner.yamlfile import load_yaml_model
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
+OLDEST_EXPORT_VERSION = 1
+"""Version 2 adds ``saved`` (the answer against its baseline); a version 1 file, which has none, still loads."""
 
 
 class Provenance(BaseModel):
@@ -52,7 +55,11 @@ class Provenance(BaseModel):
 
 
 class ExportedConfig(BaseModel):
-    """A deployable power mode: the knobs and batch size, and what they measured."""
+    """A deployable power mode: the knobs and batch size, and what they measured.
+
+    ``saved``: what it saves against the study's baseline (tuner.baseline),
+    when the study measured one.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -67,12 +74,23 @@ class ExportedConfig(BaseModel):
     percentile: str
     metrics: dict[str, Any]
     provenance: Provenance
+    saved: Saved | None = None
     digest: str | None = None
 
     def content_digest(self) -> str:
-        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks)."""
-        body = self.model_dump(mode="json", exclude={"digest"})
+        """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks).
+
+        An export without ``saved`` digests as a version 1 file did, so those still verify.
+        """
+        body = self.model_dump(mode="json", exclude={"digest"} | ({"saved"} if self.saved is None else set()))
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def document(self) -> dict[str, Any]:
+        """The sealed export as its file holds it: ``saved`` left out where there is none, as version 1 wrote it."""
+        body = self.sealed().model_dump(mode="json")
+        if body.get("saved") is None:
+            body.pop("saved", None)
+        return body
 
     def sealed(self) -> ExportedConfig:
         return self.model_copy(update={"digest": self.content_digest()})
@@ -98,6 +116,9 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     metrics["meter"] = record["meter"]
     metrics["windows"] = record["windows"]
     metrics["verdict"] = record["verdict"]
+    executed = (trial.user_attrs.get("extra") or {}).get("batch_sizes_executed")
+    if executed:
+        metrics["batch_sizes_executed"] = executed
     ran = clocks_ran(trial.user_attrs.get("extra") or {})
     if ran:
         metrics["clocks_ran"] = ran
@@ -113,6 +134,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
         max_latency_ms=max_latency_ms,
         percentile=percentile,
         metrics=metrics,
+        saved=saved_of(study),
         provenance=Provenance(
             study=study.study_name,
             storage=redact(storage),
@@ -154,7 +176,7 @@ def export_yaml(config: ExportedConfig) -> str:
     header = "# powertune best-mode configuration"
     if config.twin:
         header += " (digital twin: simulated, not measured on hardware)"
-    return header + "\n" + yaml.safe_dump(config.sealed().model_dump(mode="json"), sort_keys=False)
+    return header + "\n" + yaml.safe_dump(config.document(), sort_keys=False)
 
 
 def write_export(config: ExportedConfig, path: Path) -> None:
@@ -174,6 +196,7 @@ def load_export(path: Path, sealed: bool = False) -> ExportedConfig:
         "exported configuration",
         "re-create it with tune export",
         version=EXPORT_VERSION,
+        oldest=OLDEST_EXPORT_VERSION,
         trusted=True,
     )
     if exported.digest is None and sealed:
@@ -281,20 +304,71 @@ def apply_export(exported: ExportedConfig, device: Device, dry_run: bool = False
     needs = runtime_needs(exported, device)
     if persist:
         return _persist(exported, device, config, dry_run, needs)
-    plan = getattr(device, "plan_writes", None)
-    steps = [w.shell() for w in plan(config)] if plan is not None else [f"{k}={v}" for k, v in config.knobs.items()]
-    unlocked = unlocked_knobs(exported, device)
+    return _deploy(
+        device, config, dry_run, DeployPlan(writes=[], runtime=needs, unlocked=unlocked_knobs(exported, device))
+    )
+
+
+def _deploy(device: Device, config: Config, dry_run: bool, plan: DeployPlan) -> DeployPlan:
+    """Write ``config`` to the device to stay (journaled first, undone if cut short); ``plan`` gets the steps."""
+    planner = getattr(device, "plan_writes", None)
+    steps = (
+        [w.shell() for w in planner(config)] if planner is not None else [f"{k}={v}" for k, v in config.knobs.items()]
+    )
+    plan = plan.model_copy(update={"writes": steps})
     if dry_run or device.simulated:
-        return DeployPlan(writes=steps, runtime=needs, unlocked=unlocked)
+        return plan
     with deployment(device):
         device.apply(config)
         missed = getattr(device, "settings_not_held", list)()
         if missed:
             raise UserError(
                 f"{device.name} did not take the configuration ({'; '.join(missed)}): it was put back; "
-                "apply an export whose settings this card holds"
+                "apply settings this card holds"
             )
-    return DeployPlan(writes=steps, runtime=needs, unlocked=unlocked)
+    return plan
+
+
+def hand_config(device: Device, assignments: list[str]) -> Config:
+    """The configuration ``--set knob=value ...`` names, checked against the device's tables like an export.
+
+    Knobs left out keep their default (a Jetson board: the mode it is in,
+    each clock at that mode's top; a GPU's clock locks stay with the
+    driver). A bad knob or value is one line naming what the device offers;
+    a Jetson mode of another TPC mask is refused with its reboot named.
+    """
+    space = device.space()
+    named = parse_assignments(assignments, space)
+    if not named:
+        raise ConfigurationError("--set names no knob: write knob=value, e.g. --set gpu_mhz=816 (tune apply --help)")
+    knobs = {k: v for k, v in space.default_config().knobs.items() if k not in getattr(device, "lock_knobs", ())}
+    config = Config(knobs={**knobs, **named}, batch_size=space.batch_sizes[-1])
+    reachable = getattr(device, "check_config_reachable", None)
+    if reachable is not None:
+        reachable(config)
+    getattr(device, "check_config", space.validate_config)(config)
+    if space.mode_knob is not None and set(space.knobs) <= set(config.knobs):
+        config = space.effective(config)
+    return config
+
+
+def apply_hand(device: Device, assignments: list[str], dry_run: bool = False) -> tuple[Config, DeployPlan]:
+    """Apply a hand-chosen mode (``tune apply --set``) as an export is applied: journaled, restorable, checked first.
+
+    Runner knobs among them (precision, ...) are no write on the device: the
+    plan names them for the runtime. An observe-only GPU writes nothing, so
+    it is refused with the flag that lets it write.
+    """
+    if is_observe_only(device):
+        raise UserError(
+            f"{device.name} is observe-only: tune apply --set writes its clocks or power limit; "
+            "add --allow-clock-changes (as root)"
+        )
+    config = hand_config(device, assignments)
+    space = device.space()
+    named = parse_assignments(assignments, space)
+    runner = {k: v for k, v in named.items() if space.knobs[k].group == "runner"}
+    return config, _deploy(device, config, dry_run, DeployPlan(writes=[], runtime=runner))
 
 
 def _persist(

@@ -10,10 +10,10 @@ express (:data:`LIMITS`), so nothing the study chose is dropped silently:
 - ``nvpmodel``: a POWER_MODEL block for the board's own /etc/nvpmodel.conf
   (built and checked against the board: tuner.devices.jetson.persist).
 - ``triton``: a config.pbtxt fragment: max_batch_size, dynamic batching with
-  the batch ladder as preferred sizes and the queue delay, the instance
-  group, and the precision the engine must be built with.
+  only the batch sizes the study measured as preferred sizes and the queue
+  delay, the instance group, and the precision the engine must be built with.
 - ``trtexec``: the engine build: precision flags, DLA core and GPU fallback
-  for a DLA lane, and the shapes of the batch ladder.
+  for a DLA lane, and the model's own input names and shapes.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from runners.base import ladder
-from runners.profile import load_profile
 from tuner import atomicfile
 from tuner.deploy import ExportedConfig, export_yaml
 from tuner.errors import UserError
@@ -38,13 +36,16 @@ LIMITS = {
     "env": "values only: nothing applies them, and the measured figures are left out",
     "nvpmodel": "caps the EMC clock but cannot lock its rate; holds no batch size, precision or DLA engine",
     "triton": "sets no clock, power limit or nvpmodel mode; the engine's precision and DLA lanes are fixed at build",
-    "trtexec": "builds the engine only: no clock, power mode or batching timeout; input names are placeholders",
+    "trtexec": "builds the engine only: no clock, power mode or batching timeout",
 }
 
 # What a Server study's batching timeout is called in the export; an Offline study has none.
 TIMEOUT_KNOB = "batch_timeout_ms"
 RUNTIME_PRECISIONS = {"int8": "--int8", "fp16": "--fp16", "bf16": "--bf16", "fp32": ""}
-INPUT_NAME = "input"
+TWIN_CONF_NOTE = (
+    "# built on a digital twin's model of NVIDIA's nvpmodel.conf, not a board's own: on the board, "
+    "tune apply best.yaml --device <board> --persist builds it against the board's own conf and tables"
+)
 
 
 def limits_line(fmt: str, comment: str = "#") -> str:
@@ -82,15 +83,33 @@ def queue_delay_us(exported: ExportedConfig) -> tuple[int, str]:
     )
 
 
+def preferred_sizes(exported: ExportedConfig) -> tuple[list[int], str]:
+    """The batch sizes Triton may prefer: those the study measured running, and where that comes from.
+
+    A Server study's windows record the sizes their batches executed at
+    (``batch_sizes_executed``, the CUDA-graph ladder's where one ran); an
+    Offline study ran only full batches of its batch size. No other size
+    was measured, so none is preferred: a smaller preferred size would let
+    the batcher dispatch batches the study never timed.
+    """
+    executed = str(exported.metrics.get("batch_sizes_executed") or "")
+    sizes = sorted({int(item.split(":")[0]) for item in executed.split() if item.split(":")[0].isdigit()})
+    sizes = [size for size in sizes if 0 < size <= exported.batch_size]
+    if sizes:
+        return sizes, "the batch sizes the measured windows executed"
+    return [exported.batch_size], "the measured batch size only (the study ran full batches of it)"
+
+
 def triton(exported: ExportedConfig) -> str:
-    """A config.pbtxt fragment (protobuf text format) for the model's Triton config."""
-    sizes = ladder(exported.batch_size)
+    """A config.pbtxt fragment (protobuf text format) for the model's Triton config: what the study measured."""
+    sizes, where = preferred_sizes(exported)
     delay, why = queue_delay_us(exported)
     dla = int(exported.knobs.get("dla_cores", 0) or 0)
     lines = [
         f"# powertune: {_origin(exported)}",
         limits_line("triton"),
         f"# engine precision: {precision(exported)} (build it with the trtexec export)",
+        f"# max_batch_size: the measured batch size; preferred_batch_size: {where}",
         f"# max_queue_delay_microseconds: {why}",
     ]
     if dla:
@@ -115,39 +134,53 @@ def triton(exported: ExportedConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _shape(batch: int, sample: list[int]) -> str:
-    return f"{INPUT_NAME}:" + "x".join(str(d) for d in [batch, *sample])
+def _shapes(batch: int, inputs: list[tuple[str, list[int]]]) -> str:
+    """trtexec's shape list: ``name:BxDxD`` per input, comma-separated."""
+    return ",".join(f"{name}:" + "x".join(str(d) for d in [batch, *sample]) for name, sample in inputs)
+
+
+def _onnx_file(model: str) -> tuple[str, str]:
+    """The ONNX file trtexec builds from, and what the user must do first (nothing for a study of that file)."""
+    from tuner.models import model_slug
+
+    if model.lower().endswith(".onnx"):
+        return model, ""
+    return f"{model_slug(model)}.onnx", f"# export {model} to {model_slug(model)}.onnx first (docs/models.md)"
 
 
 def trtexec(exported: ExportedConfig) -> str:
-    """The trtexec command(s) that build the engine(s) the study measured, as a shell script."""
-    try:
-        sample = load_profile(exported.model).input_shape
-    except UserError:
-        raise UserError(
-            f"model {exported.model!r} has no committed profile, so its input shape is unknown: "
-            "write the trtexec command by hand from the triton export"
-        ) from None
+    """The trtexec command(s) that build the engine(s) the study measured, as a shell script.
+
+    The inputs' names and shapes come from the model (tuner.models.model_inputs): the zoo's, the ONNX
+    graph's or a ``py:`` factory's own description. The GPU engine is optimised for the batch size
+    the study measured (TensorRT's optimisation point), and takes any batch down to 1.
+    """
+    from tuner.models import model_inputs
+
+    inputs, where = model_inputs(exported.model)
     flag = RUNTIME_PRECISIONS.get(precision(exported))
     if flag is None:
         known = ", ".join(RUNTIME_PRECISIONS)
         raise UserError(f"precision {precision(exported)!r} has no trtexec flag: use one of {known}")
-    sizes = ladder(exported.batch_size)
-    model = exported.model
+    sizes, _ = preferred_sizes(exported)
+    onnx, first = _onnx_file(exported.model)
+    stem = Path(onnx).stem
     gpu = [
         "trtexec",
-        f"--onnx={model}.onnx",
-        f"--saveEngine={model}-b{exported.batch_size}-{precision(exported)}.plan",
+        f"--onnx={onnx}",
+        f"--saveEngine={stem}-b{exported.batch_size}-{precision(exported)}.plan",
         *([flag] if flag else []),
-        f"--minShapes={_shape(sizes[0], sample)}",
-        f"--optShapes={_shape(exported.batch_size, sample)}",
-        f"--maxShapes={_shape(exported.batch_size, sample)}",
+        f"--minShapes={_shapes(1, inputs)}",
+        f"--optShapes={_shapes(exported.batch_size, inputs)}",
+        f"--maxShapes={_shapes(exported.batch_size, inputs)}",
     ]
     lines = [
         "#!/bin/sh",
         f"# powertune: {_origin(exported)}",
         limits_line("trtexec"),
-        f"# rename '{INPUT_NAME}' to the ONNX model's input; the batch ladder is {', '.join(map(str, sizes))}",
+        f"# inputs: {where}; optimised for the measured batch size (measured: {', '.join(map(str, sizes))}), "
+        "down to 1 for a batch the server sends short when its queue delay runs out",
+        *([first] if first else []),
         "set -e",
         " ".join(shlex.quote(a) for a in gpu),
     ]
@@ -158,12 +191,12 @@ def trtexec(exported: ExportedConfig) -> str:
         dla_flag = flag if flag in ("--int8", "--fp16") else "--fp16"
         cmd = [
             "trtexec",
-            f"--onnx={model}.onnx",
-            f"--saveEngine={model}-dla{core}-b{dla_batch}.plan",
+            f"--onnx={onnx}",
+            f"--saveEngine={stem}-dla{core}-b{dla_batch}.plan",
             dla_flag,
             f"--useDLACore={core}",
             "--allowGPUFallback",
-            f"--shapes={_shape(dla_batch, sample)}",
+            f"--shapes={_shapes(dla_batch, inputs)}",
         ]
         lines.append(" ".join(shlex.quote(a) for a in cmd))
     return "\n".join(lines) + "\n"
@@ -188,8 +221,7 @@ def env(exported: ExportedConfig) -> str:
 
 
 def as_json(exported: ExportedConfig) -> str:
-    sealed = exported.sealed().model_dump(mode="json")
-    return json.dumps({"cannot_express": LIMITS["json"], **sealed}, indent=2) + "\n"
+    return json.dumps({"cannot_express": LIMITS["json"], **exported.document()}, indent=2) + "\n"
 
 
 def render(exported: ExportedConfig, fmt: str, nvpmodel_block: str | None = None) -> str:
@@ -214,19 +246,31 @@ def render(exported: ExportedConfig, fmt: str, nvpmodel_block: str | None = None
 
 
 def nvpmodel_block(exported: ExportedConfig, device: Any) -> str:
-    """The tuned POWER_MODEL for this board's conf, with a fresh ID and name, checked by reading it back."""
+    """The tuned POWER_MODEL for this board's conf, with a fresh ID and name, checked by reading it back.
+
+    A Jetson twin has no conf of its own: the mode is built on the twin's
+    model of NVIDIA's conf (tuner.devices.virtual.twin_conf), and says so.
+    """
     from tuner.deploy import deploy_config
     from tuner.devices.jetson.device import JetsonDevice
     from tuner.devices.jetson.nvpconf import render_mode
     from tuner.devices.jetson.persist import custom_mode, mode_name
 
+    name = mode_name(exported.model, exported.sealed().digest or "")
+    if getattr(device, "simulated", False) and getattr(device, "space", None) is not None:
+        from tuner.devices.virtual.twin_conf import custom_mode_block
+
+        space = device.space()
+        if space.mode_knob is None:
+            raise UserError(f"the nvpmodel format is a Jetson board's power mode; {device.name} models no nvpmodel")
+        return TWIN_CONF_NOTE + "\n" + custom_mode_block(space, deploy_config(exported, device), name)
     if not isinstance(device, JetsonDevice):
         raise UserError(
             f"the nvpmodel format is a mode of a Jetson board's own conf; {getattr(device, 'name', device)} is not "
             "a Jetson board: run on the board, or point --sysfs-root at its tree"
         )
     config = deploy_config(exported, device)
-    _path, _text, mode = custom_mode(device, config, mode_name(exported.model, exported.sealed().digest or ""))
+    _path, _text, mode = custom_mode(device, config, name)
     return render_mode(mode)
 
 

@@ -18,6 +18,23 @@ KNOWN_DEVICES = (
     "py:package.module:Class or a powertune.devices plugin (docs/plugins.md)"
 )
 PLUGIN_GROUP = "powertune.devices"
+TWIN_ALIASES = {"orin-agx": "orin"}
+"""Other names of a twin: one twin, one study and one results folder per kind, whichever name was typed."""
+
+
+def canonical_device(name: str) -> str:
+    """``name`` with a twin's other name replaced by its one name (``sim:orin-agx`` is ``sim:orin``)."""
+    if not name.startswith("sim:"):
+        return name
+    short, hash_, option = name[4:].partition("#")
+    return f"sim:{TWIN_ALIASES.get(short, short)}{hash_}{option}"
+
+
+def twin_of(board: str) -> str | None:
+    """The twin of a Jetson board name (``orin-agx`` and ``orin`` are both ``sim:orin``), or None."""
+    from tuner.devices.virtual.twin_schema import TWIN_KINDS
+
+    return f"sim:{TWIN_ALIASES.get(board, board)}" if board in TWIN_KINDS else None
 
 
 def plugin_entry_points() -> list[tuple[str, str]]:
@@ -45,6 +62,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         from tuner.devices.virtual.twin import TwinDevice
         from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
+        name = canonical_device(name)
         if name[4:].split("#", 1)[0] not in TWIN_KINDS:
             twins = [f"sim:{n}" for n in twin_names()]
             raise UserError(f"unknown twin {name!r}{did_you_mean(name, twins)}: known twins are {', '.join(twins)}")
@@ -71,11 +89,10 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
         try:
             return jetson_device(name, sysfs_root=options.get("sysfs_root"))
         except UserError as exc:
-            from tuner.devices.virtual.twin_schema import TWIN_KINDS
-
-            if "no Jetson board" not in str(exc) or name not in TWIN_KINDS:
+            twin = twin_of(name)
+            if "no Jetson board" not in str(exc) or twin is None:
                 raise
-            raise UserError(f"{exc}; or try its digital twin: --device sim:{name}") from None
+            raise UserError(f"{exc}; or try its digital twin: --device {twin}") from None
     if name.startswith("py:"):
         _no_options(name, allow_clock_changes, {**options, "space": space_file})
         return _plugin(name, import_target(name, "--device", "py:package.module:Class"))
@@ -329,7 +346,6 @@ _NO_NVML = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 def _jetson_boards() -> list[dict[str, Any]]:
     """Every Jetson board name; the one this machine is (by its device tree) can measure, the others say why not."""
     from tuner.devices.jetson import DEVICE_KINDS, board_title, detect_kind
-    from tuner.devices.virtual.twin_schema import TWIN_KINDS
 
     root = Path(os.environ.get("TUNE_SYSFS_ROOT") or "/")
     here = detect_kind(root)
@@ -342,7 +358,7 @@ def _jetson_boards() -> list[dict[str, Any]]:
         if here == kind:
             entry["title"] = board_title(root)
         else:
-            twin = f"; its digital twin is sim:{name}" if name in TWIN_KINDS else ""
+            twin = f"; its digital twin is {twin_of(name)}" if twin_of(name) else ""
             what = f"this machine is a {titles[here]}" if here else f"not a Jetson board ({compatible} names none)"
             entry["why"] = what + twin
         found.append(entry)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 import optuna
 
+from tuner.baseline import saved_of
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.errors import ConfigurationError, did_you_mean
@@ -180,6 +181,7 @@ def study_answers(storage: str, device: Device, model: str, settings: WindowSett
                     knobs=dict(attrs.get("effective", attrs.get("config", {}))), batch_size=int(attrs["batch_size"])
                 ),
                 measurement=trial_measurement(best),
+                saved=saved_of(study),
             )
         )
     return answers

@@ -14,10 +14,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import atomicfile
+from tuner.baseline import Saved
 from tuner.measurement import Measurement
 from tuner.space import Config
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 TWIN_LABEL = "digital twin"
 
 
@@ -60,7 +61,8 @@ class StudyAnswer(BaseModel):
 
     When the report's bound and percentile are the study's, this is the
     report's recommended configuration: one answer, whatever the report's
-    own grid of modes and batch sizes holds.
+    own grid of modes and batch sizes holds. ``saved``: the answer against
+    the study's baseline (tuner.baseline; version 3 on), when it measured one.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,6 +75,7 @@ class StudyAnswer(BaseModel):
     percentile: str
     config: Config
     measurement: Measurement
+    saved: Saved | None = None
 
     def point(self) -> Point:
         """The answer as a report point (plots and the power trace draw points)."""
@@ -105,7 +108,7 @@ class ReportData(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: Literal[1, 2] = REPORT_VERSION
+    version: Literal[1, 2, 3] = REPORT_VERSION
     created: str
     command: str
     scenario: str

@@ -108,6 +108,8 @@ def device_section(data: ReportData, info: DeviceInfo, model: str, points: list[
                 f"{data.percentile} {_g(m.latency_ms(data.percentile))} ms ({_config_text(best)})."
             )
         )
+        if answer is not None and answer.saved is not None:
+            blocks.append(Para(f"What it saves: {answer.saved.line}."))
     for other in data.answers:
         if (other.device, other.model) == (info.device, model) and other is not answer:
             m = other.measurement

@@ -15,8 +15,9 @@ The sampler protocol, as ``tune run`` drives it:
    (trials.csv, ``tune status``); ``notes()`` gives study-level notes
    (``strategy_notes``), e.g. a model without a per-layer profile.
 
-Modules: base (GuidedSampler and the helpers every strategy shares), learned
-(the default: Gaussian processes with the roofline as prior), two_phase
+Modules: base (GuidedSampler and the helpers every strategy shares), stopping
+(when a study is done, from its trials), learned (the default: Gaussian
+processes with the roofline as prior; a package, one module per step), two_phase
 (PolyThrottle-style CPU first).
 """
 

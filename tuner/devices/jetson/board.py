@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.devices.jetson.clocks import ClockFiles, find_clock_files
 from tuner.devices.jetson.dla import find_caps, for_runtime
 from tuner.devices.jetson.nvpconf import ConfMode, Param, read_conf
-from tuner.devices.jetson.sysfs import inside, ints, is_file, read
+from tuner.devices.jetson.sysfs import can_read, denied, inside, ints, is_file, read
 from tuner.errors import UserError
 from tuner.space import Knob, Mode, SearchSpace
 
@@ -54,6 +55,7 @@ EMC_CLK = "sys/kernel/debug/bpmp/debug/clk/emc"
 EMC_RATES = "sys/kernel/debug/bpmp/debug/emc/possible_rates"
 CPU_BASE = "sys/devices/system/cpu"
 INA3221_GLOB = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*"
+INA3221X_GLOB = "sys/bus/i2c/drivers/ina3221x/*/iio:device*"
 THERMAL_BASE = "sys/class/thermal"
 # PMIC-Die reports a fixed 100 C on several Jetsons; it is not a temperature.
 IGNORED_ZONES = re.compile(r"pmic", re.IGNORECASE)
@@ -98,13 +100,24 @@ class Policy:
 
 @dataclass
 class Rail:
-    """One INA3221 channel, found by its label."""
+    """One INA3221 channel, found by its label: bus voltage (mV) and current (mA), or the driver's power (mW).
+
+    L4T 32's ``ina3221x`` IIO driver computes ``in_powerN_input`` itself, which is
+    what jetson-stats (jtop/core/power.py) and Zeus (zeus/device/soc/jetson.py,
+    DirectPower before VoltageCurrentProduct) read there.
+    """
 
     name: str
     voltage: Path
     current: Path
+    power: Path | None = None
+
+    def files(self) -> list[Path]:
+        return [self.power] if self.power is not None else [self.voltage, self.current]
 
     def watts(self) -> float:
+        if self.power is not None:
+            return int(read(self.power)) / 1e3
         return int(read(self.voltage)) * int(read(self.current)) / 1e6
 
 
@@ -150,6 +163,8 @@ class Board:
     default_mode: int | None
     dla_caps: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    clocks: ClockFiles | None = None
+    root_only: dict[str, Path] = field(default_factory=dict)
 
     @property
     def cpus(self) -> int:
@@ -275,7 +290,7 @@ def _mode_from(mode: ConfMode, params: dict[str, Param]) -> BoardMode:
             gpu = number
         elif param == "EMC" and arg.startswith("MAX_FREQ"):
             emc = number
-        elif param == "DLA0_CORE" and arg.startswith("MAX_FREQ"):
+        elif param in ("DLA0_CORE", "DLA_CORE") and arg.startswith("MAX_FREQ"):
             dla = number
     cores = 1 + sum(1 for core, v in online.items() if core != "CORE_0" and v == "1")
     capped = [c for c in cpu_caps if c > 0]
@@ -298,6 +313,36 @@ def read_modes(root: Path) -> tuple[list[BoardMode], int | None, str | None]:
         return [], None, None
     modes, default = parse_nvpmodel_conf(path.read_text(errors="replace"))
     return modes, default, str(path)
+
+
+def find_rails(root: Path) -> list[Rail]:
+    """The board's INA3221 channels by label, in either driver's layout.
+
+    L4T 35/36 (mainline hwmon ``ina3221``): ``in[123]_label``, ``in[123]_input``
+    (mV) and ``curr[123]_input`` (mA); in4-in6 are shunt voltages, in7 and curr4
+    the sums of the three channels (kernel Documentation/hwmon/ina3221.rst), so
+    only channels 1-3 are rails, as jetson-stats skips in7 ("sum of shunt
+    voltages"). L4T 32 (``ina3221x`` IIO): ``rail_name_N``, ``in_powerN_input``
+    (mW), ``in_voltageN_input``, ``in_currentN_input``, channels from 0. Unused
+    channels are labelled NC.
+    """
+    rails: list[Rail] = []
+    for hwmon in sorted(root.glob(INA3221_GLOB)):
+        for channel in ("1", "2", "3"):
+            label = hwmon / f"in{channel}_label"
+            name = read(label) if is_file(label) else ""
+            voltage, current = hwmon / f"in{channel}_input", hwmon / f"curr{channel}_input"
+            if name and name != "NC" and is_file(voltage) and is_file(current):
+                rails.append(Rail(name, voltage, current))
+    for iio in sorted(root.glob(INA3221X_GLOB)):
+        for label in sorted(iio.glob("rail_name_[0-9]")):
+            channel = label.name[len("rail_name_") :]
+            name = read(label)
+            power = iio / f"in_power{channel}_input"
+            voltage, current = iio / f"in_voltage{channel}_input", iio / f"in_current{channel}_input"
+            if name and name != "NC" and is_file(power):
+                rails.append(Rail(name, voltage, current, power))
+    return rails
 
 
 def discover(root: Path) -> Board:
@@ -348,21 +393,19 @@ def discover(root: Path) -> Board:
     emc_rate: Path | None = root / EMC_CLK / "rate"
     emc_locked: Path | None = root / EMC_CLK / "mrq_rate_locked"
     emc_hz: list[int] = []
-    if emc_rate is not None and emc_locked is not None and is_file(emc_rate) and is_file(emc_locked):
+    root_only: dict[str, Path] = {}
+    if emc_rate is not None and emc_locked is not None and can_read(emc_rate) and can_read(emc_locked):
         rates = root / EMC_RATES
-        emc_hz = [k * 1000 for k in ints(read(rates))] if is_file(rates) else []
+        emc_hz = [k * 1000 for k in ints(read(rates))] if can_read(rates) else []
+    elif denied(root / EMC_CLK / "rate"):
+        root_only["emc_mhz"] = root / EMC_CLK / "rate"
+        emc_rate = emc_locked = None
+        notes.append(f"EMC rate is not settable: {root / EMC_CLK} (BPMP debugfs) is readable by root only")
     else:
         emc_rate = emc_locked = None
-        notes.append(f"EMC rate is not settable: {root / EMC_CLK} is missing (debugfs not mounted, or not root)")
+        notes.append(f"EMC rate is not settable: {root / EMC_CLK} is missing (debugfs not mounted)")
 
-    rails: list[Rail] = []
-    for hwmon in sorted(root.glob(INA3221_GLOB)):
-        for label in sorted(hwmon.glob("in*_label")):
-            channel = label.name[2 : -len("_label")]
-            name = read(label)
-            voltage, current = hwmon / f"in{channel}_input", hwmon / f"curr{channel}_input"
-            if name and name != "NC" and is_file(voltage) and is_file(current):
-                rails.append(Rail(name, voltage, current))
+    rails = find_rails(root)
 
     zones: dict[str, Path] = {}
     for zone in sorted((root / THERMAL_BASE).glob("thermal_zone*")):
@@ -376,6 +419,8 @@ def discover(root: Path) -> Board:
     if conf is None:
         notes.append(f"no {NVPMODEL_CONF} under {root}: power modes are taken from the search space file")
     tpc, railgate = gpu_device / "tpc_pg_mask", gpu_device / "railgate_enable"
+    cpufreq_dirs = {int(f.name[3:]): f / "cpufreq" for f in cpu_dirs if (f / "cpufreq").is_dir()}
+    clocks = find_clock_files(root, gpu, cpufreq_dirs, online)
     return Board(
         root=root,
         layout=_layout(root, gpu_device),
@@ -398,6 +443,8 @@ def discover(root: Path) -> Board:
         default_mode=default_mode,
         dla_caps=dla_caps,
         notes=notes,
+        clocks=clocks,
+        root_only=root_only,
     )
 
 

@@ -31,12 +31,13 @@ from typing import Any, NamedTuple
 
 from tuner.devices.jetson import sysfs
 from tuner.devices.jetson.board import MODEL_NAMES, Board, board_space, detect_kind, discover, mode_label
+from tuner.devices.jetson.clocks import ClockMonitor
 from tuner.devices.jetson.meters import JtopMeter, RailMeter
 from tuner.devices.jetson.persist import unpersist
 from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
-from tuner.errors import ConfigurationError, DeviceRefused, NeedsReboot, UserError
+from tuner.errors import ConfigurationError, DeviceError, DeviceRefused, NeedsReboot, UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.space import Config, SearchSpace, load_space
@@ -122,7 +123,7 @@ def _floor(table: list[int], value: int) -> int:
 
 
 def _writable(path: Path) -> bool:
-    return os.access(path, os.W_OK)
+    return sysfs.can_write(path)
 
 
 def _try_read(path: Path) -> str | None:
@@ -152,7 +153,7 @@ class JetsonDevice:
         meter_period_s: float = 0.05,
         thermal_limit_c: float = DEFAULT_THERMAL_LIMIT_C,
         name: str | None = None,
-        writable: Callable[[Path], bool] = _writable,
+        writable: Callable[[Path], bool] | None = None,
         mode_timeout_s: float = 10.0,
         runner_factory: Callable[[str, Config], Any] | None = None,
         measure_fn: Callable[..., Measurement] | None = None,
@@ -166,7 +167,7 @@ class JetsonDevice:
         self.meter_period_s = meter_period_s
         self.thermal_limit_c = thermal_limit_c
         self.mode_timeout_s = mode_timeout_s
-        self._writable = writable
+        self._writable = writable or _writable
         self.runners = RunnerCache(os.environ.get("TUNE_TORCH_DEVICE", "cuda:0"))
         self._runtime = "auto"
         self._runner_factory = runner_factory or (
@@ -187,7 +188,11 @@ class JetsonDevice:
         self.start_mode = self.query_mode() if self.board.modes else None
         self._space, note = self._board_space(None)
         self.notes = [note] if note else []
+        unsampled = self.board.clocks.note() if self.board.clocks is not None else None
+        if unsampled:
+            self.notes.append(unsampled)
         self.last_switch_s: float | None = None
+        self._asked: dict[str, Any] = {}
 
     # -- discovery ---------------------------------------------------------
 
@@ -341,6 +346,15 @@ class JetsonDevice:
         policy whose CPUs are all offline) is left out: nothing of it changes.
         """
         b = self.board
+        self.check_readable(
+            [
+                b.gpu / "min_freq",
+                b.gpu / "max_freq",
+                *b.online.values(),
+                *[f for f in (b.emc_cap, b.emc_rate, b.emc_locked, b.tpc_mask, b.railgate) if f is not None],
+                *b.dla_caps,
+            ]
+        )
         cpufreq: dict[str, dict[str, str]] = {}
         for p in b.policies:
             try:
@@ -434,6 +448,7 @@ class JetsonDevice:
         """
         started = time.monotonic()
         self.last_switch_s = None
+        self._asked = {}
         t = self.targets(config)
         self.check_reachable(t["mode"])
         self.check_thermal()
@@ -446,6 +461,7 @@ class JetsonDevice:
         for step in self._steps(t, self._current(), include_all=False):
             self._write(Path(step.path), step.value)
         self._verify(t)
+        self._asked = t
         self.last_switch_s = time.monotonic() - started
 
     def _current(self, assume_mode: int | None = None) -> dict[str, Any]:
@@ -593,6 +609,20 @@ class JetsonDevice:
         except sysfs.BoardWriteError as exc:
             raise ApplyError(f"writing {value} to {path} failed: {exc.strerror} ({exc.rule})") from None
 
+    def check_readable(self, paths: list[Path]) -> None:
+        """Refuse, before the first read that would raise, where this user may not read a file the tool must save.
+
+        On a Jetson the nvpmodel EMC cap, BPMP debugfs and (AGX Xavier on L4T 32) the
+        rails are root-only: the state a run must put back cannot even be read without root.
+        """
+        denied = [p for p in paths if sysfs.is_file(p) and not sysfs.can_read(p)]
+        if denied:
+            raise DeviceError(
+                f"reading {denied[0]}{f' and {len(denied) - 1} more' if len(denied) > 1 else ''} needs root: "
+                f"the board's state cannot be saved without it; run the command with sudo (sudo -E tune ...; "
+                "nothing was changed)"
+            )
+
     def check_privilege(self, paths: list[Path]) -> None:
         """Refuse before the first write if a file is not writable, naming the privilege needed."""
         denied = [p for p in paths if not self._writable(p)]
@@ -727,25 +757,57 @@ class JetsonDevice:
                     f"no INA3221 power rails under {self.root / 'sys/bus/i2c/drivers/ina3221'}: "
                     "this board has no readable power sensor; pick --meter jtop or another board"
                 )
+            unreadable = [r.name for r in self.board.rails if not all(sysfs.can_read(f) for f in r.files())]
+            if unreadable:
+                raise DeviceError(
+                    f"reading the INA3221 rails ({', '.join(unreadable)}) needs root on this board: run the command "
+                    "with sudo, or pick --meter jtop (its service reads them as root)"
+                )
             return RailMeter(self.board.rails, period_s=self.meter_period_s, temperatures=self.temperatures)
         if kind == "jtop":
             return JtopMeter()
         raise UserError(f"unknown Jetson meter {kind!r}: choose rails or jtop")
 
     def measure(self, model: str, config: Config, settings: WindowSettings) -> Measurement:
-        """Run the real runner in a LoadGen window under the board's meter; abort when too hot."""
+        """Run the real runner in a LoadGen window under the board's meter; abort when too hot.
+
+        The clocks that ran are sampled through the window (:mod:`.clocks`) and kept in its extras
+        (``gpu_mhz_mean`` ...); a window whose clocks fell below what the last apply set, or in which
+        an over-current counter rose, is marked throttled and does not count, as the NVML backend
+        does with its throttle reasons.
+        """
+        from tuner.measure.session import mark_invalid
+
         self.check_thermal()
+        clocks = ClockMonitor(self.board.clocks) if self.board.clocks is not None else None
+        measurement = self._window(model, config, settings, [clocks] if clocks is not None else [])
+        self.check_thermal(measurement.temps_c)
+        if clocks is None:
+            return measurement
+        measurement = measurement.model_copy(update={"extra": {**measurement.extra, **clocks.extras()}})
+        throttled = clocks.throttles(self._asked)
+        if throttled:
+            measurement = mark_invalid(measurement, f"throttled: {'; '.join(throttled)}", throttled=True)
+        return measurement
+
+    def _window(self, model: str, config: Config, settings: WindowSettings, monitors: list[Any]) -> Measurement:
+        """One window of the model under the board's meter with ``monitors`` sampled through it; its temperatures."""
+        from tuner.measure.session import measure_with
+
         meter = device_meter(settings.meter, self.make_meter)
         self._runtime = settings.runtime
         runner = self._runner_factory(model, config)
-        measure_fn = self._measure_fn
-        if measure_fn is None:
-            from tuner.measure.session import measure_with
-
-            measure_fn = measure_with
-        measurement = measure_fn(runner, meter, config.batch_size, settings, settings.percentile)
+        if self._measure_fn is None:
+            measurement = measure_with(runner, meter, config.batch_size, settings, settings.percentile, monitors)
+        else:
+            for monitor in monitors:
+                monitor.start()
+            try:
+                measurement = self._measure_fn(runner, meter, config.batch_size, settings, settings.percentile)
+            finally:
+                for monitor in monitors:
+                    monitor.stop()
         temps = meter.max_temps_c if isinstance(meter, RailMeter) else self.temperatures()
-        self.check_thermal(temps)
         return measurement.model_copy(update={"temps_c": temps})
 
 

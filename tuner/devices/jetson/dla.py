@@ -10,7 +10,12 @@ L4T 36. In NVIDIA's nvpmodel_p3701_0000.conf (AGX Orin) these are
 ``/sys/devices/platform/13e40000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core``
 and ``/sys/devices/platform/bus@0/13e00000.host1x/15880000.nvdla0/clk_cap/dla0_core``
 (``158c0000.nvdla1`` for the second core); AGX Xavier's L4T 32 conf has
-``/sys/devices/13e10000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core``. Those
+``/sys/devices/13e10000.host1x/15880000.nvdla0/acm/clk_cap/dla0_core``. AGX
+Xavier's L4T 32 conf caps both DLAs through one section instead, ``< PARAM
+TYPE=CLOCK NAME=DLA_CORE >`` with ``MAX_FREQ /sys/kernel/nvpmodel_emc_cap/nafll_dla``
+(the conf NVIDIA's MLPerf Xavier harness writes, mlcommons inference_results
+closed/NVIDIA code/common nvpmodel template ``xavier_agx``): T194 clocks both DLA
+cores from the one NAFLL_DLA source, so that board has one cap file. Those
 paths are the fallback where the conf is missing. A board with none of them
 (Orin Nano, TX2) has no DLA, and its search space offers no DLA knob.
 """
@@ -37,7 +42,7 @@ CANDIDATES = (
         "sys/devices/13e10000.host1x/158c0000.nvdla1/acm/clk_cap/dla1_core",
     ),
 )
-_SECTION = re.compile(r"<\s*PARAM\s+TYPE=CLOCK\s+NAME=DLA(\d)_CORE\s*>")
+_SECTION = re.compile(r"<\s*PARAM\s+TYPE=CLOCK\s+NAME=DLA(\d?)_CORE\s*>")
 
 
 def conf_paths(text: str) -> dict[int, list[str]]:
@@ -48,7 +53,7 @@ def conf_paths(text: str) -> dict[int, list[str]]:
         line = raw.split("#", 1)[0].strip()
         if line.startswith("<"):
             match = _SECTION.fullmatch(line)
-            core = int(match.group(1)) if match else None
+            core = int(match.group(1) or 0) if match else None
             continue
         parts = line.split()
         if core is not None and len(parts) >= 2 and parts[0] in ("MAX_FREQ", "MAX_FREQ_KNEXT"):

@@ -17,13 +17,16 @@ from tuner.measure.meters import EnergyReading
 from tuner.measure.poller import Poller
 
 JTOP_PERIOD_S = 0.5
+# The module's input rail, which the others are part of: VDD_IN (Orin Nano/NX, TX2, Xavier NX) or
+# POM_5V_IN (Nano on L4T 32), the two jetson-stats takes as the total (jtop/core/power.py total_power).
+TOTAL_RAILS = ("VDD_IN", "POM_5V_IN")
 
 
 class RailMeter:
     """Energy from the INA3221 rails: per-rail trapezoid integration on a sampling thread.
 
-    When the board has a VDD_IN rail (module input, e.g. Orin Nano) that alone is
-    the total, since the other rails are part of it; otherwise (AGX Orin) the
+    When the board has a VDD_IN or POM_5V_IN rail (module input, e.g. Orin Nano, TX2)
+    that alone is the total, since the other rails are part of it; otherwise (AGX Orin, AGX Xavier) the
     rails are summed, and the reading warns that this is not wall power: the
     module has no VDD_IN rail and the carrier board is not covered.
     """
@@ -39,11 +42,11 @@ class RailMeter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._all = rails
-        total = [r for r in rails if r.name == "VDD_IN"]
+        total = [r for r in rails if r.name in TOTAL_RAILS][:1]
         self._summed = total or rails
         self.rails = [r.name for r in self._summed]
         self.warning = (
-            "VDD_IN is the module's input power: carrier board and supply losses are not included"
+            f"{total[0].name} is the module's input power: carrier board and supply losses are not included"
             if total
             else f"sum of INA3221 rails {', '.join(self.rails)}: the module has no VDD_IN rail, "
             "so this is not wall power"

@@ -7,13 +7,20 @@ attributes are never links, so one planted there is refused), and never to a
 file whose real path leaves the sysfs root the board was found under (a linked
 folder pointing elsewhere). Reads strip the trailing newline and the NUL the
 device tree puts at the end of its strings.
+
+Whether this user may read or write a file is asked of :data:`access`
+(``os.access``: the kernel's own check for the real uid), so a test run as root
+can stand in for another user (tests/fakeboard.py ``as_user``).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
+
+access: Callable[[Path, int], bool] = os.access
 
 
 class BoardWriteError(OSError):
@@ -40,6 +47,29 @@ def is_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
+
+
+def can_read(path: Path) -> bool:
+    """The file exists and this user may read it."""
+    return is_file(path) and access(path, os.R_OK)
+
+
+def can_write(path: Path) -> bool:
+    """This user may open the file for writing (the kernel may still refuse the value)."""
+    return access(path, os.W_OK)
+
+
+def denied(path: Path) -> bool:
+    """The file is there, or a folder on its way cannot be searched, but this user may not read it."""
+    try:
+        there = path.is_file()
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    if not there:
+        return any(not access(folder, os.X_OK) for folder in path.parents if folder.is_dir())
+    return not access(path, os.R_OK)
 
 
 def ints(text: str) -> list[int]:
