@@ -33,7 +33,7 @@ from tuner.space import Config, load_space
 from tuner.storage import CONSTRAINTS_KEY, NAMED_PREFIX
 from tuner.strategies.base import COULD_WIN_KEY, HEADROOM_KEY
 from tuner.strategies.stopping import StopRule, decide
-from tuner.study_space import model_space
+from tuner.study import model_space
 
 DEFAULT = Path("benchmarks/results/time-to-answer-h200/call13/time-to-answer.json")
 DEVICE_KNOBS = ("sm_mhz", "mem_mhz", "power_limit_w")

@@ -1,7 +1,7 @@
 """Time to an answer on a real GPU, observe-only: `tune run` as a user types it, timed from the command.
 
-Usage: python benchmarks/time_to_answer_h200.py --cases resnet50-offline,bert-offline,resnet50-server
-           --samplers auto,tpe [--first-build] [--remeasure] --work /tmp/tta --out results.json
+Usage: python benchmarks/time_to_answer_h200.py --cases resnet50-offline,bert-offline,resnet50-server,vit-offline
+           --samplers auto,tpe [--repeats 3] [--first-build] [--remeasure] --work /tmp/tta --out results.json
 
 For each case and sampler, one `python3 -m tuner run ... --json` in a fresh
 folder, timed from the launch of the process to its exit (process start,
@@ -22,6 +22,12 @@ measures the whole-space optimum of each Offline case named (``REFERENCE``)
 the same way, after the studies. ``--budget``
 seconds: no new study starts after that (a device call has a time limit).
 
+``--repeats N`` runs the whole list N times, round after round, so the
+samplers alternate within a case (default, TPE, default, ...) and drift of
+the card over the call falls on both alike; round k runs with ``--seed k``
+in its own folder. The medians over the rounds of each case and sampler
+(wall time, time to within 2%, the answer) close the output.
+
 Nothing on the card is changed: `cuda:0` is observe-only, and the card's
 settings are read before and after (benchmarks/time_to_answer_h200.sh).
 """
@@ -31,6 +37,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -49,7 +56,10 @@ CASES = {
         "args": ["--max-latency", "10ms", "--scenario", "server", "--target-qps", "3000"],
         "trials": "12",
     },
+    # A user's own model (benchmarks/models/vit_b16.py, found on PYTHONPATH as `tune run` finds any py: model).
+    "vit-offline": {"model": "py:vit_b16:build", "args": ["--max-latency", "50ms"], "trials": "30"},
 }
+MODELS = Path(__file__).resolve().parent / "models"
 # The default sampler runs as a user types it, with no --trials: it stops by itself (at most 40 trials). Other
 # samplers record no bound to stop on, so they keep the case's budget.
 STOPS_BY_ITSELF = ("auto", "learned")
@@ -69,9 +79,9 @@ REFERENCE = {
 DEVICE = ["cuda:0"]  # --device sim:h200 tries the script on a twin
 
 
-def run_case(name: str, sampler: str, work: Path) -> dict:
+def run_case(name: str, sampler: str, work: Path, repeat: int = 0) -> dict:
     case = CASES[name]
-    folder = work / f"{name}-{sampler}"
+    folder = work / (f"{name}-{sampler}" if repeat == 0 else f"{name}-{sampler}-r{repeat}")
     command = [
         *TUNE,
         "run",
@@ -85,18 +95,20 @@ def run_case(name: str, sampler: str, work: Path) -> dict:
         "--sampler",
         sampler,
         "--seed",
-        "0",
+        str(repeat),
         "--out",
         str(folder),
         "--json",
     ]
+    env = environment()
     launched = dt.datetime.now()
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     wall = time.monotonic() - started
     record: dict = {
         "case": name,
         "sampler": sampler,
+        "repeat": repeat,
         "command": " ".join(["python3", "-m", "tuner", *command[3:]]),
         "wall_s": round(wall, 2),
         "rc": done.returncode,
@@ -107,6 +119,13 @@ def run_case(name: str, sampler: str, work: Path) -> dict:
     payload = json.loads(done.stdout)
     record.update(summary=payload, **study_figures(folder, payload["study"], launched))
     return record
+
+
+def environment() -> dict[str, str]:
+    """The environment of every `tune` process: benchmarks/models on PYTHONPATH, as a py: model's user puts it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(MODELS), env.get("PYTHONPATH", "")]))
+    return env
 
 
 def study_figures(folder: Path, name: str, launched: dt.datetime) -> dict:
@@ -170,7 +189,7 @@ def measure_again(case: str, batch_size: int, knobs: dict) -> dict:
     command += ["--repeat", "3", "--window", "5", "--min-window", "5", "--json"]
     if case.endswith("server"):
         command += ["--scenario", "server", "--target-qps", "3000"]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=environment())
     if done.returncode != 0:
         return {"command": " ".join(command[1:]), "rc": done.returncode, "stderr": done.stderr[-2000:]}
     payload = json.loads(done.stdout)
@@ -188,7 +207,7 @@ def first_build(model: str) -> dict:
     command = [*TUNE, "measure", "--model", model, "--device", DEVICE[0], "--batch-size", "32", "--window", "2"]
     command += ["--min-window", "2", "--json"]
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=environment())
     return {"model": model, "wall_s": round(time.monotonic() - started, 2), "rc": done.returncode}
 
 
@@ -204,6 +223,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default=DEVICE[0])
     parser.add_argument("--budget", type=float, default=float("inf"))
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of the whole list (samplers alternate)")
     args = parser.parse_args()
     DEVICE[0] = args.device
     unknown = set(filter(None, args.reference.split(","))) - set(REFERENCE)
@@ -216,14 +236,18 @@ def main() -> None:
         results["first_build"] = [first_build(m) for m in models]
         print("first build:", results["first_build"], flush=True)
     started = time.monotonic()
-    runs = [tuple(pair.split(":")) for pair in args.runs.split(",") if pair] or [
+    pairs = [tuple(pair.split(":")) for pair in args.runs.split(",") if pair] or [
         (name, sampler) for name in args.cases.split(",") for sampler in args.samplers.split(",")
     ]
-    for name, sampler in runs:
+    unknown_cases = sorted({name for name, _ in pairs} - set(CASES))
+    if unknown_cases:
+        parser.error(f"unknown case(s) {', '.join(unknown_cases)}: choose from {', '.join(CASES)}")
+    runs = [(name, sampler, k) for k in range(args.repeats) for name, sampler in pairs]
+    for name, sampler, k in runs:
         if time.monotonic() - started > args.budget:
-            print(f"budget spent: {name} {sampler} not run", flush=True)
+            print(f"budget spent: {name} {sampler} round {k} not run", flush=True)
             continue
-        record = run_case(name, sampler, args.work)
+        record = run_case(name, sampler, args.work, k)
         if args.remeasure and sampler == "auto" and record.get("summary", {}).get("best"):
             record["remeasure"] = remeasure(record)
         results["runs"].append(record)
@@ -239,6 +263,41 @@ def main() -> None:
     print("case              sampler  wall s  2% s  max trial s  best J/q  cuts  remeasured  why it stopped")
     for record in results["runs"]:
         print(line(record))
+    results["medians"] = medians(results["runs"])
+    args.out.write_text(json.dumps(results, indent=1))
+    print("medians over rounds: case, sampler, runs, wall s, to within 2% s, answer J/query, measured")
+    for m in results["medians"]:
+        print(
+            f"{m['case']:17} {m['sampler']:7} {m['runs']} {m['wall_s']:6.1f} {m['within_2pct_s'] or float('nan'):6.1f} "
+            f"{m['answer_j'] or float('nan'):.5f} {m['measured']}"
+        )
+
+
+def medians(runs: list[dict]) -> list[dict]:
+    """Per case and sampler, the median over its rounds that ran (rc 0) of wall, time to 2%, answer, trials."""
+    out = []
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if not r.get("rc"):
+            groups.setdefault((r["case"], r["sampler"]), []).append(r)
+
+    def median(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    for (case, sampler), members in groups.items():
+        out.append(
+            {
+                "case": case,
+                "sampler": sampler,
+                "runs": len(members),
+                "wall_s": median([m["wall_s"] for m in members]),
+                "within_2pct_s": median([m.get("within_2pct_s") for m in members]),
+                "answer_j": median([m.get("final_best_j_per_query") for m in members]),
+                "measured": median([m.get("summary", {}).get("measured") for m in members]),
+            }
+        )
+    return out
 
 
 def line(r: dict) -> str:

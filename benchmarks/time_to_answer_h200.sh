@@ -7,6 +7,8 @@
 # wheels): SAMPLERS=auto FIRST=--first-build REMEASURE=--remeasure BUDGET=480 bash benchmarks/time_to_answer_h200.sh
 # RUNS=resnet50-offline:auto,bert-offline:tpe runs those case:sampler pairs in that order instead of CASES x SAMPLERS;
 # REFERENCE=resnet50-offline,bert-offline measures each case's whole-space optimum again after them (same card).
+# REPEATS=3 runs the list three times, round after round (default and TPE alternate; round k uses --seed k), and
+# prints the medians; vit-offline is a user's py: model (benchmarks/models/vit_b16.py, torchvision needed).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   .whl/*.whl || exit 1
@@ -16,6 +18,7 @@ nvidia-smi --query-gpu=$Q --format=csv > $OUT/nvidia-smi-before.csv
 python3 -c "import torch, optuna, mlperf_loadgen; print('torch', torch.__version__, 'optuna', optuna.__version__)"
 python3 benchmarks/time_to_answer_h200.py --cases "${CASES:-resnet50-offline,bert-offline,resnet50-server}" \
   --samplers "${SAMPLERS:-auto,tpe}" --runs "${RUNS:-}" ${FIRST:-} ${REMEASURE:-} --reference "${REFERENCE:-}" \
+  --repeats "${REPEATS:-1}" \
   --budget "${BUDGET:-inf}" --work /tmp/tta \
   --out $OUT/time-to-answer.json 2>&1 \
   | tee $OUT/call.log

@@ -15,6 +15,7 @@ It returns the batch size it ran, so a window can report the padding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -102,3 +103,55 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
     if not text.isdigit() or not low <= int(text) <= high:
         raise UserError(f"runner option {name} must be an integer from {low} to {high}, got {value!r}")
     return int(text)
+
+
+# An LLM runner's prepare() options (besides precision; the batch size is its most concurrent sequences), and
+# the window settings it takes in configure(). A device space's CNN knob (channels_last) reaches it and changes nothing.
+LLM_OPTIONS = ("graph", "channels_last")
+LLM_WINDOW_OPTIONS = ("max_batch_tokens",)
+# Tokens one continuous-batching step holds unless the window says (the library would size it from free memory).
+DEFAULT_BATCH_TOKENS = 2048
+LLM_GRAPHS = ("eager", "cudagraphs", "compile")
+
+FirstToken = Callable[[int], None]
+Done = Callable[[int, int], None]
+
+
+@runtime_checkable
+class TokenRunner(Protocol):
+    """A causal LM that generates for many queries at once, each joining and leaving the running batch.
+
+    ``prepare(batch_size, precision, options)``: ``batch_size`` is the most
+    sequences generated at once; ``options`` holds ``graph`` (eager,
+    cudagraphs: the library's captured decode, compile: its compiled decode).
+    ``configure(options)`` gets the window's options before its warm-up, of
+    which it uses those it knows (``max_batch_tokens``: tokens one step may
+    hold, i.e. prefill chunking) and ignores the rest. ``encode(sample)``
+    turns a prompt (tuner.measure.prompts.PromptSample) into what ``submit``
+    takes, once per workload before any window. ``start``
+    opens a session: ``submit(key, encoded, max_new_tokens)`` queues a query
+    and returns at once; the runner calls ``on_first(key)`` when its first
+    token exists and ``on_done(key, n_tokens)`` when it is complete, from its
+    own threads. ``cancel(key)`` drops a query (a window cut once its verdict
+    is known; a signal); ``stop`` ends the session.
+    """
+
+    name: str
+    device: str
+    generates_tokens: bool
+
+    def prepare(self, batch_size: int, precision: str, options: dict[str, Any]) -> None: ...
+
+    def configure(self, options: dict[str, Any]) -> None: ...
+
+    def encode(self, sample: Any) -> Any: ...
+
+    def start(self, on_first: FirstToken, on_done: Done) -> None: ...
+
+    def submit(self, key: int, encoded: Any, max_new_tokens: int) -> None: ...
+
+    def cancel(self, key: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...

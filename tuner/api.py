@@ -15,6 +15,7 @@ subclass (:class:`~tuner.errors.ConfigurationError`,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from tuner.devices.registry import check_meter
 from tuner.devices.registry import open_device as _open_device
 from tuner.errors import ConfigurationError, DeviceError, UserError, did_you_mean
 from tuner.measure.settings import DEFAULT_MIN_WINDOW_S, WindowSettings
-from tuner.measurement import Measurement
+from tuner.measurement import TOKEN_KEYS, Measurement
 from tuner.models import check_model
 from tuner.records import trial_record
 from tuner.run_options import RunOptions
@@ -46,6 +47,8 @@ class Answer(BaseModel):
     ``j_per_query`` is device energy per query in joules; latencies are in
     milliseconds (per batch in Offline, per query in Server and SingleStream);
     ``windows`` says how many measured windows the figures are the mean of.
+    An LLM's answer has ``tokens`` too (tuner.measurement.TOKEN_KEYS: J per
+    output token, tokens/s, TTFT and TPOT percentiles in ms).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -53,6 +56,7 @@ class Answer(BaseModel):
     trial: int
     config: Config
     j_per_query: float
+    tokens: dict[str, float] = Field(default_factory=dict)
     p50_ms: float | None = None
     p90_ms: float | None = None
     p99_ms: float | None = None
@@ -73,6 +77,7 @@ class Answer(BaseModel):
             feasible=record["feasible"],
             windows=record["windows"],
             verdict=record["verdict"],
+            tokens={key: float(record[key]) for key in TOKEN_KEYS if record.get(key) is not None},
         )
 
 
@@ -147,7 +152,7 @@ def open_device(
 def tune(
     model: str,
     device: str,
-    max_latency: str | float = "50ms",
+    max_latency: str | float | None = "50ms",
     *,
     on_trial: TrialCallback | None = None,
     on_note: Callable[[str], None] | None = None,
@@ -167,7 +172,8 @@ def tune(
         model: a zoo model (``resnet50``, ``bert-base``, ...), ``py:package.module:factory``,
             an ``.onnx`` file or a TensorRT engine.
         device: a device name, as :func:`open_device` takes it.
-        max_latency: the bound, with a unit (``"50ms"``, ``"0.05s"``) or as milliseconds.
+        max_latency: the bound, with a unit (``"50ms"``, ``"0.05s"``) or as milliseconds; None for an LLM
+            bounded by its token latencies only (``window``'s ``max_ttft_ms``/``max_tpot_ms``).
         on_trial: called after every trial with the study, the trial and the count measured so far.
         on_note: gets one line for each thing worth saying (a board that disagrees with its space file,
             where the results of an interrupted run were written).
@@ -197,7 +203,10 @@ def tune(
         >>> result.answer.p99_ms <= 50
         True
     """
-    bound_ms = parse_latency_ms(max_latency if isinstance(max_latency, str) else f"{float(max_latency)!r}ms")
+    if max_latency is None:
+        bound_ms = math.inf
+    else:
+        bound_ms = parse_latency_ms(max_latency if isinstance(max_latency, str) else f"{float(max_latency)!r}ms")
     # tune run's window: adaptive from 2 s, seeded like the run, noisy on a twin as hardware is
     options.setdefault("window", WindowSettings(min_window_s=DEFAULT_MIN_WINDOW_S, seed=options.get("seed")))
     options.setdefault("baseline", "default")  # what the answer saved, against the device as it comes

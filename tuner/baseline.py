@@ -23,6 +23,7 @@ measures the baseline once more, at that size.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tuner.devices.base import Device
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
+from tuner.measurement import TOKEN_KEYS, Measurement
 from tuner.records import recommended
 from tuner.space import Config, KnobValue, SearchSpace, parse_assignments
 
@@ -167,10 +169,15 @@ def measure(
         config=dict(config.knobs),
         valid=m.valid,
         reason=m.reason,
-        figures={key: float(getattr(m, key)) for key in FIGURES},
+        figures={**{key: float(getattr(m, key)) for key in FIGURES}, **_token_figures(m)},
         meter=m.meter,
         twin=m.twin,
     )
+
+
+def _token_figures(m: Measurement) -> dict[str, float]:
+    """An LLM baseline's token figures (J per output token, TTFT, TPOT), which its study's answer is judged on."""
+    return {} if m.tokens is None else {key: float(getattr(m.tokens, key)) for key in TOKEN_KEYS}
 
 
 def failed(config: Config, text: str | None, label: str, reason: str) -> BaselineRecord:
@@ -213,9 +220,11 @@ def store(study: optuna.Study, record: BaselineRecord) -> None:
 
 
 def saved(answer_j: float, record: BaselineRecord, bound_ms: float, percentile: str) -> Saved:
-    """The answer's energy per query against the baseline's, and the line every recommendation prints."""
-    bound = f"{percentile} <= {bound_ms:g} ms"
-    if not record.valid or record.figures.get("j_per_query", 0.0) <= 0:
+    """The answer's energy per query (an LLM's per output token) against the baseline's, and the line printed."""
+    per_token = "j_per_token" in record.figures
+    key, unit = ("j_per_token", "output token") if per_token else ("j_per_query", "query")
+    bound = f"{percentile} <= {bound_ms:g} ms" if math.isfinite(bound_ms) else "its token bounds"
+    if not record.valid or record.figures.get(key, 0.0) <= 0:
         why = record.reason or "no energy measured"
         return Saved(
             baseline=record.label,
@@ -224,12 +233,12 @@ def saved(answer_j: float, record: BaselineRecord, bound_ms: float, percentile: 
             line=f"what it saves is unknown: the baseline ({record.label}, batch {record.batch_size}) "
             f"did not measure ({why})",
         )
-    base_j = record.figures["j_per_query"]
+    base_j = record.figures[key]
     latency = record.figures.get(f"{percentile}_ms")
     meets = latency is not None and latency <= bound_ms
     pct = (1.0 - answer_j / base_j) * 100.0
     amount = f"{pct:.1f}% less" if pct >= 0 else f"{-pct:.1f}% more"
-    line = f"{amount} energy per query than {record.label} (batch {record.batch_size}) at {bound}"
+    line = f"{amount} energy per {unit} than {record.label} (batch {record.batch_size}) at {bound}"
     if not meets and latency is not None:
         line += f"; the baseline ran {percentile} {latency:.4g} ms, over the bound"
     elif pct < 0:
@@ -238,7 +247,7 @@ def saved(answer_j: float, record: BaselineRecord, bound_ms: float, percentile: 
         baseline=record.label,
         batch_size=record.batch_size,
         config=record.config,
-        j_per_query=base_j,
+        j_per_query=record.figures.get("j_per_query", base_j),
         latency_ms=latency,
         baseline_meets_bound=meets,
         less_energy_pct=round(pct, 2),

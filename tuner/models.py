@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from runners import user_model
+from runners import llm_spec, user_model
 from runners.factory import check_runtime
 from runners.profile import ModelProfile, load_profile, profile_names
 from tuner.errors import ConfigurationError, UserError, did_you_mean
@@ -32,7 +32,12 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
     ONNX graph, a ``py:`` factory: see :func:`profiled`), and profiles it here, so a
     model it cannot run is refused before anything is created. A device whose knobs depend
     on the runtime (a Jetson's DLAs need TensorRT) is told which one runs.
+    A causal LM (runners.llm_spec) must name a model that exists and runs on
+    transformers, which must be installed.
     """
+    if llm_spec.is_llm(model):
+        _check_llm(model, runtime, simulated, device)
+        return
     if simulated and runtime == "tensorrt" and model in profile_names():
         resolved = runtime  # a TensorRT twin runs zoo models; the twin itself refuses a runtime it does not model
     else:
@@ -69,8 +74,52 @@ def check_model(model: str, runtime: str = "auto", simulated: bool = False, devi
         )
 
 
+def _check_llm(model: str, runtime: str, simulated: bool, device: Any) -> None:
+    if model.startswith(llm_spec.ENGINE_PREFIX):
+        _check_engine(model, runtime, simulated)
+        return
+    llm_spec.parse_llm(model)
+    if runtime not in ("auto", "torch"):
+        raise ConfigurationError(f"{model} runs on transformers (PyTorch): drop --runtime {runtime}")
+    use_runtime = getattr(device, "use_runtime", None)
+    if use_runtime is not None:
+        use_runtime("torch")
+    if simulated:
+        return  # the twins decode from the model's shape (tuner.devices.virtual.decode)
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigurationError(f"running {model} needs transformers: pip install 'powertune[llm]'")
+
+
+def _check_engine(model: str, runtime: str, simulated: bool) -> None:
+    """A server the user deploys: a well-formed URL (and engine file), on a device that is not a twin.
+
+    A server the tool does not start must answer and serve the model now, before any study file is made.
+    """
+    from runners.engine_server import load_engine
+    from runners.openai_engine import EngineClient, parse_target
+
+    target = parse_target(model)
+    if target.engine is not None:
+        load_engine(target.engine)
+    if runtime != "auto":
+        raise ConfigurationError(f"{model} is a server that runs its own runtime: drop --runtime {runtime}")
+    if simulated:
+        raise ConfigurationError(
+            f"a twin models a decoder from its configuration, not a server: run {model} on the device it serves "
+            "from, or give the twin the model's folder or a built-in LLM name (llama3.2-1b-random)"
+        )
+    if target.engine is None:
+        EngineClient(target).check()
+
+
 def model_slug(model: str) -> str:
     """The folder name of a model's results: a file's stem, a factory's module.function, or the zoo name."""
+    if model.startswith(llm_spec.ENGINE_PREFIX):
+        from runners.openai_engine import engine_slug
+
+        return engine_slug(model)
+    if llm_spec.is_llm(model):
+        return llm_spec.slug_of(model)
     if user_model.is_user_model(model):
         module, factory = user_model.parse(model)
         return f"{module}.{factory}"
@@ -198,6 +247,9 @@ def fixed_knobs(model: str, runtime: str, knobs: Any) -> dict[str, tuple[Any, st
     the sampler, so none proposes a value the runner refuses or spends a trial
     on a knob that changes nothing.
     """
+    if llm_spec.is_llm(model):
+        why = "an LLM has no 2-D convolution, the only work channels_last changes"
+        return {"channels_last": (False, why)} if "channels_last" in knobs else {}
     resolved = check_runtime(model, runtime)
     name = Path(model).name if Path(model).suffix.lower() in FILE_SUFFIXES else model
     fixed: dict[str, tuple[Any, str]] = {}

@@ -40,10 +40,11 @@ from typing import Any
 import optuna
 
 from tuner import interrupts
+from tuner.confirm import engine_rates, half_width, pooled, rel_std, settled
 from tuner.devices.base import Device, switch_seconds_of
 from tuner.errors import NeedsReboot
-from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL, costs_more
-from tuner.measurement import METRIC_KEYS, Measurement
+from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL
+from tuner.measurement import METRIC_KEYS, TOKEN_KEYS, Measurement
 from tuner.models import model_slug
 from tuner.records import recommended
 from tuner.run_options import RunOptions
@@ -79,6 +80,8 @@ def trial_seed(seed: int | None, number: int) -> int | None:
 def measurement_attrs(m: Measurement) -> dict[str, Any]:
     """The user attributes a trial carries for one measurement (empty temperatures and extras left off)."""
     attrs: dict[str, Any] = {key: getattr(m, key) for key in (*METRIC_KEYS, *ORIGIN_KEYS)}
+    if m.tokens is not None:
+        attrs.update({key: getattr(m.tokens, key) for key in TOKEN_KEYS})
     return {key: value for key, value in attrs.items() if value or key not in ("temps_c", "extra")}
 
 
@@ -148,15 +151,15 @@ class Objective:
         windows = [self._window(trial, effective, 0, None if best is None else float(best.value))]
         note = ""
         first = windows[0]
-        if first.extra.get("cut") == STOP_COSTLIER and best is not None and first.j_per_query <= float(best.value):
+        if first.extra.get("cut") == STOP_COSTLIER and best is not None and first.objective <= float(best.value):
             # Judged costlier on the blocks so far, its whole window came out at or below the best: not costlier
             # after all (a cut trial must never hold the best value), so it contends as any other window.
             first = windows[0] = first.model_copy(
                 update={"extra": {k: v for k, v in first.extra.items() if k != "cut"}}
             )
         if repeat_of is None and not first.extra.get("cut"):
-            if first.latency_ms(self.options.window.percentile) <= self.options.max_latency_ms:
-                if best is None or first.j_per_query <= float(best.value):
+            if self._meets(first):
+                if best is None or first.objective <= float(best.value):
                     # The precision the study asks, or what the first window reached within the longest window.
                     target = max(self.options.window.ci, half_width(first, self.options.window.ci))
                     aims = [self.options.window.ci]
@@ -221,7 +224,7 @@ class Objective:
         seed = trial_seed(self.options.seed, trial.number)
         update: dict = {
             "seed": None if seed is None else seed + k,
-            "bound_ms": self.options.max_latency_ms,
+            "bound_ms": self.options.max_latency_ms if math.isfinite(self.options.max_latency_ms) else None,
             "cut_j_per_query": best,
         }
         if not self.device.simulated:
@@ -251,12 +254,17 @@ class Objective:
             setup = sum(float(measurement.extra.get(key, 0.0)) for key in SETUP_EXTRAS)
             self._clock["setup_s"] += setup
             self._clock["windows_s"] -= setup
-            if math.isfinite(measurement.j_per_query):
-                trial.report(measurement.j_per_query, k)
+            if math.isfinite(measurement.objective):
+                trial.report(measurement.objective, k)
         if not measurement.valid:
             record_measurement(trial, measurement, fail_reason=measurement.reason or "measurement not trustworthy")
             raise MeasurementRejected(measurement.reason)
         return measurement
+
+    def _meets(self, m: Measurement) -> bool:
+        """Whether one window meets every bound of the study (the query latency's, and TTFT's and TPOT's)."""
+        figures = m.figures()
+        return all(figures.get(attr, math.inf) <= bound for attr, bound in self.options.bounds().values())
 
     def _windows_of(self, key: str) -> list[dict[str, float]]:
         """Every window measured so far of one configuration (its trials' own windows, not reuses)."""
@@ -276,28 +284,37 @@ class Objective:
         the latency's relative spread (for one future window and the error of
         the mean).
         """
-        own = [{k: float(getattr(m, k)) for k in METRIC_KEYS} for m in new]
+        own = [m.figures() for m in new]
         windows = earlier + own
-        percentile = self.options.window.percentile
-        bound = self.options.max_latency_ms
-        lat_key = f"{percentile}_ms"
+        bounds = self.options.bounds()
         if len(windows) == 1:
             record_measurement(trial, new[0], windows=own, measurements=1)
-            latency = new[0].latency_ms(percentile)
-            set_constraint(trial, "latency", latency - bound)
-            trial.set_user_attr("verdict", _verdict_line(latency, bound, 1, 0.0, note))
-            return new[0].j_per_query
+            for name, (attr, bound) in bounds.items():
+                set_constraint(trial, name, own[0][attr] - bound)
+            trial.set_user_attr("verdict", verdict_text(own[0], bounds, 1, {}, note))
+            return new[0].objective
         mean = pooled(windows)
-        lats = [w[lat_key] for w in windows]
-        spread = max(self._pooled_spread(lat_key, key, lats), NOISE_FLOOR)
-        margin = NOISE_Z * spread * math.sqrt(1 + 1 / len(lats))
+        margins: dict[str, float] = {}
+        for name, (attr, _bound) in bounds.items():
+            values = [w[attr] for w in windows]
+            spread = max(self._pooled_spread(attr, key, values), NOISE_FLOOR)
+            margins[name] = NOISE_Z * spread * math.sqrt(1 + 1 / len(values))
         extra = {**new[-1].extra, **engine_rates(new, mean["qps"])}
+        more = {f"{name}_margin": margin for name, margin in margins.items() if name != "latency"}
         record_measurement(
-            trial, new[-1], **mean, extra=extra, windows=own, measurements=len(windows), latency_margin=margin
+            trial,
+            new[-1],
+            **mean,
+            **more,
+            extra=extra,
+            windows=own,
+            measurements=len(windows),
+            latency_margin=margins.get("latency", 0.0),
         )
-        set_constraint(trial, "latency", mean[lat_key] * (1 + margin) - bound)
-        trial.set_user_attr("verdict", _verdict_line(mean[lat_key], bound, len(windows), margin, ""))
-        return mean["j_per_query"]
+        for name, (attr, bound) in bounds.items():
+            set_constraint(trial, name, mean[attr] * (1 + margins[name]) - bound)
+        trial.set_user_attr("verdict", verdict_text(mean, bounds, len(windows), margins, ""))
+        return mean["j_per_token"] if "j_per_token" in mean else mean["j_per_query"]
 
     def _cut_verdict(self, trial: optuna.Trial, m: Measurement, best: optuna.trial.FrozenTrial | None) -> float:
         """A window cut once its verdict was known: its own figures, and a constraint that says that verdict.
@@ -306,6 +323,8 @@ class Objective:
         window's percentile reads; a costlier window keeps its measured
         latency (it may well meet the bound) and its value, above the best.
         """
+        if m.tokens is not None:
+            return self._token_cut_verdict(trial, m)
         percentile = self.options.window.percentile
         bound = self.options.max_latency_ms
         latency = m.latency_ms(percentile)
@@ -324,11 +343,33 @@ class Objective:
                 f"{verb} the bound: {latency:.4g} ms vs {bound:g} ms; costs more than {whom} "
                 f"beyond its interval: cut {seconds}"
             )
-        own = [{k: float(getattr(m, k)) for k in METRIC_KEYS}]
+        own = [m.figures()]
         record_measurement(trial, m, windows=own, measurements=1, cut=reason)
         set_constraint(trial, "latency", constraint)
         trial.set_user_attr("verdict", line)
-        return m.j_per_query
+        return m.objective
+
+    def _token_cut_verdict(self, trial: optuna.Trial, m: Measurement) -> float:
+        """An LLM window cut once its TTFT or TPOT tail was proven past its bound: infeasible on that bound.
+
+        Its other bounds keep the figures measured up to the cut; the value is
+        the energy per output token of the tokens completed by then.
+        """
+        figures, bounds = m.figures(), self.options.bounds()
+        proven = str(m.extra.get("cut_bound", ""))
+        for name, (attr, bound) in bounds.items():
+            value = figures[attr] - bound
+            set_constraint(trial, name, max(value, math.ulp(bound)) if name == proven else value)
+        over = m.extra.get("tail_over_queries")
+        past = f", {int(over)} queries past it" if over is not None else ""
+        bound = bounds[proven][1] if proven in bounds else math.nan
+        line = (
+            f"misses the bounds: {proven} {self.options.window.percentile} proven over {bound:g} ms, "
+            f"cut after {m.duration_s:.2g} s{past}"
+        )
+        record_measurement(trial, m, windows=[m.figures()], measurements=1, cut=str(m.extra["cut"]))
+        trial.set_user_attr("verdict", line)
+        return m.objective
 
     def _pooled_spread(self, lat_key: str, key: str, lats: list[float]) -> float:
         """Relative spread of the latency, pooled over every configuration measured more than once.
@@ -351,89 +392,31 @@ class Objective:
     def _reuse(self, trial: optuna.Trial, source: int) -> float:
         """Copy an earlier trial's measurement of the same effective configuration."""
         earlier = self.study.get_trials(deepcopy=False)[source]
-        copied = {k: v for k, v in earlier.user_attrs.items() if k in (*METRIC_KEYS, *ORIGIN_KEYS, "verdict", "cut")}
+        kept = (*METRIC_KEYS, *TOKEN_KEYS, *ORIGIN_KEYS, "verdict", "cut")
+        copied = {k: v for k, v in earlier.user_attrs.items() if k in kept}
         set_user_attrs(trial, {**copied, "reused_from": source})
         for key, value in named_constraints(earlier.system_attrs).items():
             set_constraint(trial, key, value)
         return float(earlier.value)
 
 
-def half_width(m: Measurement, aimed: float) -> float:
-    """A window's relative 95% half-width of energy per query: what it reached, or what it aimed at if unknown.
-
-    Hardware Offline windows record the interval they reached; a window that
-    cannot judge its own (no mid-window meter reading, a twin) is taken at
-    its aim.
-    """
-    reached = m.extra.get("ci_achieved")
-    if isinstance(reached, int | float) and math.isfinite(reached) and reached > 0:
-        return float(reached)
-    return aimed
-
-
-def settled(windows: list[Measurement], aims: list[float], target: float, best: float | None) -> str:
-    """Why a contender's confirmation may stop after these windows, or "" to measure another.
-
-    ``agreed``: every confirming window agrees with the first within their
-    combined intervals, and the pooled energy per query (:func:`pooled`) is
-    within ``target`` (its half-width, from the windows' own, weighted by
-    their queries). ``costs-more``: the pooled figure is above ``best`` beyond
-    that half-width, so more windows cannot make the trial the best.
-    """
-    widths = [half_width(m, aim) for m, aim in zip(windows, aims, strict=True)]
-    queries = sum(m.queries for m in windows)
-    if queries <= 0:
-        return ""
-    ratio = sum(m.energy_j for m in windows) / queries
-    spread = math.sqrt(sum((w * m.j_per_query * m.queries) ** 2 for w, m in zip(widths, windows, strict=True)))
-    width = spread / queries / ratio if ratio > 0 else math.inf
-    if costs_more(ratio, width, best):
-        return STOP_COSTLIER
-    first = windows[0]
-    agree = all(
-        abs(m.j_per_query - first.j_per_query) <= math.hypot(w * m.j_per_query, widths[0] * first.j_per_query)
-        for w, m in zip(widths[1:], windows[1:], strict=True)
-    )
-    return "agreed" if agree and width <= target else ""
-
-
-def pooled(windows: list[dict[str, float]]) -> dict[str, float]:
-    """Several windows as one: energy per query is all their energy over all their queries.
-
-    So ``j_per_query = avg_w / qps`` holds for the pooled figures as it does
-    for each window (a mean of per-window ratios would not); latency
-    percentiles, energy, queries and duration are per-window means.
-    """
-    n = len(windows)
-    mean = {k: sum(w[k] for w in windows) / n for k in METRIC_KEYS}
-    energy, queries, seconds = mean["energy_j"], mean["queries"], mean["duration_s"]
-    if queries > 0 and seconds > 0:
-        mean.update(j_per_query=energy / queries, qps=queries / seconds, avg_w=energy / seconds)
-    return mean
-
-
-def engine_rates(windows: list[Measurement], qps: float) -> dict[str, float]:
-    """Per-engine throughput of several windows (GPU and DLA lanes sharing a queue), at the pooled rate.
-
-    Each engine's share of the queries these windows completed, times the
-    trial's pooled ``qps``: the engines of a confirmed trial add up to its
-    throughput as one window's do (the last window's rates would not).
-    """
-    served: dict[str, float] = {}
-    for m in windows:
-        for key, value in m.extra.items():
-            if key.startswith("engine_") and key.endswith("_qps"):
-                served[key] = served.get(key, 0.0) + float(value) * m.duration_s
-    total = sum(served.values())
-    return {key: qps * count / total for key, count in served.items()} if total > 0 else {}
-
-
-def rel_std(values: list[float]) -> float:
-    """Sample standard deviation relative to the mean (0 for fewer than two values)."""
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / mean
+def verdict_text(
+    figures: dict[str, float], bounds: dict[str, tuple[str, float]], windows: int, margins: dict[str, float], note: str
+) -> str:
+    """The trial's verdict on every bound of its study, in a line; a query-latency study's reads as it always did."""
+    if list(bounds) == ["latency"]:
+        attr, bound = bounds["latency"]
+        return _verdict_line(figures[attr], bound, windows, margins.get("latency", 0.0), note)
+    parts, meets = [], True
+    for name, (attr, bound) in bounds.items():
+        margin = margins.get(name, 0.0)
+        judged = figures[attr] * (1 + margin)
+        meets = meets and judged <= bound
+        noise = f" + {margin:.1%} noise margin" if margin else ""
+        parts.append(f"{name} {attr.split('_')[-2]} {figures[attr]:.4g} ms{noise} vs {bound:g} ms")
+    seen = "one window" if windows == 1 else f"mean of {windows} windows"
+    line = f"{'meets' if meets else 'misses'} the bounds ({seen}): {', '.join(parts)}"
+    return f"{line}; {note}" if note else line
 
 
 def _verdict_line(latency: float, bound: float, windows: int, margin: float, note: str) -> str:

@@ -1,4 +1,4 @@
-"""Pareto fronts (energy per query vs tail latency) and the files a study leaves on disk.
+"""Pareto fronts (energy per query vs tail latency; an LLM's energy per token vs TPOT) and a study's result files.
 
 Per <out>/<device>/<model>/: pareto.json and pareto.csv (per batch size the
 non-dominated configurations, and the global front), pareto.png, trials.csv.
@@ -19,10 +19,13 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
 from tuner import __version__, atomicfile
-from tuner.measurement import METRIC_KEYS
-from tuner.records import EARLY_STOP_ATTR, clocks_ran, is_feasible, recommended, trial_record, windows
+from tuner.measurement import TOKEN_KEYS
+from tuner.records import recommended, trial_record, windows
+from tuner.trials_csv import write_trials_csv
 
 PARETO_VERSION = 2
+LLM_OBJECTIVE = "J per output token"
+"""The study attribute ``objective`` of an LLM study (tuner.study stamps it): its fronts are J/token vs TPOT."""
 
 
 class FrontPoint(BaseModel):
@@ -43,7 +46,11 @@ class ParetoFile(BaseModel):
 
     ``trials_completed`` counts every completed trial (a trial that reused an
     earlier measurement too); ``configurations`` the distinct configurations
-    measured, one row each in the fronts.
+    measured, one row each in the fronts. ``max_latency_ms`` is None for an
+    LLM study bounded by its token latencies only. The fronts trade
+    ``energy_key`` against ``latency_key`` (J/query and the bounded query
+    percentile; an LLM's J per output token and TPOT), whose bound is
+    ``latency_bound_ms``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -56,7 +63,7 @@ class ParetoFile(BaseModel):
     device_kind: str
     twin: bool
     model: str
-    max_latency_ms: float
+    max_latency_ms: float | None
     percentile: str
     trials_completed: int
     configurations: int
@@ -64,6 +71,29 @@ class ParetoFile(BaseModel):
     fronts: dict[str, list[FrontPoint]] = Field(default_factory=dict)
     meters: list[str] = Field(default_factory=list)
     provenance: dict[str, Any] | None = None
+    energy_key: str = "j_per_query"
+    latency_key: str = ""
+    latency_bound_ms: float | None = None
+    max_ttft_ms: float | None = None
+    max_tpot_ms: float | None = None
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+def front_axes(study: optuna.Study) -> tuple[str, str, float | None]:
+    """The energy and latency a study's fronts trade, and the bound on that latency (None: unbounded).
+
+    A CNN study: J/query against the bounded percentile of query latency; an
+    LLM study: J per output token against TPOT at that percentile.
+    """
+    attrs = study.user_attrs
+    percentile = attrs.get("percentile", "p99")
+    if attrs.get("objective") == LLM_OBJECTIVE:
+        return "j_per_token", f"tpot_{percentile}_ms", attrs.get("max_tpot_ms")
+    bound = attrs.get("max_latency_ms")
+    return "j_per_query", f"{percentile}_ms", None if bound is None or not math.isfinite(bound) else float(bound)
 
 
 def completed_records(study: optuna.Study) -> list[dict[str, Any]]:
@@ -86,19 +116,21 @@ def completed_records(study: optuna.Study) -> list[dict[str, Any]]:
     return records
 
 
-def front(points: list[dict[str, Any]], latency_key: str) -> list[dict[str, Any]]:
-    """Non-dominated points, minimizing both energy per query and latency, sorted by latency."""
-    ordered = sorted(points, key=lambda p: (p[latency_key], p["j_per_query"]))
+def front(points: list[dict[str, Any]], latency_key: str, energy_key: str = "j_per_query") -> list[dict[str, Any]]:
+    """Non-dominated points, minimizing both energy (per query, or per token) and latency, sorted by latency."""
+    ordered = sorted(points, key=lambda p: (p[latency_key], p[energy_key]))
     result: list[dict[str, Any]] = []
     best_energy = float("inf")
     for p in ordered:
-        if p["j_per_query"] < best_energy:
+        if p[energy_key] < best_energy:
             result.append(p)
-            best_energy = p["j_per_query"]
+            best_energy = p[energy_key]
     return result
 
 
-def bound_front(points: list[dict[str, Any]], latency_key: str) -> list[dict[str, Any]]:
+def bound_front(
+    points: list[dict[str, Any]], latency_key: str, energy_key: str = "j_per_query"
+) -> list[dict[str, Any]]:
     """The front of the configurations that meet the bound, and beside it the front of those that miss it.
 
     A trial that misses the bound never pushes one that meets it off the
@@ -106,20 +138,20 @@ def bound_front(points: list[dict[str, Any]], latency_key: str) -> list[dict[str
     always a row, and a confirmed trial judged with its noise margin can miss
     the bound at a lower mean latency than the answer's.
     """
-    feasible = front([p for p in points if p["feasible"]], latency_key)
+    feasible = front([p for p in points if p["feasible"]], latency_key, energy_key)
     missing = [
         p
-        for p in front([p for p in points if not p["feasible"]], latency_key)
-        if not any(f[latency_key] <= p[latency_key] and f["j_per_query"] <= p["j_per_query"] for f in feasible)
+        for p in front([p for p in points if not p["feasible"]], latency_key, energy_key)
+        if not any(f[latency_key] <= p[latency_key] and f[energy_key] <= p[energy_key] for f in feasible)
     ]
-    return sorted(feasible + missing, key=lambda p: (p[latency_key], p["j_per_query"]))
+    return sorted(feasible + missing, key=lambda p: (p[latency_key], p[energy_key]))
 
 
 def build_pareto(study: optuna.Study) -> ParetoFile:
     attrs = study.user_attrs
     percentile = attrs.get("percentile", "p99")
-    latency_key = f"{percentile}_ms"
-    records = completed_records(study)
+    energy_key, latency_key, latency_bound = front_axes(study)
+    records = [r for r in completed_records(study) if r.get(energy_key) is not None]
     fronts: dict[str, list[FrontPoint]] = {}
 
     def points(subset: list[dict[str, Any]]) -> list[FrontPoint]:
@@ -135,8 +167,9 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
                 recommended=r["recommended"],
                 qps=r["qps"],
                 avg_w=r["avg_w"],
+                **{key: r[key] for key in TOKEN_KEYS if key in r},
             )
-            for r in bound_front(subset, latency_key)
+            for r in bound_front(subset, latency_key, energy_key)
         ]
 
     fronts["global"] = points(records)
@@ -151,7 +184,7 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
         device_kind=attrs.get("device_kind", ""),
         twin=bool(attrs.get("twin", False)),
         model=attrs.get("model", ""),
-        max_latency_ms=float(attrs.get("max_latency_ms", 0.0)),
+        max_latency_ms=_finite(attrs.get("max_latency_ms", 0.0)),
         percentile=percentile,
         trials_completed=len(done),
         configurations=len(records),
@@ -159,6 +192,11 @@ def build_pareto(study: optuna.Study) -> ParetoFile:
         fronts=fronts,
         meters=sorted({str(r["meter"]) for r in records if r.get("meter")}),
         provenance=attrs.get("provenance"),
+        energy_key=energy_key,
+        latency_key=latency_key,
+        latency_bound_ms=latency_bound,
+        max_ttft_ms=attrs.get("max_ttft_ms"),
+        max_tpot_ms=attrs.get("max_tpot_ms"),
     )
 
 
@@ -223,6 +261,7 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
     pareto = build_pareto(study)
     atomicfile.write_text(folder / "pareto.json", pareto.model_dump_json(indent=2) + "\n")
     knob_names = sorted({k for pts in pareto.fronts.values() for p in pts for k in p.config})
+    tokens = [k for k in TOKEN_KEYS if any(k in (p.model_extra or {}) for pts in pareto.fronts.values() for p in pts)]
     with atomicfile.writing(folder / "pareto.csv") as fh:
         writer = csv.writer(fh)
         writer.writerow(
@@ -235,6 +274,7 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
                 "latency_ms",
                 "qps",
                 "avg_w",
+                *tokens,
                 "feasible",
                 "windows",
                 "recommended",
@@ -254,6 +294,7 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
                         f"{p.latency_ms:.4g}",
                         f"{extra.get('qps', 0):.6g}",
                         f"{extra.get('avg_w', 0):.4g}",
+                        *[f"{extra.get(k, 0):.6g}" for k in tokens],
                         "yes" if p.feasible else "no",
                         p.windows,
                         "yes" if p.recommended else "no",
@@ -263,84 +304,6 @@ def write_results(study: optuna.Study, folder: Path) -> ParetoFile:
     write_trials_csv(study, folder / "trials.csv")
     plot_front(pareto, completed_records(study), folder / "pareto.png")
     return pareto
-
-
-def write_trials_csv(study: optuna.Study, path: Path) -> None:
-    trials = study.get_trials(deepcopy=False)
-    knob_names = sorted({k for t in trials for k in t.user_attrs.get("effective", {})})
-    ran = sorted({k for t in trials for k in clocks_ran(t)})
-    metrics = list(METRIC_KEYS)
-    best = recommended(study)
-    with atomicfile.writing(path) as fh:
-        writer = csv.writer(fh)
-        writer.writerow(
-            [
-                "trial",
-                "state",
-                "batch_size",
-                *knob_names,
-                *metrics,
-                "feasible",
-                "windows",
-                "recommended",
-                "reused_from",
-                "meter",
-                "twin",
-                "device",
-                "host",
-                "fail_reason",
-                "source",
-                "feasibility",
-                "proposed_by",
-                "why",
-                "cut",
-                "setup_s",
-                "windows_s",
-                "search_s",
-                "switch_s",
-                "headroom",
-                "could_win",
-                "stopped",
-                "throttled",
-                *ran,
-            ]
-        )
-        bound = study.user_attrs.get("max_latency_ms")
-        stop = study.user_attrs.get(EARLY_STOP_ATTR)
-        stop = stop if isinstance(stop, dict) else {}
-        for t in trials:
-            a = t.user_attrs
-            eff = a.get("effective", {})
-            writer.writerow(
-                [
-                    t.number,
-                    t.state.name,
-                    a.get("batch_size", ""),
-                    *[eff.get(k, "") for k in knob_names],
-                    *[a.get(m, "") for m in metrics],
-                    "yes" if is_feasible(t) else "no",
-                    windows(t) if "j_per_query" in a else "",
-                    "yes" if best is not None and t.number == best.number else "no",
-                    a.get("reused_from", ""),
-                    a.get("meter", ""),
-                    "yes" if a.get("twin") else "no",
-                    a.get("device", ""),
-                    a.get("host", ""),
-                    a.get("fail_reason", ""),
-                    trial_source(t),
-                    feasibility(t, bound),
-                    a.get("proposed_by", ""),
-                    a.get("why", ""),
-                    a.get("cut", ""),
-                    *[a.get(key, "") for key in ("setup_s", "windows_s", "search_s")],
-                    a.get("switch_s", ""),
-                    a.get("headroom", ""),
-                    a.get("could_win", ""),
-                    f"early stop: {stop.get('line', '')}" if stop.get("trial") == t.number else "",
-                    "yes" if a.get("throttled") else "no",
-                    *[clocks_ran(t).get(key, "") for key in ran],
-                ]
-            )
 
 
 def log_ticks(ax: Any) -> None:
@@ -371,32 +334,6 @@ def log_ticks(ax: Any) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
-def trial_source(trial: optuna.trial.FrozenTrial) -> str:
-    """Where a trial's numbers come from, so an empty reused_from is never a mystery."""
-    a = trial.user_attrs
-    measured = "simulated on a digital twin" if a.get("twin") else "measured"
-    if "reused_from" in a:
-        return f"copied from trial {a['reused_from']} (same effective configuration)"
-    if "repeat_of" in a:
-        again = "re-simulation" if a.get("twin") else "re-measurement"
-        return f"{again} of trial {a['repeat_of']}: mean of {windows(trial)} windows"
-    if "j_per_query" in a:
-        return measured if windows(trial) == 1 else f"{measured}, confirmed: mean of {windows(trial)} windows"
-    return ""
-
-
-def feasibility(trial: optuna.trial.FrozenTrial, bound_ms: float | None) -> str:
-    """Why a trial is (in)feasible: its verdict, written when it completed (tuner.objective)."""
-    if "verdict" in trial.user_attrs:
-        return str(trial.user_attrs["verdict"])
-    slack = trial.constraints.get("latency") if trial.constraints else None
-    key = trial.user_attrs.get("latency_key", "p99_ms")
-    latency = trial.user_attrs.get(key)
-    if slack is None or latency is None or bound_ms is None:
-        return ""
-    return f"{'meets' if slack <= 0 else 'misses'} the bound: {latency:.4g} ms vs {bound_ms:g} ms"
-
-
 def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) -> None:
     """Energy per query against tail latency: every trial, each batch size's front, the bound, the best.
 
@@ -408,26 +345,31 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    latency_key = f"{pareto.percentile}_ms"
+    energy_key = pareto.energy_key
+    latency_key = pareto.latency_key or f"{pareto.percentile}_ms"
+    llm = energy_key == "j_per_token"
+    records = [r for r in records if r.get(energy_key) is not None and r.get(latency_key) is not None]
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    ax.scatter([r[latency_key] for r in records], [r["j_per_query"] for r in records], s=10, c="0.75", label="trials")
+    ax.scatter([r[latency_key] for r in records], [r[energy_key] for r in records], s=10, c="0.75", label="trials")
     cmap = plt.get_cmap("viridis")
     batch_fronts = [(k, v) for k, v in pareto.fronts.items() if k != "global"]
     for i, (name, pts) in enumerate(batch_fronts):
         color = cmap(i / max(len(batch_fronts) - 1, 1))
         within = [p for p in pts if p.feasible]
         past = [p for p in pts if not p.feasible]
-        ax.plot([p.latency_ms for p in within], [p.j_per_query for p in within], "-o", ms=3, color=color, label=name)
+        ax.plot([p.latency_ms for p in within], [_energy(p, llm) for p in within], "-o", ms=3, color=color, label=name)
         ax.scatter(
-            [p.latency_ms for p in past], [p.j_per_query for p in past], s=14, facecolors="none", edgecolors=[color]
+            [p.latency_ms for p in past], [_energy(p, llm) for p in past], s=14, facecolors="none", edgecolors=[color]
         )
     if any(not p.feasible for _, pts in batch_fronts for p in pts):
         ax.scatter([], [], s=14, facecolors="none", edgecolors="0.3", label="front past the bound")
-    ax.axvline(pareto.max_latency_ms, color="crimson", ls="--", lw=1, label=f"bound {pareto.max_latency_ms:g} ms")
-    if pareto.best:
+    bound = pareto.latency_bound_ms if pareto.latency_key else pareto.max_latency_ms
+    if bound is not None and math.isfinite(bound):
+        ax.axvline(bound, color="crimson", ls="--", lw=1, label=f"{'TPOT ' if llm else ''}bound {bound:g} ms")
+    if pareto.best and pareto.best.get(energy_key) is not None:
         ax.scatter(
             [pareto.best[latency_key]],
-            [pareto.best["j_per_query"]],
+            [pareto.best[energy_key]],
             marker="*",
             s=160,
             c="gold",
@@ -441,11 +383,20 @@ def plot_front(pareto: ParetoFile, records: list[dict[str, Any]], path: Path) ->
         log_ticks(ax)
     else:  # every trial failed (a throttled board): log axes have nothing to scale
         ax.text(0.5, 0.5, "no completed trial", transform=ax.transAxes, ha="center", va="center")
-    ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")
-    ax.set_ylabel("energy per query (J)")
+    if llm:
+        ax.set_xlabel(f"time per output token, {pareto.percentile} (ms)")
+        ax.set_ylabel("energy per output token (J)")
+    else:
+        ax.set_xlabel(f"{pareto.percentile} latency per batch (ms)")
+        ax.set_ylabel("energy per query (J)")
     twin = " [digital twin]" if pareto.twin else ""
     ax.set_title(f"{pareto.model} on {pareto.device}{twin}")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     atomicfile.write_figure(path, fig)
     plt.close(fig)
+
+
+def _energy(point: FrontPoint, llm: bool) -> float:
+    """A front point's energy as its plot shows it: J per output token for an LLM, else J per query."""
+    return float((point.model_extra or {}).get("j_per_token", point.j_per_query)) if llm else point.j_per_query

@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from tuner.measurement import METRIC_KEYS
+from tuner.measurement import METRIC_KEYS, TOKEN_KEYS
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 RAN_SUFFIXES = ("_mhz_mean", "_mhz_min", "_mhz_max")
@@ -75,6 +75,29 @@ def unmet_bound(trials: list[optuna.trial.FrozenTrial], bound_ms: float, percent
     return f"{ran}{noise}; a bound of {admits:g} ms would admit it: --max-latency {admits:g}ms"
 
 
+def unmet_bounds(trials: list[optuna.trial.FrozenTrial], bounds: dict[str, tuple[str, float]], percentile: str) -> str:
+    """An LLM study's line when nothing met its bounds: the trial nearest to all of them, and what it ran.
+
+    Nearest is the smallest worst relative excess over the bounds (each
+    constraint over its bound), so a trial far past one bound is not called
+    near because it meets the other.
+    """
+    done = [t for t in trials if t.state == COMPLETE and set(bounds) <= set(t.constraints or {})]
+    said = ", ".join(f"{name} {percentile} <= {bound:g} ms" for name, (_attr, bound) in bounds.items())
+    head = f"no configuration met {said} in {sum(t.state == COMPLETE for t in trials)} completed trials"
+    if not done:
+        return f"{head}; none measured: relax the bounds or widen the space"
+    nearest = min(done, key=lambda t: (max(t.constraints[n] / b for n, (_a, b) in bounds.items()), t.number))
+    ran = ", ".join(f"{name} {bound + nearest.constraints[name]:.4g} ms" for name, (_attr, bound) in bounds.items())
+    flags = " ".join(
+        f"--max-{name} {_round_up(bound + nearest.constraints[name]):g}ms" for name, (_a, bound) in bounds.items()
+    )
+    batch = nearest.user_attrs.get("batch_size")
+    if nearest.user_attrs.get("cut"):
+        ran += " or more (its window was cut once past a bound)"
+    return f"{head}; the nearest, trial {nearest.number} (batch {batch}), ran {ran}: {flags} would admit it"
+
+
 def _round_up(ms: float) -> float:
     """``ms`` rounded up to three significant digits, so the bound said admits the latency it is for."""
     if ms <= 0:
@@ -124,6 +147,9 @@ def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
     }
     for key in METRIC_KEYS:
         record[key] = attrs.get(key)
+    for key in TOKEN_KEYS:
+        if key in attrs:
+            record[key] = attrs[key]
     return record
 
 

@@ -6,6 +6,7 @@ importing the loop.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,3 +41,20 @@ class RunOptions(BaseModel):
     window: WindowSettings = Field(default_factory=WindowSettings)
     baseline: str | None = None
     """What the answer is compared against (tuner.baseline): ``default``, a mode, ``knob=value,...``; None: nothing."""
+
+    def bounds(self) -> dict[str, tuple[str, float]]:
+        """The study's constraints, as Optuna names them: the trial attribute each bounds and its bound (ms).
+
+        ``latency`` (the per-query percentile) unless the bound is infinite (an
+        LLM study bounded by its token latencies only), then ``ttft`` and
+        ``tpot`` where the window bounds them, at the same percentile.
+        """
+        percentile = self.window.percentile
+        found: dict[str, tuple[str, float]] = {}
+        if math.isfinite(self.max_latency_ms):
+            found["latency"] = (f"{percentile}_ms", self.max_latency_ms)
+        if self.window.max_ttft_ms is not None:
+            found["ttft"] = (f"ttft_{percentile}_ms", self.window.max_ttft_ms)
+        if self.window.max_tpot_ms is not None:
+            found["tpot"] = (f"tpot_{percentile}_ms", self.window.max_tpot_ms)
+        return found

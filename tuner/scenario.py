@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runners.base import LLM_WINDOW_OPTIONS
+from runners.openai_engine import ENGINE_KNOB_PREFIX
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
 from tuner.space import Config, Knob, SearchSpace
@@ -28,7 +30,8 @@ TIMEOUT_KNOB = "batch_timeout_ms"
 # queued when the model is free; knob values must be positive); longer waits
 # fill batches at low rates.
 TIMEOUTS_MS: list[float] = [0.1, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0]
-SERVING_KNOBS = (TIMEOUT_KNOB,)
+# Knobs of how queries are served, not of the device: they reach the window as options (an LLM's step size too).
+SERVING_KNOBS = (TIMEOUT_KNOB, *LLM_WINDOW_OPTIONS)
 
 
 def normalize(scenario: str) -> str:
@@ -106,7 +109,11 @@ def serving_space(space: SearchSpace, settings: WindowSettings) -> SearchSpace:
 
 
 def split(config: Config) -> tuple[Config, dict[str, Any]]:
-    """The device's part of a configuration, and the serving knobs as window options."""
-    knobs = {k: v for k, v in config.knobs.items() if k not in SERVING_KNOBS}
-    serving = {k: config.knobs[k] for k in SERVING_KNOBS if k in config.knobs}
+    """The device's part of a configuration, and the serving knobs (an engine's own too) as window options."""
+
+    def serving_knob(name: str) -> bool:
+        return name in SERVING_KNOBS or name.startswith(ENGINE_KNOB_PREFIX)
+
+    knobs = {k: v for k, v in config.knobs.items() if not serving_knob(k)}
+    serving = {k: v for k, v in config.knobs.items() if serving_knob(k)}
     return Config(knobs=knobs, batch_size=config.batch_size), serving

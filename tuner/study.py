@@ -16,19 +16,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-from pydantic import BaseModel, ConfigDict, Field
 
+from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
 from tuner import atomicfile, baseline, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
-from tuner.errors import NeedsReboot
+from tuner.engine import engine_space
+from tuner.errors import NeedsReboot, UserError
 from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
-from tuner.models import check_model, model_slug
+from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
+from tuner.measure.prompts import load_prompts
+from tuner.measure.settings import WindowSettings
+from tuner.models import check_model, fixed_knobs, model_slug
 from tuner.objective import MeasurementRejected, Objective
-from tuner.pareto import ParetoFile, results_dir, write_results
+from tuner.pareto import results_dir, write_results
 from tuner.provenance import twin_note
-from tuner.records import recommended, trial_record, unmet_bound
+from tuner.records import recommended, trial_record, unmet_bound, unmet_bounds
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
@@ -44,7 +48,8 @@ from tuner.storage import (
 )
 from tuner.strategies import proposal_counts
 from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
-from tuner.study_space import check_same_space, narrowed_space, pinned_note, stamp
+from tuner.study_results import RunSummary, StudyRequest, StudyResult, TrialCallback
+from tuner.study_space import check_same_space, stamp
 from tuner.units import format_ms
 from tuner.warm_start import WARM_ATTR, warm_start
 
@@ -54,9 +59,72 @@ def default_storage(out: Path) -> str:
     return f"sqlite:///{(out / 'tune.db').as_posix()}"
 
 
-def study_name(model: str, device: Device, scenario: str, bound_ms: float) -> str:
-    """A study per model, device, scenario (with its rate, see tuner.scenario.label) and bound."""
-    return f"{model}|{device.slug}|{scenario}|{format_ms(bound_ms)}"
+def study_name(model: str, device: Device, scenario: str, bound_ms: float, window: WindowSettings | None = None) -> str:
+    """A study per model, device, scenario (with its rate, see tuner.scenario.label) and bound(s).
+
+    An LLM study's name carries its token bounds too (``ttft500ms,tpot30ms``: tuner.llm.bounds_label).
+    """
+    bounds = format_ms(bound_ms) if window is None else bounds_label(bound_ms, window)
+    return f"{model}|{device.slug}|{scenario}|{bounds}"
+
+
+def narrowed_space(
+    device: Device,
+    knobs: list[str] | None,
+    batch_sizes: list[int] | None,
+    modes: list[str] | None = None,
+    model: str | None = None,
+    runtime: str = "auto",
+) -> SearchSpace:
+    """The device's space narrowed to ``knobs``, ``batch_sizes`` and the power ``modes`` named (``--modes``),
+    and, given the model, with what it fixes pinned.
+
+    A device that keeps some of its modes out of its space (a Jetson board: modes of
+    another TPC mask need a reboot) offers a named one through ``offer_modes``,
+    which says what that costs in the device's notes.
+    """
+    if modes:
+        offer = getattr(device, "offer_modes", None)
+        if offer is not None:
+            offer(modes)
+    space = model_base_space(device, model).narrow(knobs=knobs, batch_sizes=batch_sizes)
+    if modes:
+        space = space.only_modes(modes)
+    if model is not None:
+        space = model_space(space, model, runtime)
+    if not space.tuned_knobs and len(space.batch_sizes) < 2:
+        raise UserError(
+            "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
+        )
+    return space
+
+
+def model_base_space(device: Device, model: str | None) -> SearchSpace:
+    """The device's space, or for a causal LM the LLM runner's space on it (tuner.llm.llm_space)."""
+    space = device.space()
+    if model is not None and model.startswith(ENGINE_PREFIX):
+        return engine_space(space, model)
+    return llm_space(space) if model is not None and is_llm(model) else space
+
+
+def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
+    """``space`` with the runner knobs ``model`` leaves no choice in pinned (tuner.models.fixed_knobs)."""
+    for name, (value, why) in fixed_knobs(model, runtime, space.knobs).items():
+        allowed = [v for v in space.knobs[name].values if str(v).lower() == str(value).lower()]
+        if not allowed:
+            shown = ", ".join(str(v) for v in space.knobs[name].values)
+            raise UserError(f"{why}, but {space.kind} allows {name} {shown} here: export the model to match")
+        space = space.pin(name, allowed[0])
+    return space
+
+
+def pinned_note(space: SearchSpace, model: str, runtime: str) -> str | None:
+    """One line naming the knobs pinned for ``model`` in ``space`` and why, or None when none is."""
+    fixed = fixed_knobs(model, runtime, space.tuned_knobs)
+    if not fixed:
+        return None
+    said = "; ".join(f"{name}={value} ({why})" for name, (value, why) in fixed.items())
+    return f"pinned for {model}: {said}"
 
 
 MEMORY_STORAGE = ":memory:"
@@ -88,75 +156,6 @@ def open_study(
         )
 
 
-class RunSummary(BaseModel):
-    """What a run reports back: the study, how many trials ran, and its recommended trial.
-
-    ``previous_best`` is the recommended trial before this run (a resumed
-    study), so a change of answer is said, never hidden. ``trial_seconds`` says
-    where this run's trials spent their time: ``setup_s`` (apply, model load
-    and preparation, warm-up), ``windows_s`` and ``search_s`` (the rest: the
-    sampler, storage writes and progress between and around windows).
-    ``unmet``: when no trial met the bound, the line that names the fastest
-    one measured and the bound that would admit it (tuner.records.unmet_bound).
-    ``saved``: the answer against its baseline (tuner.baseline), when one was asked for.
-    """
-
-    study: str
-    storage: str
-    measured: int
-    total_trials: int
-    best_trial: int | None
-    best: dict | None
-    previous_best: dict | None = None
-    trial_seconds: dict[str, float] = {}
-    stopped: str = ""
-    early_stop: StopDecision | None = None
-    reused: list[str] = []
-    unmet: str | None = None
-    saved: baseline.Saved | None = None
-
-
-class StudyRequest(BaseModel):
-    """What ``tune run`` asks for: a device by name (and how to open it) and the run's options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    device: str
-    options: RunOptions
-    allow_clock_changes: bool = False
-    sysfs_root: Path | None = None
-    space_file: Path | None = None
-
-
-class StudyResult(BaseModel):
-    """What ``tune run`` reports: the run's summary, the device it ran on, and where its result files are.
-
-    ``study`` and ``pareto`` (the Optuna study and the fronts written to pareto.json) are for the
-    library's callers (tuner.api) and left out of the report's JSON.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    summary: RunSummary
-    device: str
-    twin: bool
-    twin_note: str = ""
-    model: str
-    max_latency_ms: float
-    percentile: str
-    scenario: str
-    results: Path
-    seconds: float
-    pareto_points: int
-    strategy_notes: list[str] = Field(default_factory=list)
-    proposed_by: dict[str, int] = Field(default_factory=dict)
-    study: optuna.Study | None = Field(default=None, exclude=True, repr=False)
-    pareto: ParetoFile | None = Field(default=None, exclude=True, repr=False)
-
-
-TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None]
-
-
 def study_folder(options: RunOptions, device: Device) -> Path:
     """Where a study's result files go: <out>/<device>/<model>, and a folder per rate for Server."""
     folder = results_dir(options.out, device.slug, options.model)
@@ -168,6 +167,10 @@ def study_folder(options: RunOptions, device: Device) -> Path:
 def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = None) -> Device:
     """The device a request names, opened once its meter, model, space and sampler are known to be usable."""
     options = request.options
+    check_bounds(options.model, options.max_latency_ms, options.window)
+    llm_sampler(options.model, options.sampler)
+    if is_llm(options.model):
+        load_prompts(options.window.prompts)  # a bad --prompts file is refused before anything is opened
     check_meter(options.window.meter, request.device, options.model)
     extra: dict = {} if request.sysfs_root is None else {"sysfs_root": request.sysfs_root}
     device = open_device(
@@ -180,9 +183,14 @@ def open_checked(request: StudyRequest, on_note: Callable[[str], None] | None = 
     narrowed_space(device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime)
     notes = [*getattr(device, "notes", [])]
     pinned = pinned_note(
-        device.space().narrow(options.knobs, options.batch_sizes), options.model, options.window.runtime
+        model_base_space(device, options.model).narrow(options.knobs, options.batch_sizes),
+        options.model,
+        options.window.runtime,
     )
     notes += [pinned] if pinned is not None else []
+    if is_llm(options.model) and not options.model.startswith(ENGINE_PREFIX):
+        weights = weights_note(parse_llm(options.model))
+        notes += [weights] if weights is not None else []
     if options.baseline is not None:
         space = narrowed_space(
             device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
@@ -228,6 +236,8 @@ def tune_study(
         twin_note=twin_note(device),
         model=options.model,
         max_latency_ms=options.max_latency_ms,
+        max_ttft_ms=options.window.max_ttft_ms,
+        max_tpot_ms=options.window.max_tpot_ms,
         percentile=options.window.percentile,
         scenario=label(options.window),
         results=folder,
@@ -280,15 +290,14 @@ def _run_study(
     on_interrupt: Callable[[optuna.Study], None] | None,
     on_note: Callable[[str], None] | None = None,
 ) -> tuple[optuna.Study, RunSummary]:
-    space = serving_space(
-        narrowed_space(
-            device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
-        ),
-        options.window,
+    llm = is_llm(options.model)
+    narrowed = narrowed_space(
+        device, options.knobs, options.batch_sizes, options.modes, options.model, options.window.runtime
     )
+    space = llm_serving_space(narrowed, options.window) if llm else serving_space(narrowed, options.window)
     storage = options.storage or default_storage(options.out)
-    name = study_name(options.model, device, label(options.window), options.max_latency_ms)
-    sampler = sampler or make_sampler(options.sampler, options.seed)
+    name = study_name(options.model, device, label(options.window), options.max_latency_ms, options.window)
+    sampler = sampler or make_sampler(llm_sampler(options.model, options.sampler), options.seed)
     if hasattr(sampler, "bind"):
         sampler.bind(space, options.model, options.max_latency_ms, options.window.percentile, device=device)
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
@@ -300,7 +309,8 @@ def _run_study(
         if held and on_note is not None:
             on_note(f"resuming: {held} trials in storage (study {name})")
         stamp(study, device, options, space)
-        if fresh and options.warm_start and storage != MEMORY_STORAGE:
+        # Earlier studies' answers are J/query under a query bound: an LLM study starts from its own trials.
+        if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
             warm_start(study, storage, space, options, device)
     if options.study_trials is not None:
         study = QuotaStudy(
@@ -355,7 +365,6 @@ def _run_study(
         if not stopped:
             quota = options.study_trials
             stopped = "timeout" if quota is None else f"the study holds its {quota} completed trials (--study-trials)"
-    percentile = options.window.percentile
     summary = RunSummary(
         study=name,
         storage=redact(storage),
@@ -368,12 +377,20 @@ def _run_study(
         stopped=stopped,
         early_stop=decision if options.early_stop else None,
         reused=list(study.user_attrs.get(WARM_ATTR, [])),
-        unmet=None if best else unmet_bound(study.get_trials(deepcopy=False), options.max_latency_ms, percentile),
+        unmet=None if best else _unmet(study, options, llm),
         saved=None
         if best is None or record is None
-        else baseline.saved(float(best.value), record, options.max_latency_ms, percentile),
+        else baseline.saved(float(best.value), record, options.max_latency_ms, options.window.percentile),
     )
     return study, summary
+
+
+def _unmet(study: optuna.Study, options: RunOptions, llm: bool) -> str:
+    """What a study says when no configuration met its bound(s)."""
+    trials = study.get_trials(deepcopy=False)
+    if not llm:
+        return unmet_bound(trials, options.max_latency_ms, options.window.percentile)
+    return unmet_bounds(trials, options.bounds(), options.window.percentile)
 
 
 def _baseline(

@@ -1,4 +1,4 @@
-"""A study's space: narrowed for the run and the model, recorded in the study, the same when it resumes."""
+"""What a study records about itself (what was tuned, how, its space key); no resuming it with another space."""
 
 from __future__ import annotations
 
@@ -8,64 +8,15 @@ import warnings
 
 import optuna
 
+from runners.llm_spec import is_llm
 from tuner.devices.base import Device
 from tuner.errors import UserError
-from tuner.models import fixed_knobs
+from tuner.measure.prompts import DEFAULT_SHAPE
+from tuner.pareto import LLM_OBJECTIVE
 from tuner.provenance import provenance
 from tuner.run_options import RunOptions
 from tuner.space import SearchSpace
 from tuner.storage import OBJECTIVE_NAME
-
-
-def narrowed_space(
-    device: Device,
-    knobs: list[str] | None,
-    batch_sizes: list[int] | None,
-    modes: list[str] | None = None,
-    model: str | None = None,
-    runtime: str = "auto",
-) -> SearchSpace:
-    """The device's space narrowed to ``knobs``, ``batch_sizes`` and the power ``modes`` named (``--modes``),
-    and, given the model, with what it fixes pinned.
-
-    A device that keeps some of its modes out of its space (a Jetson board: modes of
-    another TPC mask need a reboot) offers a named one through ``offer_modes``,
-    which says what that costs in the device's notes.
-    """
-    if modes:
-        offer = getattr(device, "offer_modes", None)
-        if offer is not None:
-            offer(modes)
-    space = device.space().narrow(knobs=knobs, batch_sizes=batch_sizes)
-    if modes:
-        space = space.only_modes(modes)
-    if model is not None:
-        space = model_space(space, model, runtime)
-    if not space.tuned_knobs and len(space.batch_sizes) < 2:
-        raise UserError(
-            "the narrowed space is empty (a single configuration): use tune measure, or widen --knobs/--batch-sizes"
-        )
-    return space
-
-
-def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
-    """``space`` with the runner knobs ``model`` leaves no choice in pinned (tuner.models.fixed_knobs)."""
-    for name, (value, why) in fixed_knobs(model, runtime, space.knobs).items():
-        allowed = [v for v in space.knobs[name].values if str(v).lower() == str(value).lower()]
-        if not allowed:
-            shown = ", ".join(str(v) for v in space.knobs[name].values)
-            raise UserError(f"{why}, but {space.kind} allows {name} {shown} here: export the model to match")
-        space = space.pin(name, allowed[0])
-    return space
-
-
-def pinned_note(space: SearchSpace, model: str, runtime: str) -> str | None:
-    """One line naming the knobs pinned for ``model`` in ``space`` and why, or None when none is."""
-    fixed = fixed_knobs(model, runtime, space.tuned_knobs)
-    if not fixed:
-        return None
-    said = "; ".join(f"{name}={value} ({why})" for name, (value, why) in fixed.items())
-    return f"pinned for {model}: {said}"
 
 
 def space_key(space: SearchSpace) -> str:
@@ -123,9 +74,16 @@ def stamp(study: optuna.Study, device: Device, options: RunOptions, space: Searc
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([OBJECTIVE_NAME])
-    study.set_user_attr(
-        "latency_bound", f"{options.window.percentile} <= {options.max_latency_ms:g} ms (constraint latency <= 0)"
-    )
+    said = [
+        f"{attr.removesuffix('_ms')} <= {bound:g} ms (constraint {name} <= 0)"
+        for name, (attr, bound) in options.bounds().items()
+    ]
+    study.set_user_attr("latency_bound", ", ".join(said))
+    if is_llm(options.model):
+        study.set_user_attr("objective", LLM_OBJECTIVE)
+        study.set_user_attr("max_ttft_ms", options.window.max_ttft_ms)
+        study.set_user_attr("max_tpot_ms", options.window.max_tpot_ms)
+        study.set_user_attr("prompts", options.window.prompts or DEFAULT_SHAPE)
     study.set_user_attr("scenario", options.window.scenario)
     if options.window.scenario == "server":
         study.set_user_attr("target_qps", options.window.options["server_target_qps"])

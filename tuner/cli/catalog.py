@@ -13,19 +13,20 @@ import textwrap
 SUMMARY = "Find the power mode and batch size that minimise energy per query under a latency bound."
 
 COMMANDS: tuple[tuple[str, str], ...] = (
-    ("run", "Run (or resume) a study: minimum energy per query subject to the latency bound."),
+    ("run", "Run (or resume) a study: minimum energy per query (per output token for an LLM) under the bound(s)."),
     ("sweep", "Measure every configuration of the (narrowed) space: ground truth and characterization."),
     ("measure", "Measure one configuration (repeatably, with --repeat)."),
     ("pareto", "Summarise a study: its recommended configuration, then each batch size's front; rewrite its files."),
     (
         "export",
-        "Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON.",
+        "Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON, "
+        "and an LLM study's vLLM or llama.cpp server command line.",
     ),
     (
         "dashboard",
         "Browse the studies in optuna-dashboard, read-only (optional extra: pip install 'powertune[dashboard]').",
     ),
-    ("apply", "Apply an exported best mode at deploy time (idempotent; undo with tune restore)."),
+    ("apply", "Apply an exported best mode, or a hand-chosen one with --set, at deploy time (undo with tune restore)."),
     ("restore", "Put a device back as it was before tune apply or a crashed run, from the journal."),
     ("verify", "Check an export on this unit (at most 3 windows); re-tune locally if it does not hold."),
     ("status", "Progress of a study across workers: trials done, running, failed, recommended configuration so far."),

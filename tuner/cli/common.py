@@ -251,9 +251,12 @@ def configs_table(
     headers wrap at their underscores, values never.
     """
     knobs = [k for k in dict.fromkeys(k for r in rows for k in r["config"]) if k not in pinned]
-    lat = f"{percentile}_ms"
+    llm = any("j_per_token" in r for r in rows)
+    figures = figure_columns(percentile, llm)
+    # An LLM row's five figures leave no room for the window count in 80 columns (trials.csv has it).
+    windows = [] if llm else ["windows"]
     t = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
-    for name in ["", "trial", "batch", *knobs, "J/query", f"{percentile}_ms", *(["ok"] if verdict else []), "windows"]:
+    for name in ["", "trial", "batch", *knobs, *figures, *(["ok"] if verdict else []), *windows]:
         t.add_column(column_head(name), justify="left" if name in ("", "nvpmodel") else "right", no_wrap=True)
     for r in rows:
         cells = [
@@ -261,13 +264,25 @@ def configs_table(
             r["trial"],
             r["batch_size"],
             *[knob_value(r["config"].get(k, "-")) for k in knobs],
-            r["j_per_query"],
-            r[lat],
+            *[r.get(key) for key in figures.values()],
             *(["yes" if r["feasible"] else "no"] if verdict else []),
-            r.get("windows", 1),
+            *([r.get("windows", 1)] if windows else []),
         ]
         t.add_row(*[fmt(v) for v in cells])
     return Group(Text(title), t)
+
+
+def figure_columns(percentile: str, llm: bool) -> dict[str, str]:
+    """A table's figure columns, heading to record key: J/query and the latency; an LLM's J/token, tok/s, TTFT, TPOT."""
+    if not llm:
+        return {"J/query": "j_per_query", f"{percentile}_ms": f"{percentile}_ms"}
+    return {
+        "J/tok": "j_per_token",
+        "J/query": "j_per_query",
+        "tok/s": "tokens_per_s",
+        f"ttft_{percentile}_ms": f"ttft_{percentile}_ms",
+        f"tpot_{percentile}_ms": f"tpot_{percentile}_ms",
+    }
 
 
 UNITS = {"mhz": "MHz", "w": "W", "ms": "ms", "qps": "q/s", "c": "C"}

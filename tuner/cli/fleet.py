@@ -53,14 +53,16 @@ def status(
 
 def print_status(s: StudyStatus) -> None:
     target = f"/{s.target}" if s.target else ""
-    best = "-" if s.best is None else f"{s.best['j_per_query']:.4g} J/query (trial {s.best['trial']})"
+    # A study's value is J per query, or per output token for an LLM (its records carry j_per_token).
+    key, unit = ("j_per_token", "J/token") if s.best and "j_per_token" in s.best else ("j_per_query", "J/query")
+    best = "-" if s.best is None else f"{s.best[key]:.4g} {unit} (trial {s.best['trial']})"
     common.out_console.print(
         f"{s.study}: {s.complete}{target} complete, {s.running} running, {s.waiting} queued, "
         f"{s.failed} failed, {s.retried} retries; recommended {best}"
     )
     table = common.table(
         f"workers of {s.study} ({s.storage})",
-        ["worker", "device", "complete", "running", "failed", "best J/query", "last finished"],
+        ["worker", "device", "complete", "running", "failed", f"best {unit}", "last finished"],
         [
             [
                 w.worker,

@@ -23,7 +23,8 @@ from typer.models import OptionInfo
 from tuner.cli import common
 from tuner.devices import base
 from tuner.devices.registry import device_help
-from tuner.errors import UserError
+from tuner.errors import ConfigurationError, UserError
+from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.scenario import window_for
 from tuner.units import (
@@ -39,7 +40,8 @@ Model = typer.Option(
     "--model",
     "-m",
     help="zoo model (resnet50, mobilenet_v2, efficientnet_b0, bert-base, bert-large, tiny-cnn), "
-    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, or a TensorRT path.engine",
+    "your own PyTorch model as py:module:factory (docs/models.md), path.onnx, a TensorRT path.engine, "
+    "or a causal LM: tiny-llm, llama3.2-1b-random, hf:ORG/NAME, a model folder (docs/llm.md)",
 )
 Device = typer.Option(..., "--device", "-d", help=device_help())
 Out = typer.Option(
@@ -97,6 +99,11 @@ Scenario = typer.Option(
     "dynamic batching tuned) or singlestream (one query at a time, bound on p90)",
 )
 TargetQps = typer.Option(None, "--target-qps", help="server scenario: arrival rate, queries/s")
+Prompts = typer.Option(
+    None, "--prompts", help="LLM workload: openorca (default), cnndm, or a JSONL file of prompts or token lengths"
+)
+MaxTtft = typer.Option(None, "--max-ttft", help="LLM bound on time to first token at --percentile, e.g. 500ms")
+MaxTpot = typer.Option(None, "--max-tpot", help="LLM bound on time per output token at --percentile, e.g. 30ms")
 BatchTimeout = typer.Option(0.0, "--batch-timeout", help="server scenario: dynamic batching timeout, ms (0: greedy)")
 
 # opening the device
@@ -142,6 +149,22 @@ def window_settings(
     )
 
 
+def llm_window(
+    settings: WindowSettings, prompts: str | None, max_ttft: str | None, max_tpot: str | None
+) -> WindowSettings:
+    """``settings`` with an LLM's workload (read here, so a bad file is refused first) and token bounds, checked."""
+    if prompts is not None:
+        load_prompts(prompts)
+    update: dict[str, Any] = {"prompts": prompts}
+    for flag, key, text in (("--max-ttft", "max_ttft_ms", max_ttft), ("--max-tpot", "max_tpot_ms", max_tpot)):
+        if text is not None:
+            try:
+                update[key] = common.latency(text)
+            except UserError as exc:
+                raise ConfigurationError(f"{flag}: {exc}") from None
+    return settings.model_copy(update=update)
+
+
 def scenario_window(
     settings: WindowSettings,
     scenario: str,
@@ -157,6 +180,11 @@ def scenario_window(
     if settings.scenario == "server" or not server_only:
         settings.options["batch_timeout_ms"] = batch_timeout
     return settings
+
+
+def device_options(allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None) -> dict[str, Any]:
+    """The device options as tuner.api.tune takes them."""
+    return {"allow_clock_changes": allow_clock_changes, "sysfs_root": sysfs_root, "space_file": space}
 
 
 def open_for(name: str, allow_clock_changes: bool, sysfs_root: Path | None, space: Path | None = None) -> base.Device:

@@ -11,6 +11,11 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from tuner.cli import common
 
 
+def value_unit(trial: optuna.trial.FrozenTrial) -> str:
+    """What a trial's value is in: J per output token for an LLM trial, else J per query."""
+    return "J/token" if "j_per_token" in trial.user_attrs else "J/query"
+
+
 class trial_progress:
     """Progress on stderr: trial n/N, the recommended configuration's energy so far, ETA.
 
@@ -49,7 +54,8 @@ class trial_progress:
         if self.quiet:
             return  # nothing is shown: reading every trial back for the "best" label would be wasted
         best = recommended(study)
-        label = "-" if best is None else f"{best.value:.4g} J/query (trial {best.number})"
+        unit = value_unit(trial)
+        label = "-" if best is None else f"{best.value:.4g} {unit} (trial {best.number})"
         if self.study_wide:
             measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
         if self.lines:
@@ -65,7 +71,7 @@ class trial_progress:
         elapsed = time.monotonic() - self.started
         left = "-" if done == 0 else common.clock(elapsed / done * (self.total - done))
         if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
-            outcome = f"{trial.value:.4g} J/query, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
+            outcome = f"{trial.value:.4g} {value_unit(trial)}, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
         else:
             outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
         return (

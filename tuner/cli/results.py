@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import optuna
@@ -12,8 +13,9 @@ from tuner import baseline
 from tuner.cli import common, options
 from tuner.dashboard import dashboard_app, serve
 from tuner.deploy import export_config
-from tuner.deploy.formats import FORMATS, export_paths, write_exports
+from tuner.deploy.formats import ALL_FORMATS, export_paths, write_exports
 from tuner.errors import UserError
+from tuner.llm import bounds_text
 from tuner.lookup import find_study, study_label
 from tuner.pareto import (
     build_pareto,
@@ -37,7 +39,8 @@ ExportFormat = typer.Option(
     ["yaml"],
     "--format",
     "-f",
-    help=f"{'|'.join(FORMATS)}, repeat or comma-separate for several; each file's first lines say what it cannot hold",
+    help=f"{'|'.join(ALL_FORMATS)}, repeat or comma-separate for several; each file's first lines say what it "
+    "cannot hold",
 )
 Host = typer.Option("127.0.0.1", "--host", help="address to serve on (127.0.0.1: this machine only)")
 Port = typer.Option(8080, "--port", help="TCP port to serve on")
@@ -73,7 +76,8 @@ def pareto(
         common.emit_json({**result.model_dump(mode="json"), "saved": None if saved is None else saved.model_dump()})
         return
     twin = " [digital twin]" if result.twin else ""
-    title = f"{model} on {result.device}, {result.percentile} <= {result.max_latency_ms:g} ms{twin}"
+    bounds = bounds_text(result.max_latency_ms or math.inf, result.percentile, result.max_ttft_ms, result.max_tpot_ms)
+    title = f"{model} on {result.device}, {bounds}{twin}"
     lat = f"{result.percentile}_ms"
     shown = [] if show_all else summary_points(result)
     rows = completed_records(study) if show_all else [{**p.model_dump(), lat: p.latency_ms} for p in shown]
@@ -119,7 +123,8 @@ def export(
     sysfs_root: Path | None = options.SysfsRoot,
     as_json: bool = options.Json,
 ) -> None:
-    """Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON."""
+    """Write the study's recommended configuration: YAML for tune apply, or nvpmodel, Triton, trtexec, env, JSON,
+    and an LLM study's vLLM or llama.cpp server command line."""
     bound = common.latency(max_latency) if max_latency is not None else None
     wanted = [f.strip() for item in formats for f in item.split(",") if f.strip()]
     for path in export_paths(output, wanted).values():

@@ -15,6 +15,7 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
 from tuner.errors import UserError
+from tuner.llm import bounds_text
 from tuner.measure.session import meter_lost
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
@@ -42,7 +43,12 @@ from tuner.sweep import (
 )
 from tuner.units import MAX_BATCH, check_count, check_seconds
 
-Bound = typer.Option(..., "--max-latency", "-l", help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us")
+Bound = typer.Option(
+    None,
+    "--max-latency",
+    "-l",
+    help="latency bound, e.g. 50ms, 50 ms, 0.05s, 50000us (an LLM may give --max-ttft/--max-tpot only)",
+)
 Trials = typer.Option(
     None,
     "--trials",
@@ -107,7 +113,7 @@ MeasureSeed = typer.Option(None, "--seed", help="twins: add seeded noise (defaul
 def run(
     model: str = options.Model,
     device: str = options.Device,
-    max_latency: str = Bound,
+    max_latency: str | None = Bound,
     trials: int | None = Trials,
     early_stop: bool = EarlyStop,
     warm_start: bool = WarmStart,
@@ -133,12 +139,14 @@ def run(
     space: Path | None = options.Space,
     scenario: str = options.Scenario,
     target_qps: float | None = options.TargetQps,
+    prompts: str | None = options.Prompts,
+    max_ttft: str | None = options.MaxTtft,
+    max_tpot: str | None = options.MaxTpot,
     baseline: str = BaselineOption,
     as_json: bool = options.Json,
 ) -> None:
-    """Run (or resume) a study: minimum energy per query subject to the latency bound."""
+    """Run (or resume) a study: minimum energy per query (per output token for an LLM) under the bound(s)."""
     trials = _trial_budget(trials, study_trials, heartbeat, timeout)
-    bound_ms = common.latency(max_latency)
     measured = options.window_settings(window, percentile, meter, seed, True, min_window, ci, runtime)
     settings = dict(
         trials=trials,
@@ -155,14 +163,12 @@ def run(
         worker_id=worker_id,
         heartbeat_s=heartbeat,
         out=out,
-        window=window_for(measured, scenario, target_qps),
-        allow_clock_changes=allow_clock_changes,
-        sysfs_root=sysfs_root,
-        space_file=space,
+        window=options.llm_window(window_for(measured, scenario, target_qps), prompts, max_ttft, max_tpot),
         baseline=baseline,
+        **options.device_options(allow_clock_changes, sysfs_root, space),
     )
     with trial_progress(study_trials or trials, as_json, study_trials is not None) as on_trial:
-        result = api.tune(model, device, bound_ms, on_trial=on_trial, on_note=_note, **settings)
+        result = api.tune(model, device, max_latency, on_trial=on_trial, on_note=_note, **settings)
     _report_run(result, as_json)
 
 
@@ -217,14 +223,14 @@ def _print_run(result: StudyResult) -> None:
     changed = recommendation_change(summary.previous_best, summary.best)
     if changed:
         common.out_console.print(changed)
+    bounds = bounds_text(result.max_latency_ms, result.percentile, result.max_ttft_ms, result.max_tpot_ms)
     if summary.best is None:
-        common.out_console.print(summary.unmet or f"no configuration met {result.max_latency_ms:g} ms")
+        common.out_console.print(summary.unmet or f"no configuration met {bounds}")
     else:
         common.out_console.print(
             common.recommended_table(
                 summary.best,
-                f"recommended for {result.model} on {result.device} ({result.percentile} <= "
-                f"{result.max_latency_ms:g} ms, {result.scenario}){note}",
+                f"recommended for {result.model} on {result.device} ({bounds}, {result.scenario}){note}",
                 result.percentile,
             )
         )
@@ -367,6 +373,7 @@ def measure(
     scenario: str = options.Scenario,
     target_qps: float | None = options.TargetQps,
     batch_timeout: float = options.BatchTimeout,
+    prompts: str | None = options.Prompts,
     as_json: bool = options.Json,
 ) -> None:
     """Measure one configuration (repeatably, with --repeat).
@@ -377,7 +384,9 @@ def measure(
     check_count(repeat, "--repeat", 3, maximum=1000)
     check_count(batch_size, "--batch-size", 8, maximum=MAX_BATCH)
     settings = options.window_settings(window, percentile, meter, seed, seed is not None, min_window, ci, runtime)
-    settings = options.scenario_window(settings, scenario, target_qps, batch_timeout)
+    settings = options.llm_window(
+        options.scenario_window(settings, scenario, target_qps, batch_timeout), prompts, None, None
+    )
     check_meter(meter, device, model)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
     effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
@@ -430,6 +439,13 @@ def _print_measure(
             rows,
         )
     )
+    for i, m in enumerate(results):
+        if m.tokens is not None:
+            t, p = m.tokens, settings.percentile
+            common.out_console.print(
+                f"{i + 1}: {t.j_per_token:.4g} J/token, {t.tokens_per_s:.4g} tokens/s, TTFT {p} "
+                f"{t.ttft_ms(p):.4g} ms, TPOT {p} {t.tpot_ms(p):.4g} ms ({t.output_tokens} tokens)"
+            )
     meters = ", ".join(sorted({m.meter for m in results}))
     spread = "" if summary is None else f"; mean and sd of the {summary['valid']} valid repeats"
     common.out_console.print(f"meter: {meters}{spread}")

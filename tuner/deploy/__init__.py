@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,13 @@ import optuna
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from runners.llm_spec import ENGINE_PREFIX, is_llm
 from tuner import __version__, atomicfile
 from tuner.baseline import Saved, saved_of
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
 from tuner.errors import BoundUnmet, ConfigurationError, UserError
+from tuner.measurement import TOKEN_KEYS
 from tuner.records import fastest, recommended, trial_record, unmet_bound
 from tuner.space import Config, parse_assignments
 from tuner.storage import redact
@@ -54,11 +57,32 @@ class Provenance(BaseModel):
     software: dict[str, str | None] | None = None
 
 
+class EngineSettings(BaseModel):
+    """An LLM study's serving settings, as an engine takes them (tuner.deploy.engines renders the flags).
+
+    ``max_seqs``: the most sequences generated at once (the study's batch
+    size); ``precision``, ``graph`` (eager, cudagraphs, compile) and
+    ``max_batch_tokens`` (tokens one step may hold) where the study tuned or
+    fixed them; ``settings``: the engine file's own knobs (runners.engine_server)
+    and ``command``, its command line filled in with them, for a study of a
+    server the tool started.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_seqs: int
+    precision: str | None = None
+    graph: str | None = None
+    max_batch_tokens: int | None = None
+    settings: dict[str, Any] = {}
+    command: str | None = None
+
+
 class ExportedConfig(BaseModel):
     """A deployable power mode: the knobs and batch size, and what they measured.
 
     ``saved``: what it saves against the study's baseline (tuner.baseline),
-    when the study measured one.
+    when the study measured one; ``engine``: an LLM study's serving settings.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -75,14 +99,17 @@ class ExportedConfig(BaseModel):
     metrics: dict[str, Any]
     provenance: Provenance
     saved: Saved | None = None
+    engine: EngineSettings | None = None
     digest: str | None = None
 
     def content_digest(self) -> str:
         """SHA-256 of everything but the digest, as canonical JSON (what :func:`load_export` checks).
 
-        An export without ``saved`` digests as a version 1 file did, so those still verify.
+        An export without ``saved`` digests as a version 1 file did, so those still verify; one without
+        engine settings as exports did before they had the field.
         """
-        body = self.model_dump(mode="json", exclude={"digest"} | ({"saved"} if self.saved is None else set()))
+        unset = {name for name in ("saved", "engine") if getattr(self, name) is None}
+        body = self.model_dump(mode="json", exclude={"digest"} | unset)
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def document(self) -> dict[str, Any]:
@@ -122,6 +149,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
     ran = clocks_ran(trial.user_attrs.get("extra") or {})
     if ran:
         metrics["clocks_ran"] = ran
+    metrics.update({k: record[k] for k in TOKEN_KEYS if record.get(k) is not None})
     measured = dict(attrs.get("provenance") or {})
     software = measured.pop("software", None)
     return ExportedConfig(
@@ -135,6 +163,7 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
         percentile=percentile,
         metrics=metrics,
         saved=saved_of(study),
+        engine=engine_settings(attrs["model"], int(record["batch_size"]), dict(record["config"])),
         provenance=Provenance(
             study=study.study_name,
             storage=redact(storage),
@@ -145,6 +174,48 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
             software=software,
         ),
     )
+
+
+def engine_settings(model: str, batch_size: int, knobs: dict[str, Any]) -> EngineSettings | None:
+    """An LLM study's serving settings (None for any other model): the batch size is its most sequences.
+
+    For a server the tool started from an engine file, its own knobs (``engine:NAME`` in the study) and
+    its command line filled in with the trial's values, while the file is still where the study read it.
+    """
+    if not is_llm(model):
+        return None
+    own: dict[str, Any] = {}
+    command = None
+    ran = dict(knobs)
+    if model.startswith(ENGINE_PREFIX):
+        from runners.engine_server import EngineServer, load_engine
+        from runners.openai_engine import ENGINE_KNOB_PREFIX, parse_target
+
+        target = parse_target(model)
+        own = {k[len(ENGINE_KNOB_PREFIX) :]: v for k, v in knobs.items() if k.startswith(ENGINE_KNOB_PREFIX)}
+        try:
+            engine = load_engine(target.engine) if target.engine is not None else None
+        except UserError:  # the engine file moved since the study: the settings stay, the command is unknown
+            engine = None
+        # A server runs its own precision, graph mode and step size unless its command line was given them.
+        used = set(engine.placeholders()) if engine is not None else set()
+        ran = {k: v for k, v in knobs.items() if k not in COMMAND_KNOBS or k in used}
+        if engine is not None:
+            values = {**{k: v for k, v in ran.items() if k in COMMAND_KNOBS}, **own, "batch_size": batch_size}
+            command = shlex.join(engine.argv(EngineServer(engine, target).values(values)))
+    tokens = ran.get("max_batch_tokens")
+    return EngineSettings(
+        max_seqs=batch_size,
+        precision=None if ran.get("precision") is None else str(ran["precision"]),
+        graph=None if ran.get("graph") is None else str(ran["graph"]),
+        max_batch_tokens=None if tokens in (None, "none", "auto") else int(tokens),
+        settings=own,
+        command=command,
+    )
+
+
+# The in-process runner's knobs an engine command may name, as the study records them.
+COMMAND_KNOBS = ("precision", "graph", "max_batch_tokens")
 
 
 # The clocks a GPU window sampled (tuner.devices.nvml), carried into the export beside the figures they produced.

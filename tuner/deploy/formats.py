@@ -14,6 +14,8 @@ express (:data:`LIMITS`), so nothing the study chose is dropped silently:
   delay, the instance group, and the precision the engine must be built with.
 - ``trtexec``: the engine build: precision flags, DLA core and GPU fallback
   for a DLA lane, and the model's own input names and shapes.
+- ``vllm``, ``llamacpp``: an LLM study's engine command line
+  (tuner.deploy.engines), beside the device's mode.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from tuner import atomicfile
 from tuner.deploy import ExportedConfig, export_yaml
+from tuner.deploy.engines import ENGINE_FORMATS, ENGINE_LIMITS, ENGINE_SUFFIX, RENDER
 from tuner.errors import UserError
 
 FORMATS = ("yaml", "nvpmodel", "triton", "trtexec", "env", "json")
@@ -48,8 +51,14 @@ TWIN_CONF_NOTE = (
 )
 
 
+# Every format tune export writes: the model formats above and the LLM engines' command lines.
+ALL_FORMATS = FORMATS + ENGINE_FORMATS
+ALL_SUFFIX = {**SUFFIX, **ENGINE_SUFFIX}
+ALL_LIMITS = {**LIMITS, **ENGINE_LIMITS}
+
+
 def limits_line(fmt: str, comment: str = "#") -> str:
-    return f"{comment} cannot express: {LIMITS[fmt]}"
+    return f"{comment} cannot express: {ALL_LIMITS[fmt]}"
 
 
 def _origin(exported: ExportedConfig) -> str:
@@ -236,13 +245,15 @@ def render(exported: ExportedConfig, fmt: str, nvpmodel_block: str | None = None
         return triton(exported)
     if fmt == "trtexec":
         return trtexec(exported)
+    if fmt in RENDER:
+        return RENDER[fmt](exported)
     if fmt == "nvpmodel":
         if nvpmodel_block is None:
             raise UserError("the nvpmodel format is built against the board's own conf: give the board")
         head = [f"# powertune: {_origin(exported)}", limits_line("nvpmodel")]
         head.append("# add this block to /etc/nvpmodel.conf, then: sudo nvpmodel -m <ID> (or: tune apply --persist)")
         return "\n".join(head) + "\n" + nvpmodel_block
-    raise UserError(f"unknown export format {fmt!r}: choose from {', '.join(FORMATS)}")
+    raise UserError(f"unknown export format {fmt!r}: choose from {', '.join(ALL_FORMATS)}")
 
 
 def nvpmodel_block(exported: ExportedConfig, device: Any) -> str:
@@ -281,13 +292,14 @@ def export_paths(output: Path, formats: list[str]) -> dict[str, Path]:
     model.pbtxt -f triton`` writes model.pbtxt; the default best.yaml with
     ``-f triton`` alone writes best.pbtxt.
     """
-    unknown = [f for f in formats if f not in FORMATS]
+    unknown = [f for f in formats if f not in ALL_FORMATS]
     if unknown or not formats:
-        raise UserError(f"unknown export format {', '.join(unknown) or '(none)'}: choose from {', '.join(FORMATS)}")
+        shown = ", ".join(unknown) or "(none)"
+        raise UserError(f"unknown export format {shown}: choose from {', '.join(ALL_FORMATS)}")
     wanted = list(dict.fromkeys(formats))
     if len(wanted) == 1 and (wanted[0] == "yaml" or output.suffix != ".yaml"):
         return {wanted[0]: output}
-    return {fmt: output.with_suffix(SUFFIX[fmt]) for fmt in wanted}
+    return {fmt: output.with_suffix(ALL_SUFFIX[fmt]) for fmt in wanted}
 
 
 def write_exports(exported: ExportedConfig, output: Path, formats: list[str], device: Any = None) -> dict[str, Path]:

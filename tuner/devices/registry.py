@@ -59,7 +59,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
     so ``--allow-clock-changes`` on a twin or a CPU is never silently a no-op.
     """
     if name.startswith("sim:"):
-        from tuner.devices.virtual.twin import TwinDevice
+        from tuner.devices.virtual.twin_llm import DecodingTwin
         from tuner.devices.virtual.twin_schema import TWIN_KINDS, twin_names
 
         name = canonical_device(name)
@@ -68,7 +68,7 @@ def open_device(name: str, allow_clock_changes: bool = False, space_file: str | 
             raise UserError(f"unknown twin {name!r}{did_you_mean(name, twins)}: known twins are {', '.join(twins)}")
 
         _no_options(name, allow_clock_changes, options)
-        return TwinDevice(name, space_file=space_file)
+        return DecodingTwin(name, space_file=space_file)
     match = re.fullmatch(r"cuda:(\d+)", name)
     if match:
         from tuner.devices.nvml.device import NvmlDevice
@@ -285,6 +285,7 @@ def check_meter(meter: str | None, device: str, model: str | None = None) -> Non
     counters every trial would fail (``tune devices`` says the same: cpu_problem);
     the error then names the twin that runs ``model`` instead.
     """
+    from runners.llm_spec import is_llm
     from tuner.devices.jetson import DEVICE_KINDS
     from tuner.devices.meters.registry import check_external, is_external
 
@@ -298,6 +299,11 @@ def check_meter(meter: str | None, device: str, model: str | None = None) -> Non
     if device != "cpu":
         return
     problem = cpu_problem()
+    if problem is not None and model and is_llm(model):
+        raise UserError(
+            f"--device cpu cannot measure energy here: {problem}; give a meter plugin (--meter py:module:factory) "
+            f"or run {model} on a GPU"
+        )
     if problem is not None:
         runs = f"--device sim:orin runs {model} from its FLOP/byte profile" if model else "e.g. --device sim:orin"
         raise UserError(

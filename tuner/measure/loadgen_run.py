@@ -52,7 +52,8 @@ MAX_ATTEMPTS = 3
 QSL_SIZE = 1024
 
 
-def _loadgen() -> Any:
+def loadgen() -> Any:
+    """The mlperf_loadgen module, or a one-line error naming the extra that installs it."""
     try:
         import mlperf_loadgen
     except ImportError:
@@ -83,7 +84,7 @@ def run_window(
     throughput a window of the same prepared configuration just ran at) skips
     the warm-up: nothing changed since, so there is nothing to settle.
     """
-    lg = _loadgen()
+    lg = loadgen()
     scenario = settings.scenario.lower().replace("-", "").replace("_", "")
     if scenario not in SCENARIOS:
         raise UserError(f"unknown scenario {settings.scenario!r}: choose one of offline, server, singlestream")
@@ -125,7 +126,7 @@ def _too_short(summary: LoadGenSummary) -> bool:
     return not summary.valid and any("duration" in r.lower() for r in summary.invalid_reasons)
 
 
-def _run_interruptibly(call: Callable[[], Any]) -> None:
+def run_interruptibly(call: Callable[[], Any]) -> None:
     """Run a blocking native call on a helper thread while the main thread waits in short joins.
 
     Python runs signal handlers only on the main thread and only between
@@ -210,7 +211,7 @@ def _run_once(
                 # counter's next update (NVML's, up to 100 ms) must do so before the
                 # first one arrives, or that query and those behind it wait too.
                 sut_state.open_window()
-            _run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
+            run_interruptibly(lambda: lg.StartTestWithLogSettings(sut, qsl, ts, log_settings))
         finally:
             if freeze:
                 gc.unfreeze()

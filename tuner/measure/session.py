@@ -15,6 +15,8 @@ from tuner.measure.meters import Meter, MeterLost, Monitor
 from tuner.measure.results import WindowResult
 from tuner.measure.settings import WindowSettings
 from tuner.measure.stopping import CUT_REASONS
+from tuner.measure.token_results import build_token_measurement
+from tuner.measure.tokens import run_token_window
 from tuner.measurement import Measurement, batch_size_extras
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -38,12 +40,20 @@ def measure_with(
     window is shorter than the meter can resolve, when the runner failed, or
     when nothing completed; a device adds throttling on top from the
     ``monitors`` it passed in, which hold what they sampled after the window.
-    ``warm_qps`` skips the warm-up (see :func:`run_window`).
+    ``warm_qps`` skips the warm-up (see :func:`run_window`). A runner that
+    generates tokens (runners.base.TokenRunner) runs a token window instead
+    (tuner.measure.tokens), ``batch_size`` being its most concurrent sequences.
     """
     percentile = percentile or settings.percentile
     if percentile not in PERCENTILES:
         raise UserError(f"unknown latency percentile {percentile!r}: choose one of {', '.join(PERCENTILES)}")
     folder = log_dir or settings.log_dir or atomicfile.kept_private_folder("powertune-loadgen-")
+    if getattr(runner, "generates_tokens", False):
+        try:
+            tokens = run_token_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors)
+        except MeterLost as exc:
+            return lost_measurement(meter, str(exc))
+        return build_token_measurement(tokens, meter)
     try:
         window = run_window(runner, batch_size, settings, folder, meter=meter, monitors=monitors, warm_qps=warm_qps)
     except MeterLost as exc:

@@ -35,6 +35,12 @@ class WindowSettings(BaseModel):
     over; ``cut_j_per_query`` (the best feasible figure so far) lets it end
     once its energy per query is above that and its interval rules out its
     being cheaper by more than ``ci`` (tuner.measure.stopping). Either cut is recorded as ``stop_rule``.
+
+    An LLM window (a runner that generates tokens) issues ``prompts``
+    (tuner.measure.prompts.load_prompts: a built-in shape or a JSONL file) and
+    runs LoadGen with token latencies; ``max_ttft_ms`` and ``max_tpot_ms``
+    are the study's bounds on TTFT and TPOT at ``percentile`` (LoadGen's
+    ``ttft_latency``/``tpot_latency`` in Server).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -55,6 +61,9 @@ class WindowSettings(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     bound_ms: float | None = None
     cut_j_per_query: float | None = None
+    prompts: str | None = None
+    max_ttft_ms: float | None = Field(default=None, gt=0)
+    max_tpot_ms: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_bounds(self) -> WindowSettings:

@@ -1,0 +1,111 @@
+"""LLM studies: the space a causal LM is tuned over, the sampler that searches it, and what its bounds read.
+
+A causal LM (runners.llm_spec) is tuned for energy per output token under
+bounds on TTFT and TPOT (and, optionally, the per-query latency). Its space
+is the device's with the LLM runner's knobs: precision and graph as the
+device offers them (less what transformers does not run: int8), and on a GPU
+``max_batch_tokens``, the tokens one continuous-batching step holds (how
+long prompts are chunked), which travels to the window as a serving knob.
+The batch size is the most sequences in the running batch. Server has no
+batching timeout to tune: the library admits queries into the running batch
+every step.
+"""
+
+from __future__ import annotations
+
+import math
+
+from runners.base import DEFAULT_BATCH_TOKENS, LLM_GRAPHS, LLM_WINDOW_OPTIONS
+from runners.llm_spec import is_llm
+from tuner.errors import ConfigurationError
+from tuner.measure.settings import WindowSettings
+from tuner.space import Knob, SearchSpace
+from tuner.units import format_ms
+
+BATCH_TOKENS_KNOB = LLM_WINDOW_OPTIONS[0]
+BATCH_TOKENS = [256, 512, 1024, 2048, 4096]
+LLM_PRECISIONS = ("fp32", "fp16", "bf16")
+# The learned strategy models energy per query and query latency; an LLM study is searched by a stock
+# constrained sampler, which sees every named constraint (latency, ttft, tpot).
+LLM_SAMPLER = "tpe"
+STOCK_SAMPLERS = ("auto", "tpe", "gp", "random")
+
+
+def llm_space(space: SearchSpace) -> SearchSpace:
+    """The device's space as an LLM study searches it (see the module docstring)."""
+    out = space.model_copy(deep=True)
+    for name, allowed in (("precision", LLM_PRECISIONS), ("graph", LLM_GRAPHS)):
+        knob = out.knobs.get(name)
+        if knob is None:
+            continue
+        values = [v for v in knob.values if v in allowed]
+        if values:
+            default = knob.default if knob.default in values else values[0]
+            out.knobs[name] = knob.model_copy(update={"values": values, "default": default})
+    if space.kind != "cpu":
+        out.knobs[BATCH_TOKENS_KNOB] = Knob(
+            values=list(BATCH_TOKENS),
+            default=DEFAULT_BATCH_TOKENS,
+            group="runner",
+            unit="tokens",
+            description="tokens one continuous-batching step holds: prompts longer are prefilled in chunks",
+        )
+        if out.tuned is not None and BATCH_TOKENS_KNOB not in out.tuned:
+            out.tuned = [*out.tuned, BATCH_TOKENS_KNOB]
+    return out
+
+
+def llm_serving_space(space: SearchSpace, settings: WindowSettings) -> SearchSpace:
+    """SingleStream runs one query at a time, so one sequence; Server and Offline search the space as it is."""
+    return space.narrow(batch_sizes=[1]) if settings.scenario == "singlestream" else space
+
+
+def check_bounds(model: str, max_latency_ms: float, settings: WindowSettings) -> None:
+    """Token bounds and prompts are for LLMs only; an LLM study needs at least one bound (exit 2 otherwise)."""
+    token_bounds = settings.max_ttft_ms is not None or settings.max_tpot_ms is not None
+    if not is_llm(model):
+        if token_bounds or settings.prompts is not None:
+            raise ConfigurationError(
+                f"--max-ttft, --max-tpot and --prompts are for LLMs, and {model} is not one: drop them, "
+                "or give a causal LM (tiny-llm, hf:ORG/NAME, a model folder)"
+            )
+        if not math.isfinite(max_latency_ms):
+            raise ConfigurationError("tune run needs a latency bound: pass --max-latency, e.g. --max-latency 50ms")
+        return
+    if not math.isfinite(max_latency_ms) and not token_bounds:
+        raise ConfigurationError(
+            f"{model} needs a bound: --max-ttft and/or --max-tpot (e.g. --max-ttft 500ms --max-tpot 30ms), "
+            "or --max-latency for the whole answer"
+        )
+
+
+def llm_sampler(model: str, sampler: str) -> str:
+    """The sampler an LLM study runs: ``auto`` is :data:`LLM_SAMPLER`; one that models J/query is refused."""
+    if not is_llm(model):
+        return sampler
+    if sampler not in STOCK_SAMPLERS:
+        raise ConfigurationError(
+            f"--sampler {sampler} models energy per query and query latency, not tokens: "
+            f"use {', '.join(s for s in STOCK_SAMPLERS if s != 'auto')} for {model}"
+        )
+    return LLM_SAMPLER if sampler == "auto" else sampler
+
+
+def bounds_label(max_latency_ms: float, settings: WindowSettings) -> str:
+    """A study's bounds as its name spells them: ``50ms`` for a query bound, ``ttft500ms,tpot30ms`` beside it."""
+    parts = [format_ms(max_latency_ms)] if math.isfinite(max_latency_ms) else []
+    if settings.max_ttft_ms is not None:
+        parts.append(f"ttft{format_ms(settings.max_ttft_ms)}")
+    if settings.max_tpot_ms is not None:
+        parts.append(f"tpot{format_ms(settings.max_tpot_ms)}")
+    return ",".join(parts)
+
+
+def bounds_text(max_latency_ms: float, percentile: str, max_ttft_ms: float | None, max_tpot_ms: float | None) -> str:
+    """The bounds as a title says them: ``p99 <= 50 ms``, ``TTFT p99 <= 500 ms, TPOT p99 <= 30 ms``."""
+    parts = [f"{percentile} <= {max_latency_ms:g} ms"] if math.isfinite(max_latency_ms) else []
+    if max_ttft_ms is not None:
+        parts.append(f"TTFT {percentile} <= {max_ttft_ms:g} ms")
+    if max_tpot_ms is not None:
+        parts.append(f"TPOT {percentile} <= {max_tpot_ms:g} ms")
+    return ", ".join(parts)

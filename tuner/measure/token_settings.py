@@ -1,0 +1,83 @@
+"""An LLM window's LoadGen TestSettings and its tail cut: scenario, length, rate and the study's token bounds."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tuner.errors import UserError
+from tuner.measure.stopping import QUANTILES
+from tuner.measure.token_tail import TokenTail
+
+if TYPE_CHECKING:
+    from tuner.measure.settings import WindowSettings
+
+# LoadGen's early stopping declares a Server run INVALID below about 460 queries at p99 (as for CNNs), and
+# a SingleStream run below 64 at p90.
+SERVER_MIN_QUERIES = 500
+SINGLESTREAM_MIN_QUERIES = 64
+OFFLINE_MIN_QUERIES = 64
+QPS_MARGIN = 1.2
+# Bounds LoadGen is given where the study sets none: far beyond any window, so they never decide its verdict.
+UNBOUNDED_NS = 3600 * 10**9
+
+
+def token_test_settings(
+    lg: Any, scenario: str, settings: WindowSettings, qps: float, per_query_s: float, bound_ms: float | None
+) -> Any:
+    """LoadGen's TestSettings for one token window: its scenario, length, rate and the study's bounds."""
+    ts = lg.TestSettings()
+    ts.mode = lg.TestMode.PerformanceOnly
+    ts.use_token_latencies = True
+    ts.ttft_latency = _ns(settings.max_ttft_ms)
+    ts.tpot_latency = _ns(settings.max_tpot_ms)
+    window_s = settings.window_s
+    ts.min_duration_ms = int(window_s * 1000)
+    if settings.seed is not None:
+        ts.schedule_rng_seed = ts.sample_index_rng_seed = ts.qsl_rng_seed = settings.seed & 0xFFFFFFFF
+    if scenario == "offline":
+        ts.scenario = lg.TestScenario.Offline
+        ts.offline_expected_qps = max(qps * QPS_MARGIN, OFFLINE_MIN_QUERIES / window_s)
+        ts.min_query_count = OFFLINE_MIN_QUERIES
+    elif scenario == "server":
+        ts.scenario = lg.TestScenario.Server
+        target = float(settings.options.get("server_target_qps", 0.0))
+        if target <= 0:
+            raise UserError("the server scenario needs an arrival rate: pass --target-qps, e.g. --target-qps 4")
+        ts.server_target_qps = target
+        ts.server_target_latency_ns = _ns(bound_ms)
+        ts.min_query_count = max(SERVER_MIN_QUERIES, math.ceil(target * window_s))
+    else:
+        ts.scenario = lg.TestScenario.SingleStream
+        ts.single_stream_expected_latency_ns = max(1, int(per_query_s * 1e9))
+        ts.min_query_count = max(SINGLESTREAM_MIN_QUERIES, math.ceil(window_s / max(per_query_s, 1e-6)))
+    return ts
+
+
+def _ns(ms: float | None) -> int:
+    return UNBOUNDED_NS if ms is None or not math.isfinite(ms) else max(1, int(ms * 1e6))
+
+
+def tail_rule(scenario: str, settings: WindowSettings, ts: Any) -> TokenTail | None:
+    """The tail cut of a Server or SingleStream window with a token bound, sized on the most queries it can hold.
+
+    Server: its schedule, ``target x window`` plus six standard deviations of
+    the Poisson count, or LoadGen's minimum count; SingleStream: its minimum
+    count or one and a half times what its window holds at the warm-up's pace.
+    Offline hands every query over at once, so TTFT there is queueing by
+    design and no cut applies.
+    """
+    if scenario == "offline" or (settings.max_ttft_ms is None and settings.max_tpot_ms is None):
+        return None
+    if scenario == "server":
+        expected = ts.server_target_qps * settings.window_s
+        total = max(ts.min_query_count, math.ceil(expected + 6 * math.sqrt(expected))) + 1
+    else:
+        per_query = max(ts.single_stream_expected_latency_ns / 1e9, 1e-6)
+        total = max(ts.min_query_count, math.ceil(1.5 * settings.window_s / per_query))
+    return TokenTail(
+        ttft_s=None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0,
+        tpot_s=None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0,
+        quantile=QUANTILES.get(settings.percentile, 0.99),
+        total=total,
+    )

@@ -1,0 +1,52 @@
+"""When an LLM window's verdict is known early: its TTFT or TPOT tail proven past the study's bound.
+
+A Server window at a rate its configuration cannot keep up with queues
+queries ever longer; LoadGen would wait for every one of them to finish, so
+one bad configuration could cost minutes. Its tail is proven past a bound as
+soon as more queries are past it than the percentile allows in the most
+queries the window can hold (tuner.measure.stopping.over_needed): a query
+whose first token came later than the TTFT bound, or that has waited longer
+than it with none, is past it; so is a completed query whose time per output
+token is above the TPOT bound. Nothing the rest of the window does can bring
+the percentile back under, so the window is cut there, as a CNN window is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tuner.measure.stopping import over_needed
+
+# One query's times on the SUT's clock (nan while unknown) and its tokens: issued, first token, done, tokens.
+Times = tuple[float, float, float, int]
+
+
+@dataclass
+class TokenTail:
+    """The bounds (seconds) a window may be cut on, the percentile's quantile and the most queries it holds."""
+
+    ttft_s: float | None
+    tpot_s: float | None
+    quantile: float
+    total: int
+
+    @property
+    def needed(self) -> int:
+        return over_needed(self.total, self.quantile)
+
+    def over(self, queries: Iterable[Times], now: float) -> tuple[str, int] | None:
+        """The bound proven past (``ttft`` or ``tpot``) and how many queries are past it, or None."""
+        late_first = late_token = 0
+        for issued, first, done, tokens in queries:
+            if self.ttft_s is not None:
+                waited = (now if math.isnan(first) else first) - issued
+                late_first += waited > self.ttft_s
+            if self.tpot_s is not None and not math.isnan(done) and tokens > 1:
+                late_token += (done - first) / (tokens - 1) > self.tpot_s
+        if late_first >= self.needed:
+            return "ttft", late_first
+        if late_token >= self.needed:
+            return "tpot", late_token
+        return None
