@@ -19,10 +19,10 @@ from clirun import in_process, wait_while_running
 from fakeboard import board_export, make_fake_board, tiny_run
 from journals import pending_journals
 
-from tuner import interrupts
 from tuner.devices.hardware_session import deployment, hardware_session
 from tuner.devices.jetson import JetsonDevice
 from tuner.errors import Terminated
+from tuner.plumbing import interrupts
 from tuner.space import Config
 
 HERE = Path(__file__).parent

@@ -39,13 +39,13 @@ from typing import Any
 
 import optuna
 
-from tuner import interrupts
 from tuner.confirm import engine_rates, half_width, pooled, rel_std, settled
 from tuner.devices.base import Device, switch_seconds_of
 from tuner.errors import NeedsReboot
 from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL
 from tuner.measurement import METRIC_KEYS, TOKEN_KEYS, Measurement
 from tuner.models import model_slug
+from tuner.plumbing import interrupts
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.scenario import label, split

@@ -18,8 +18,9 @@ from typing import Any
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import __version__, atomicfile
+from tuner import __version__
 from tuner.measurement import TOKEN_KEYS
+from tuner.plumbing import atomicfile
 from tuner.records import recommended, trial_record, windows
 from tuner.trials_csv import write_trials_csv
 

@@ -34,8 +34,8 @@ from tuner.knobs import (
     spells,
     within_one,
 )
-from tuner.units import MAX_BATCH
-from tuner.yamlfile import load_yaml_model
+from tuner.plumbing.units import MAX_BATCH
+from tuner.plumbing.yamlfile import load_yaml_model
 
 SPACE_VERSION = 1
 # Bounds on a space file, so a hand-edited or hostile one is refused at load instead of hanging

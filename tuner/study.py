@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 
 from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
-from tuner import atomicfile, baseline, interrupts
+from tuner import baseline
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
@@ -31,6 +31,8 @@ from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs, model_slug
 from tuner.objective import MeasurementRejected, Objective
 from tuner.pareto import results_dir, write_results
+from tuner.plumbing import atomicfile, interrupts
+from tuner.plumbing.units import format_ms
 from tuner.provenance import twin_note
 from tuner.records import recommended, trial_record, unmet_bound, unmet_bounds
 from tuner.run_options import RunOptions
@@ -50,7 +52,6 @@ from tuner.strategies import proposal_counts
 from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
 from tuner.study_results import RunSummary, StudyRequest, StudyResult, TrialCallback
 from tuner.study_space import check_same_space, stamp
-from tuner.units import format_ms
 from tuner.warm_start import WARM_ATTR, warm_start
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from tuner import atomicfile
 from tuner.measurement import METRIC_KEYS, TOKEN_KEYS
+from tuner.plumbing import atomicfile
 from tuner.records import EARLY_STOP_ATTR, clocks_ran, is_feasible, recommended, windows
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from tuner import api, interrupts
+from tuner import api
 from tuner.cli import common, options
 from tuner.cli.progress import trial_progress
 from tuner.cli.root import BOUND_UNMET
@@ -21,6 +21,8 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.plumbing import interrupts
+from tuner.plumbing.units import MAX_BATCH, check_count, check_seconds
 from tuner.records import recommendation_change
 from tuner.run_options import DEFAULT_SAMPLER
 from tuner.sampling import SAMPLERS, canonical
@@ -41,7 +43,6 @@ from tuner.sweep import (
     size_warning,
     write_sweep_csv,
 )
-from tuner.units import MAX_BATCH, check_count, check_seconds
 
 Bound = typer.Option(
     None,

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tuner.devices.base import Device
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing.units import check_rate
 from tuner.records import is_feasible, recommended, tail_latency_ms, trial_record
 from tuner.run_options import RunOptions
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
@@ -40,7 +41,6 @@ from tuner.study import (
     study_name,
 )
 from tuner.study_space import check_same_space
-from tuner.units import check_rate
 
 # The sampler a plan uses unless told: the roofline-guided default models
 # Offline physics, not queueing, and a plan runs a study per rate.
