@@ -7,7 +7,7 @@ Each landscape (tuner.bench: a device, model and bound from the noise-free sweep
 bound, or --board-bound) runs once per seed through run_study with the default strategy and early stop off, to its
 cap. The stop rule (tuner.strategies.stopping.decide) reads only finished trials and never changes a proposal, so
 the run that stops by itself is this run's prefix up to the trial where the rule first fires
-(tests/test_early_stop.py checks that a real early-stopped run is that prefix). Per run: the trials measured at
+(tests/study/test_early_stop.py checks that a real early-stopped run is that prefix). Per run: the trials measured at
 the stop, and the true energy (noise-free sweep) of the answer at the stop and at the cap over the optimum.
 The cost of the stop is their ratio minus 1 (an answer truly over the bound counts as infinite regret). Also the
 exported regret at 20 trials (item 4: tight bounds on generated boards), with and without the stop.

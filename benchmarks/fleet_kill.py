@@ -2,14 +2,14 @@
 
 Each repetition starts ``--workers`` real ``tune run`` processes on one study
 (``--study-trials N``, the default sampler, twins whose measurements take
-``--delay`` seconds, via tests/fleet_worker.py), kills one of them with
+``--delay`` seconds, via tests/support/fleet_worker.py), kills one of them with
 SIGKILL once the study's storage shows it holding a RUNNING trial (its
 second: it parks inside that trial's measurement), waits for the others and
 checks that the fleet finished exactly: N COMPLETE trials, nothing WAITING or
 RUNNING, every surviving worker exited 0. A repetition in which the victim
 never held a second trial (the others filled the quota first) still counts,
 judged on the same outcome, and says so (``killed_mid_trial`` false). PostgreSQL runs on a private loopback
-cluster (tests/pgserver.py); SQLite on one file. The run stops at the first
+cluster (tests/support/pgserver.py); SQLite on one file. The run stops at the first
 failed repetition unless ``--keep-going``.
 
     nice -n 10 .venv/bin/python benchmarks/fleet_kill.py --storage sqlite --reps 20
@@ -35,7 +35,7 @@ import optuna
 from optuna.trial import TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "fakes"), str(ROOT / "tests" / "support")]
 sys.path.insert(0, str(ROOT))
 
 import pgserver  # noqa: E402

@@ -7,7 +7,7 @@ only when the command exits 2 with exactly one ``error:`` line and no
 traceback, and nothing changed: the case's work folder (every file's type,
 size, mtime and hash, SQLite's -wal/-shm files aside), the folder a planted
 link points to, and, for board cases, the fake AGX Orin's sysfs tree
-(tests/fakeboard.py) byte for byte.
+(tests/fakes/fakeboard.py) byte for byte.
 
 Classes:
 - ``link``: a symbolic link planted as a folder at each component of every
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests" / "fakes"), str(REPO / "tests" / "support")]
 
 from clirun import folder_state  # noqa: E402
 from fakeboard import board_export, make_fake_board  # noqa: E402

@@ -12,7 +12,7 @@ random delay drawn over the length of an unsignalled run. After each one:
 At the end one unsignalled run of the same command resumes the study and must
 exit 0. A signal whose sender found the process already gone is reported as
 "late" (it proves nothing either way). Results go to JSON (and a short
-summary on stdout); the fake board is tests/fakeboard.py, the runner is the
+summary on stdout); the fake board is tests/fakes/fakeboard.py, the runner is the
 real tiny-cnn on the CPU, the windows are real LoadGen windows.
 
     nice -n 10 python benchmarks/signal_stress.py --moments 50 --seed 0 \\
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests" / "fakes"), str(REPO / "tests" / "support")]
 
 from fakeboard import make_fake_board, tiny_run  # noqa: E402
 
@@ -158,7 +158,7 @@ def main() -> int:
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs (shared, loaded)",
         "python": platform.python_version(),
         "command": " ".join(["python", *sys.argv]),
-        "board": "tests/fakeboard.py orin-nano l4t36 (fake sysfs tree, fake nvpmodel); tiny-cnn on the CPU; LoadGen",
+        "board": "tests/fakes/fakeboard.py orin-nano l4t36 (fake sysfs, fake nvpmodel); tiny-cnn on the CPU; LoadGen",
         "unsignalled_run_s": round(duration, 2),
         "delays_drawn_up_to_s": round(span, 2),
         "moments": args.moments,

@@ -46,6 +46,9 @@ H200_CARD = {1: (10.3, 1.65, 18.0, 160.0), 16: (14.8, 0.149, None, None), 64: (1
 H200_CARD[256] = (15.2, 0.0244, 317.0, 356.0)
 FITTED = (1,)
 H200_KNOBS = {"precision": "bf16", "graph": "eager", "sm_mhz": 1980, "mem_mhz": 3201, "power_limit_w": 700}
+# benchmarks/results/llm-h200/llm_h200.md (the lent H200, observe-only, the same shape and lengths), batch 1:
+# runtime -> (TPOT ms, J per output token, board W). Neither was fitted on.
+H200_RUN = {"hf-eager": (10.31, 1.825, 157.0), "graphs": (2.40, 0.6438, 251.0)}
 # TinyLlama Q4_K_M llama.cpp tg128 (picocluster): mode -> (tokens/s, average W).
 NANO_PUBLISHED = {"15W": (35.3, 10.3), "25W": (47.8, 12.7), "MAXN_SUPER": (51.1, 14.0)}
 TARGET = 0.15
@@ -102,18 +105,27 @@ def h200_table() -> list[str]:
         )
     within = sum(e <= TARGET for e in checked)
     floor = decode.memory_floor_s(TwinDevice("sim:h200").model, decode.LLAMA_3_2_1B, "bf16", 3201) * 1e3
-    graphs = decode.generate(
-        TwinDevice("sim:h200").model, decode.LLAMA_3_2_1B, Config(knobs=H200_KNOBS, batch_size=1), 256, 128, "graphs"
-    )
     lines += [
         "",
         f"J/token within {TARGET:.0%} at {within} of the {len(checked)} batch sizes not fitted on "
         f"(largest error {max(checked):.1%}). Batch 1's J/token is not fitted (only its TPOT).",
-        f"Memory floor of a batch-1 step (twin, 4.8 TB/s): {floor:.3f} ms (the issue's 0.57 ms at ~4.3 TB/s). "
-        f"The twin's graphs runtime at batch 1 (nothing measured to check): TPOT {graphs.tpot_s * 1e3:.2f} ms, "
-        f"{graphs.j_per_token:.3f} J/token.",
+        f"Memory floor of a batch-1 step (twin, 4.8 TB/s): {floor:.3f} ms (the issue's 0.57 ms at ~4.3 TB/s).",
         "",
+        "Batch 1 against a second H200 run (benchmarks/results/llm-h200/llm_h200.md, observe-only; not fitted on; "
+        "graphs: the static cache with the library's compiled forward):",
+        "",
+        "| runtime | TPOT twin ms | TPOT card ms | J/token twin | J/token card | J/token error | W twin | W card |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for runtime, (tpot, jpt, watts) in H200_RUN.items():
+        g = decode.generate(
+            TwinDevice("sim:h200").model, decode.LLAMA_3_2_1B, Config(knobs=H200_KNOBS, batch_size=1), 256, 128, runtime
+        )
+        lines.append(
+            f"| {runtime} | {g.tpot_s * 1e3:.2f} | {tpot} | {g.j_per_token:.4f} | {jpt} | {pct(g.j_per_token, jpt)} | "
+            f"{g.decode.watts:.0f} | {watts:g} |"
+        )
+    lines.append("")
     return lines
 
 

@@ -47,7 +47,7 @@ PARAMS = ROOT / "tuner" / "devices" / "virtual" / "twin_params"
 MICRO = "from the H200 op-class microbenchmarks (benchmarks/opclass_microbench.py on the lent H200; see docs/twin.md)"
 LAUNCH = "median host time per eager layer of that operator type, benchmarks/launch_microbench.py (on an H200)"
 FITTED = "fitted by scripts/calibrate_twin.py to the rows marked fitted in docs/twin.md"
-# sim:h200's cost of one CUDA-graph replay (tests/test_twin_graph.py checks it against the card's windows).
+# sim:h200's cost of one CUDA-graph replay (tests/devices/virtual/test_twin_graph.py checks it on the card's windows).
 GRAPH_REPLAY_US = 180.0
 GRAPH_REPLAY_SOURCE = (
     "fitted (median |time error|) to the 180 cudagraphs windows of benchmarks/results/h200-observe "
@@ -122,7 +122,7 @@ def common(kind: str) -> dict:
 
 
 def keep_source(previous: dict | None, name: str) -> str:
-    """The source a parameter fitted outside this script (tests/test_twin_graph.py's windows) was written with."""
+    """The source a parameter fitted outside this script (test_twin_graph.py's windows) was written with."""
     return (previous or {}).get("sources", {}).get(name, "default (not fitted)")
 
 

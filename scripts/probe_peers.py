@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO)]
+sys.path[:0] = [str(REPO / "tests" / d) for d in ("fakes", "support", "devices/meters")] + [str(REPO)]
 
 from clirun import folder_state, in_process  # noqa: E402
 from fakeboard import make_fake_board  # noqa: E402

@@ -1,6 +1,6 @@
 """Checks of the twins against published behaviour they were not fitted on.
 
-Used by scripts/calibrate_twin.py (docs/twin.md) and tests/test_twin.py: the
+Used by scripts/calibrate_twin.py (docs/twin.md) and tests/devices/virtual/test_twin.py: the
 power modes (each mode's tuned optimum at the wall, and each mode at its own
 default clocks on the module's rails, against MAXN at its defaults), NVIDIA's
 MLPerf MaxQ settings against MAXN at the wall (the GPU alone, and with both

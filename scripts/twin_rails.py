@@ -1,7 +1,7 @@
 """The AGX Orin twin's memory, 5 V system and CPU rails and its module power limit, from per-rail evidence.
 
 Used by scripts/calibrate_twin.py (parameters, docs/twin.md tables) and
-tests/test_twin.py. Evidence (cited in docs/twin.md):
+tests/devices/virtual/test_twin.py. Evidence (cited in docs/twin.md):
 - scripts/calibration_data/orin-mode-rails.json (scripts/orin_mode_rails.py): the four INA3221 rails of
   an AGX Orin devkit under HuggingFace PyTorch inference at each nvpmodel mode's defaults;
 - NVIDIA forum thread 323456: VDD_GPU_SOC and VDD_CPU_CV under GPU and CPU stress per mode, and the module

@@ -15,6 +15,17 @@ from typing import Any
 
 import pytest
 
+# tests/fakes/ (fake boards, drivers, meters, hostile peers) and tests/support/ (clirun, pgserver, locations, ...)
+# hold plain modules that tests import by name (``from fakeboard import make_fake_board``, ``from clirun import
+# run_cli``); test files themselves have no __init__.py, so pytest imports each by its (unique) basename.
+_TESTS = Path(__file__).resolve().parent
+sys.path[:0] = [str(_TESTS / "fakes"), str(_TESTS / "support")]
+# Test modules whose helpers tests in other folders import by name: test_window (SleepyRunner, for
+# devices/meters/test_netmeters.py), test_profile_onnx (tiny_cnn_onnx, for cli/test_own_model.py and
+# cli/test_own_words.py) and test_plugins (PLUGIN, for cli/test_py_specs.py). pytest puts a test file's own
+# folder on sys.path only once it collects that file, so a run of the importing file alone needs these.
+sys.path[2:2] = [str(_TESTS / "measure"), str(_TESTS / "runners"), str(_TESTS / "devices")]
+
 # The twin's calibration tooling (scripts/twin_calibration.py, scripts/twin_checks.py) is not in the package.
 # Appended, not prepended: the installed tuner still comes first.
 sys.path.append(str(Path(__file__).resolve().parent.parent / "scripts"))

@@ -12,6 +12,7 @@ import numpy as np
 import optuna
 import pytest
 from clirun import in_process, run_cli, wait_while_running
+from locations import REPO, SUPPORT
 
 import tuner.bench
 from tuner.bench import (
@@ -200,8 +201,6 @@ def test_a_generated_board_runs_once_per_board_run_each_at_its_own_seed():
     assert next(r for r in report.summary if r["scope"] == "tune boards")["runs"] == 3
 
 
-HERE = Path(__file__).parent
-REPO = HERE.parent
 SIGNALLED = BenchSettings(
     devices=["sim:orin-nano"],
     models=["mobilenet_v2"],
@@ -283,14 +282,14 @@ def test_sigterm_ends_tune_bench_with_143_and_says_nothing_was_changed(tmp_path,
     """SIGTERM once a run is measuring: exit code 143 and the one line, no results, no worker left behind.
 
     The runs' windows wait for a file the test never writes before the signal
-    (tests/blocking_bench.py), so only the signal can end the command; nothing
+    (tests/support/blocking_bench.py), so only the signal can end the command; nothing
     is timed (the timeouts only bound a hung test)."""
     marker, release = tmp_path / "measuring", tmp_path / "release"
     env = {**os.environ, "BENCH_MARKER": str(marker), "BENCH_RELEASE": str(release), "PYTHONPATH": str(REPO)}
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     with stdout.open("w") as out, stderr.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "blocking_bench.py"), "bench", *args, "--out", str(tmp_path / "results")],
+            [sys.executable, str(SUPPORT / "blocking_bench.py"), "bench", *args, "--out", str(tmp_path / "results")],
             env=env,
             stdout=out,
             stderr=err,

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 # a SingleStream run below 64 at p90.
 SERVER_MIN_QUERIES = 500
 SINGLESTREAM_MIN_QUERIES = 64
+SINGLESTREAM_MARGIN = 2.0
 OFFLINE_MIN_QUERIES = 64
 QPS_MARGIN = 1.2
 # Bounds LoadGen is given where the study sets none: far beyond any window, so they never decide its verdict.
@@ -49,8 +50,11 @@ def token_test_settings(
         ts.min_query_count = max(SERVER_MIN_QUERIES, math.ceil(target * window_s))
     else:
         ts.scenario = lg.TestScenario.SingleStream
-        ts.single_stream_expected_latency_ns = max(1, int(per_query_s * 1e9))
-        ts.min_query_count = max(SINGLESTREAM_MIN_QUERIES, math.ceil(window_s / max(per_query_s, 1e-6)))
+        # LoadGen issues window / expected latency queries: a latency on the low side keeps a query faster alone
+        # than in the warm-up's full batch from running out of them.
+        expected_s = max(per_query_s / SINGLESTREAM_MARGIN, 1e-6)
+        ts.single_stream_expected_latency_ns = max(1, int(expected_s * 1e9))
+        ts.min_query_count = max(SINGLESTREAM_MIN_QUERIES, math.ceil(window_s / expected_s))
     return ts
 
 

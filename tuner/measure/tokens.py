@@ -224,8 +224,11 @@ def run_token_window(
         window = _run_once(lg, runner, scenario, settings, private, prompts, encoded, qps, per_query, meter, monitors)
         attempts = 1
         while _too_short(scenario, window) and attempts < MAX_ATTEMPTS:
-            measured = len(window.completed) / window.duration_s if window.duration_s > 0 else qps
+            done = len(window.completed)
+            measured = done / window.duration_s if window.duration_s > 0 else qps
             qps = max(qps, measured) * RETRY_MARGIN
+            if done:
+                per_query = min(per_query, window.duration_s / done) / RETRY_MARGIN
             window = _run_once(
                 lg, runner, scenario, settings, private, prompts, encoded, qps, per_query, meter, monitors
             )
@@ -240,9 +243,14 @@ def run_token_window(
 
 
 def _too_short(scenario: str, window: TokenWindow) -> bool:
-    """An Offline window that ran out of queries before its minimum duration is run again, sized on what it ran."""
+    """A window that ran out of queries before its minimum duration is run again, sized on what it ran.
+
+    LoadGen issues the queries an Offline or SingleStream run needs up front,
+    from the rate or latency it is told: a runner faster than its warm-up
+    (one sequence alone runs faster than one of a full batch) runs out.
+    """
     reasons = " ".join(window.summary.invalid_reasons).lower()
-    return scenario == "offline" and not window.error and "duration" in reasons
+    return scenario in ("offline", "singlestream") and not window.error and "duration" in reasons
 
 
 def _run_once(

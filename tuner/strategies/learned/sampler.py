@@ -84,7 +84,7 @@ class LearnedSampler(GuidedSampler):
         stop_feasible: float = 0.05,
         full_check: float = 0.05,
         stop_latent: bool = False,
-        settle: int = 0,
+        settle: int = 3,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
