@@ -20,7 +20,7 @@ server, which is ready when ``GET /v1/models`` lists the model, within
 
 The server is the tool's to stop, as hardware is the tool's to restore: on
 a window's error, when the runner closes, on every signal the tuner turns
-into an exception (tuner.interrupts), and at interpreter exit. It runs in a
+into an exception (tuner.plumbing.interrupts), and at interpreter exit. It runs in a
 session of its own (a Ctrl-C at the terminal reaches the tool, which stops
 it), and is stopped with SIGTERM to its process group, SIGKILL after
 ``stop_timeout_s``. A tool killed with SIGKILL cannot stop it.
@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tuner import interrupts
 from tuner.errors import ConfigurationError, MeasurementError
-from tuner.yamlfile import load_yaml_model
+from tuner.plumbing import interrupts
+from tuner.plumbing.yamlfile import load_yaml_model
 
 if TYPE_CHECKING:
     from runners.openai_engine import EngineClient, EngineTarget
@@ -114,7 +114,7 @@ class EngineFile(BaseModel):
 
 
 def load_engine(path: str | Path) -> EngineFile:
-    """Read an engine file (it says what the tool runs, so it must pass the trust rule, tuner.trust)."""
+    """Read an engine file (it says what the tool runs, so it must pass the trust rule, tuner.plumbing.trust)."""
     engine = load_yaml_model(
         Path(path), EngineFile, "engine file", "see docs/llm-engines.md", version=ENGINE_VERSION, trusted=True
     )

@@ -12,7 +12,7 @@ The factory takes no arguments and returns ``(module, input)``, where
   tensors on the CPU; floating tensors are cast to the runner's precision.
 
 The module is found by the rule every ``py:`` spec follows
-(:func:`tuner.usercode.import_module`): the current directory first, as
+(:func:`tuner.plumbing.usercode.import_module`): the current directory first, as
 ``python -m`` does, so a file ``mymodels.py`` beside the user is found as
 ``py:mymodels:build``, and a file another user could rewrite is refused.
 """
@@ -23,7 +23,7 @@ import os
 from typing import Any
 
 from tuner.errors import UserError
-from tuner.usercode import find_module, import_module, split_target, user_code
+from tuner.plumbing.usercode import find_module, import_module, split_target, user_code
 
 PREFIX = "py:"
 EXAMPLE = "py:mypackage.models:build"

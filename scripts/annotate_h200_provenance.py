@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 import yaml
 
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
 
 ROOT = Path(__file__).resolve().parents[1]
 # folder -> (nvidia-smi file read before the call, the note that records date, command and software)

@@ -52,7 +52,6 @@ from fakemeter import ConstantMeter  # noqa: E402
 from hostilepeer import HostilePeer, http, silent, trickle  # noqa: E402
 from test_peers import BAD_URLS, LIES, PRE_LOGIN, PROMETHEUS, TOKEN, lying, ptd, raw, works  # noqa: E402
 
-from tuner import interrupts  # noqa: E402
 from tuner.devices.hardware_session import deployment, hardware_session, left_behind  # noqa: E402
 from tuner.devices.jetson import JetsonDevice  # noqa: E402
 from tuner.devices.meters.ptd import PtdMeter  # noqa: E402
@@ -61,6 +60,7 @@ from tuner.devices.meters.remote import RemoteMeter  # noqa: E402
 from tuner.devices.meters.serve import MeterServer  # noqa: E402
 from tuner.errors import Terminated, UserError  # noqa: E402
 from tuner.measure.meters import MeterLost  # noqa: E402
+from tuner.plumbing import interrupts  # noqa: E402
 from tuner.serve.rates import PrometheusRate, RateUnavailable, open_rate_source  # noqa: E402
 from tuner.space import Config  # noqa: E402
 

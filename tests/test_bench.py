@@ -15,7 +15,6 @@ from clirun import in_process, run_cli, wait_while_running
 from locations import REPO, SUPPORT
 
 import tuner.bench
-from tuner import interrupts
 from tuner.bench import (
     BenchSettings,
     build_landscapes,
@@ -28,6 +27,7 @@ from tuner.bench import (
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import Terminated, UserError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing import interrupts
 from tuner.records import recommended
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler

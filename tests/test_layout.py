@@ -225,3 +225,63 @@ def test_the_circle_check_sees_typing_only_relative_and_in_function_imports():
         graph[persist] = _imports(persist, package, text, set(graph))
         assert graph[persist] == {"tuner.devices.jetson.device"}, text
         assert _circles(graph) == [["tuner.devices.jetson.device", "tuner.devices.jetson.persist"]], text
+
+
+MAX_MODULE_LINES = 500
+# Modules still over the cap, each held at its length until it is split (the Jetson device and board: one
+# module per subsystem, as jetson-stats has).
+OVER_CAP = {
+    "tuner/devices/jetson/device.py": 845,
+    "tuner/devices/jetson/board.py": 570,
+}
+
+
+def test_no_module_of_the_package_is_over_500_lines():
+    """A module longer than that has several jobs; the ones not yet split may not grow."""
+    over = {}
+    for source in sorted([*(REPO / "tuner").rglob("*.py"), *(REPO / "runners").rglob("*.py")]):
+        name = str(source.relative_to(REPO))
+        lines = len(source.read_text().splitlines())
+        if lines > OVER_CAP.get(name, MAX_MODULE_LINES):
+            over[name] = lines
+    assert over == {}, f"over {MAX_MODULE_LINES} lines (or longer than OVER_CAP allows): split them"
+
+
+MAX_FLOORS = 10
+
+
+def _unit_graph() -> dict[str, set[str]]:
+    """The diagram's units (a top-level module or package of tuner/) with the units each imports."""
+    graph: dict[str, set[str]] = {}
+    for source in (REPO / "tuner").rglob("*.py"):
+        unit = _unit(source)
+        if unit in ("__init__.py", "__main__.py"):
+            continue
+        graph.setdefault(unit, set()).update(_imported_units(source) - {unit, "__init__.py", "__main__.py"})
+    for targets in list(graph.values()):
+        for target in targets:
+            graph.setdefault(target, set())
+    return graph
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports, top first: its length is the number of floors the units stand on."""
+    below: dict[str, list[str]] = {}
+
+    def chain(unit: str) -> list[str]:
+        if unit not in below:
+            below[unit] = [unit, *max((chain(t) for t in sorted(graph[unit])), key=len, default=[])]
+        return below[unit]
+
+    return max((chain(u) for u in sorted(graph)), key=len, default=[])
+
+
+def test_the_package_stands_on_at_most_10_floors_of_imports():
+    """Each floor is a unit importing one below it; plumbing (tuner/plumbing/) is one floor, not four."""
+    chain = _longest_chain(_unit_graph())
+    assert len(chain) <= MAX_FLOORS, f"{len(chain)} floors: " + " -> ".join(chain)
+
+
+def test_the_floors_are_the_longest_chain_of_imports():
+    assert _longest_chain({"a": {"b", "d"}, "b": {"c"}, "c": set(), "d": set()}) == ["a", "b", "c"]
+    assert len(_longest_chain(_unit_graph())) >= 3  # launch.py -> cli/ -> ... -> errors.py at the least

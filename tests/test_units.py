@@ -1,7 +1,7 @@
 import pytest
 
 from tuner.errors import UserError
-from tuner.units import format_ms, parse_int_list, parse_latency_ms
+from tuner.plumbing.units import format_ms, parse_int_list, parse_latency_ms
 
 
 @pytest.mark.parametrize("text", ["50ms", "50 ms", "0.05s", "50000us", "5e-2 s", " 50MS "])
@@ -29,7 +29,7 @@ def test_int_list():
 
 def test_figures_never_print_in_exponent_form_and_units_head_their_columns():
     from tuner.cli.common import column_head, fmt
-    from tuner.units import figure
+    from tuner.plumbing.units import figure
 
     assert figure(13761.2) == "13761" and fmt(13761.2) == "13761"
     assert figure(0.074681) == "0.07468" and figure(45.9) == "45.9"

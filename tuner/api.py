@@ -30,13 +30,13 @@ from tuner.errors import ConfigurationError, DeviceError, UserError, did_you_mea
 from tuner.measure.settings import DEFAULT_MIN_WINDOW_S, WindowSettings
 from tuner.measurement import TOKEN_KEYS, Measurement
 from tuner.models import check_model
+from tuner.plumbing.units import parse_latency_ms
 from tuner.records import trial_record
 from tuner.run_options import RunOptions
 from tuner.space import Config, KnobValue
 from tuner.study import StudyRequest, TrialCallback, tune_study
 from tuner.study import StudyResult as RunReport
 from tuner.sweep import measure_repeats
-from tuner.units import parse_latency_ms
 
 __all__ = ["Answer", "StudyResult", "configuration", "measure", "measure_repeats_of", "open_device", "tune"]
 

@@ -19,7 +19,7 @@ a real card's windows replayed; bounds q25/q50/q75) and generated boards
 tuned on and the boards it is judged on. docs/search.md has the figures.
 
 A signal (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT) is only recorded while the
-benchmark runs (tuner.interrupts, as in ``tune run``) and acted on at the next
+benchmark runs (tuner.plumbing.interrupts, as in ``tune run``) and acted on at the next
 safe point: between sweep chunks, between trials of a run (run_study), between
 runs and between re-measurements; parallel workers are then terminated.
 """
@@ -37,12 +37,12 @@ import numpy as np
 import optuna
 from pydantic import BaseModel, Field
 
-from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.devices.virtual.generated import WORKLOADS
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing import interrupts
 from tuner.records import recommended_of
 from tuner.run_options import RunOptions
 from tuner.sampling import available_samplers, canonical, make_sampler

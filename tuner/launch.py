@@ -6,7 +6,7 @@ Ctrl-C, SIGTERM, SIGHUP or SIGQUIT in that second, in a process that inherited S
 ignored, would otherwise be dropped, and the run would go on as if asked to.
 One that lands during either import ends the process before anything was done;
 one that lands after the command ended (while the process exits) ends it with
-the signal's exit code and one line, never a traceback (tuner.interrupts.exit_at_once).
+the signal's exit code and one line, never a traceback (tuner.plumbing.interrupts.exit_at_once).
 (A signal that arrives before the interpreter runs this, in its first few
 hundred milliseconds, is out of reach: an inherited "ignored" SIGINT is
 discarded by the kernel then.)
@@ -28,7 +28,7 @@ def main() -> None:
     # Before numpy loads: the search's matrices are a few dozen rows, and OpenBLAS threads on them
     # cost four times the CPU (they spin between calls, on the cores the runner measures on).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from tuner.interrupts import ending, exit_at_once, held, install_process_handlers, last_signal
+    from tuner.plumbing.interrupts import ending, exit_at_once, held, install_process_handlers, last_signal
 
     install_process_handlers()
     try:

@@ -19,8 +19,8 @@ from runners.base import DEFAULT_BATCH_TOKENS, LLM_GRAPHS, LLM_WINDOW_OPTIONS
 from runners.llm_spec import is_llm
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing.units import format_ms
 from tuner.space import Knob, SearchSpace
-from tuner.units import format_ms
 
 BATCH_TOKENS_KNOB = LLM_WINDOW_OPTIONS[0]
 BATCH_TOKENS = [256, 512, 1024, 2048, 4096]

@@ -14,6 +14,7 @@ the dashboard all name one trial, in a resumed study and in a fleet alike.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import optuna
 
@@ -150,3 +151,14 @@ def trial_record(trial: optuna.trial.FrozenTrial) -> dict:
         if key in attrs:
             record[key] = attrs[key]
     return record
+
+
+def recommendation_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """One line when a resumed study's answer changed during a run (trial records before and after), else ""."""
+    if before is None or after is None or before["trial"] == after["trial"]:
+        return ""
+    return (
+        f"the recommendation changed: trial {after['trial']} ({after['j_per_query']:.4g} J/query, "
+        f"mean of {after['windows']} windows) replaces trial {before['trial']} ({before['j_per_query']:.4g} J/query): "
+        "a new configuration met the bound for less energy"
+    )

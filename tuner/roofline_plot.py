@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from runners.profile import ModelProfile
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
 from tuner.roofline import Roofline, features, layer_intensity
 from tuner.space import Config, SearchSpace, knob_roles
 

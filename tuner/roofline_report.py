@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner import atomicfile, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
+from tuner.plumbing import atomicfile, interrupts
 from tuner.provenance import provenance
 from tuner.space import Config
 

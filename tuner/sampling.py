@@ -42,7 +42,7 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         name = "learned"
     if name in GP_SAMPLERS and has_torch():
         # Optuna imports PyTorch inside the first GP proposal: seconds of a trial that a signal waits
-        # for (tuner.interrupts). Here, before any trial, the import is paid once where a run starts.
+        # for (tuner.plumbing.interrupts). Here, before any trial, the import is paid once where a run starts.
         importlib.import_module("torch")
     if name == "tpe":
         return IndexedSampler(optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True))

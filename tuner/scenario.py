@@ -20,8 +20,8 @@ from runners.base import LLM_WINDOW_OPTIONS
 from runners.openai_engine import ENGINE_KNOB_PREFIX
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing.units import check_rate
 from tuner.space import Config, Knob, SearchSpace
-from tuner.units import check_rate
 
 SCENARIOS = ("offline", "server", "singlestream")
 SCENARIO_PERCENTILE = {"server": "p99", "singlestream": "p90"}

@@ -20,67 +20,27 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tuner.errors import ConfigurationError, did_you_mean
-from tuner.units import MAX_BATCH
-from tuner.yamlfile import load_yaml_model
+from tuner.knobs import (
+    Config,
+    Knob,
+    KnobValue,
+    Mode,
+    capped,
+    distinct,
+    index_of,
+    is_numeric,
+    same_value,
+    spelling,
+    spells,
+    within_one,
+)
+from tuner.plumbing.units import MAX_BATCH
+from tuner.plumbing.yamlfile import load_yaml_model
 
 SPACE_VERSION = 1
-KnobValue = bool | int | float | str
 # Bounds on a space file, so a hand-edited or hostile one is refused at load instead of hanging
 # the tool in a grid of a billion points; the packaged spaces are far inside them (h200: 145,200).
-MAX_KNOB_VALUES = 4096
 MAX_SPACE_POINTS = 10_000_000
-
-
-class Knob(BaseModel):
-    """One tunable setting.
-
-    ``group`` says who owns it: ``device`` knobs change hardware state (clocks,
-    modes, limits); ``runner`` knobs only change how the model is run
-    (precision, CUDA graphs), so they are safe in observe-only mode.
-    ``ordered`` knobs have an order that samplers see (tuner.indexed).
-    ``runtime`` names the only runtime that can use the knob (a Jetson's DLAs
-    and their precision need TensorRT); the device leaves it out otherwise.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    values: list[KnobValue] = Field(min_length=1)
-    default: KnobValue
-    group: Literal["device", "runner"] = "device"
-    unit: str = ""
-    ordered: bool = True
-    runtime: str | None = None
-    description: str = ""
-
-    @model_validator(mode="after")
-    def _default_is_allowed(self) -> Knob:
-        if len(self.values) > MAX_KNOB_VALUES:
-            raise ValueError(f"{len(self.values)} values, more than {MAX_KNOB_VALUES}")
-        bad = [v for v in self.values if _is_numeric(v) and not (math.isfinite(v) and (v > 0 or _is_none_of(v)))]
-        if bad:
-            raise ValueError(f"values must be positive numbers (a clock, a count, a limit), not {bad[0]!r}")
-        if len({_norm(v) for v in self.values}) != len(self.values):
-            raise ValueError("values are listed twice")
-        if self.default not in self.values:
-            raise ValueError(f"default {self.default!r} is not one of the values {self.values}")
-        return self
-
-
-class Mode(BaseModel):
-    """A power mode (nvpmodel): caps on other knobs plus fixed properties such as active TPCs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: int
-    caps: dict[str, float] = Field(default_factory=dict)
-    properties: dict[str, float] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _caps_positive(self) -> Mode:
-        bad = [k for k, v in self.caps.items() if not (math.isfinite(v) and v > 0)]
-        if bad:
-            raise ValueError(f"cap of {bad[0]} must be a positive number")
-        return self
 
 
 class SearchSpace(BaseModel):
@@ -211,7 +171,7 @@ class SearchSpace(BaseModel):
                     f"choose from {', '.join(self.knobs)}"
                 )
             allowed = self.knobs[name].values
-            if not any(_same(value, a) for a in allowed):
+            if not any(same_value(value, a) for a in allowed):
                 shown = ", ".join(str(a) for a in allowed)
                 raise ConfigurationError(f"{name}={value} is not supported by {self.kind}: choose one of {shown}")
         missing = set(self.knobs) - set(config.knobs)
@@ -240,7 +200,7 @@ class SearchSpace(BaseModel):
         knobs = dict(config.knobs)
         for name, cap in mode.caps.items():
             if name in knobs:  # a configuration written before a knob existed (a DLA cap) keeps working
-                knobs[name] = _capped(self.knobs[name].values, knobs[name], cap)
+                knobs[name] = capped(self.knobs[name].values, knobs[name], cap)
         return Config(knobs=knobs, batch_size=config.batch_size)
 
     def suggest(self, trial: Any) -> Config:
@@ -281,7 +241,7 @@ class SearchSpace(BaseModel):
         params: dict[str, Any] = {}
         for name in self.tuned_knobs:
             knob = self.knobs[name]
-            params[name] = knob.values[_index_of(knob.values, config.knobs[name])]
+            params[name] = knob.values[index_of(knob.values, config.knobs[name])]
         if len(self.batch_sizes) > 1:
             params["batch_size"] = config.batch_size
         return params
@@ -300,22 +260,6 @@ class SearchSpace(BaseModel):
     def size(self) -> int:
         """Number of distinct effective configurations: a sum of products, nothing enumerated."""
         return len(Grid(self))
-
-
-class Config(BaseModel):
-    """One point of a space: a value for every knob plus the batch size."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    knobs: dict[str, KnobValue]
-    batch_size: int
-
-    def key(self) -> tuple:
-        return (self.batch_size, *sorted((k, str(v)) for k, v in self.knobs.items()))
-
-    def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.knobs.items()]
-        return " ".join([*parts, f"bs={self.batch_size}"])
 
 
 class Grid:
@@ -357,8 +301,8 @@ class Grid:
                     if name == space.mode_knob:
                         axis = [value]
                     elif name in mode.caps:
-                        axis = [_capped(space.knobs[name].values, v, mode.caps[name]) for v in axis]
-                    tables.append(_distinct(axis))
+                        axis = [capped(space.knobs[name].values, v, mode.caps[name]) for v in axis]
+                    tables.append(distinct(axis))
                 self.modes.append(mode)
                 self.tables.append(tables)
         self.block_sizes = [math.prod(len(t) for t in tables) for tables in self.tables]
@@ -422,50 +366,6 @@ class Grid:
         return np.repeat(np.array(self.batch_sizes, dtype=float), self.per_batch)
 
 
-def _capped(values: list[KnobValue], value: KnobValue, cap: float) -> KnobValue:
-    """A mode's cap applied to one knob value: the highest allowed value at or under it (the lowest if none)."""
-    if not isinstance(value, (int, float)) or value <= cap:
-        return value
-    allowed = [v for v in values if not isinstance(v, str)]
-    under = [v for v in allowed if v <= cap]
-    return max(under) if under else min(allowed)
-
-
-def _distinct(values: list[KnobValue]) -> list[KnobValue]:
-    """Values in first-occurrence order, one per Config.key() spelling."""
-    seen: dict[str, KnobValue] = {}
-    for v in values:
-        seen.setdefault(str(v), v)
-    return list(seen.values())
-
-
-def _same(a: KnobValue, b: KnobValue) -> bool:
-    if not (_is_numeric(a) and _is_numeric(b)):
-        return str(a) == str(b)
-    return abs(float(a) - float(b)) < 1e-6
-
-
-def _is_numeric(value: object) -> bool:
-    """int or float, but not bool (True is an int to Python, not a clock to us)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_none_of(value: object) -> bool:
-    """The integer 0: a count of nothing (no DLA beside the GPU), the one non-positive value a knob may take."""
-    return isinstance(value, int) and not isinstance(value, bool) and value == 0
-
-
-def _norm(value: KnobValue) -> tuple[str, object]:
-    return ("n", round(float(value), 6)) if _is_numeric(value) else ("s", str(value))
-
-
-def _index_of(values: list[KnobValue], value: KnobValue) -> int:
-    for i, candidate in enumerate(values):
-        if _same(candidate, value):
-            return i
-    raise ConfigurationError(f"value {value!r} is not one of {values}")
-
-
 def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobValue]:
     """Parse ``--set knob=value`` items, typed after the knob's allowed values.
 
@@ -484,45 +384,12 @@ def parse_assignments(items: list[str], space: SearchSpace) -> dict[str, KnobVal
                 f"choose from {', '.join(space.knobs)}"
             )
         allowed = space.knobs[name].values
-        matches = [a for a in allowed if _spells(a, raw)] or _within_one(allowed, raw)
+        matches = [a for a in allowed if spells(a, raw)] or within_one(allowed, raw)
         if not matches:
             shown = ", ".join(spelling(a) for a in allowed)
             raise ConfigurationError(f"{name}={raw} is not supported by {space.kind}: choose one of {shown}")
         result[name] = matches[0]
     return result
-
-
-def _within_one(allowed: list[KnobValue], raw: str) -> list[KnobValue]:
-    """The one numeric value less than one unit from ``raw`` (gpu_mhz=1300 for 1300.5 MHz), if exactly one is."""
-    if not _is_number(raw):
-        return []
-    near = [a for a in allowed if _is_numeric(a) and abs(float(a) - float(raw)) < 1.0]
-    return near if len(near) == 1 else []
-
-
-_YAML_BOOLS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
-
-
-def _spells(value: KnobValue, raw: str) -> bool:
-    """Whether ``raw`` names ``value`` as a space file could: a boolean as true/yes/on (any case), a number as any
-    numeral of it (200, 200.0), anything else by its text."""
-    if isinstance(value, bool):
-        return _YAML_BOOLS.get(raw.lower()) is value
-    if _is_numeric(value):
-        return _is_number(raw) and _same(value, float(raw))
-    return str(value) == raw
-
-
-def spelling(value: KnobValue) -> str:
-    """A value as the space files write it (true/false, not Python's True/False)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
 
 
 def load_space_file(path: Path) -> SearchSpace:
@@ -545,7 +412,7 @@ def _load_file(path: Path) -> SearchSpace:
 
 
 def _family(value: KnobValue) -> str:
-    return "a number" if _is_numeric(value) else "true/false" if isinstance(value, bool) else "a name"
+    return "a number" if is_numeric(value) else "true/false" if isinstance(value, bool) else "a name"
 
 
 def _check_like(space: SearchSpace, packaged: SearchSpace, path: Path) -> None:

@@ -10,40 +10,37 @@ per rate. What one trial does lives in tuner.objective; the study's answer
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import random
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
-from pydantic import BaseModel, ConfigDict, Field
 
 from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
-from tuner import atomicfile, baseline, interrupts
+from tuner import baseline
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
 from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
+from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
 from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
-from tuner.measure.prompts import DEFAULT_SHAPE, load_prompts
+from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs, model_slug
 from tuner.objective import MeasurementRejected, Objective
-from tuner.pareto import LLM_OBJECTIVE, ParetoFile, results_dir, write_results
-from tuner.provenance import provenance, twin_note
+from tuner.pareto import results_dir, write_results
+from tuner.plumbing import atomicfile, interrupts
+from tuner.plumbing.units import format_ms
+from tuner.provenance import twin_note
 from tuner.records import recommended, trial_record, unmet_bound, unmet_bounds
 from tuner.run_options import RunOptions
 from tuner.sampling import make_sampler
 from tuner.scenario import label, serving_space
-from tuner.space import Config, Grid, SearchSpace
+from tuner.space import SearchSpace
 from tuner.storage import (
     EARLY_STOP_ATTR,
-    OBJECTIVE_NAME,
     QuotaStudy,
     StudyFull,
     open_storage,
@@ -52,9 +49,10 @@ from tuner.storage import (
     storage_lock,
 )
 from tuner.strategies import proposal_counts
-from tuner.strategies.base import WARM_START
 from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
-from tuner.units import format_ms
+from tuner.study_results import RunSummary, StudyRequest, StudyResult, TrialCallback
+from tuner.study_space import check_same_space, stamp
+from tuner.warm_start import WARM_ATTR, warm_start
 
 
 def default_storage(out: Path) -> str:
@@ -157,117 +155,6 @@ def open_study(
             direction="minimize",
             load_if_exists=True,
         )
-
-
-REPEATS_BEFORE_EXPLORING = 2
-
-
-class Explorer:
-    """Breaks a sampler's loop of re-proposing measured configurations.
-
-    Model-based samplers on a small discrete space keep suggesting the
-    incumbent; each repeat is free (the measurement is reused) but teaches
-    nothing. After a few repeats in a row the next trial is an unmeasured
-    configuration drawn at random, so every trial budget buys new points. Not
-    in a fleet with a study quota: a queued trial in shared storage would be
-    left waiting when the quota ends the study.
-    """
-
-    def __init__(self, space: SearchSpace, objective: Objective, seed: int | None) -> None:
-        self.space = space
-        self.objective = objective
-        self.rng = random.Random(seed)
-
-    def enqueue_unmeasured(self, study: optuna.Study) -> bool:
-        """Queue a random unmeasured configuration; False when every one has been measured."""
-        grid = Grid(self.space)
-        measured = {grid.position(key) for key in self.objective.cache} - {None}
-        left = len(grid) - len(measured)
-        if left <= 0:
-            return False
-        # Draw by position; once most of the grid is measured, pick among the few left instead.
-        if left * 4 >= len(grid):
-            pick = next(i for i in iter(lambda: self.rng.randrange(len(grid)), None) if i not in measured)
-        else:
-            pick = self.rng.choice([i for i in range(len(grid)) if i not in measured])
-        why = "the sampler re-proposed measured configurations: a random unmeasured one"
-        study.enqueue_trial(
-            self.space.params_for(grid[pick]),
-            user_attrs={"proposed_by": "explorer", "why": why},
-            skip_if_exists=False,
-        )
-        return True
-
-
-class RunSummary(BaseModel):
-    """What a run reports back: the study, how many trials ran, and its recommended trial.
-
-    ``previous_best`` is the recommended trial before this run (a resumed
-    study), so a change of answer is said, never hidden. ``trial_seconds`` says
-    where this run's trials spent their time: ``setup_s`` (apply, model load
-    and preparation, warm-up), ``windows_s`` and ``search_s`` (the rest: the
-    sampler, storage writes and progress between and around windows).
-    ``unmet``: when no trial met the bound, the line that names the fastest
-    one measured and the bound that would admit it (tuner.records.unmet_bound).
-    ``saved``: the answer against its baseline (tuner.baseline), when one was asked for.
-    """
-
-    study: str
-    storage: str
-    measured: int
-    total_trials: int
-    best_trial: int | None
-    best: dict | None
-    previous_best: dict | None = None
-    trial_seconds: dict[str, float] = {}
-    stopped: str = ""
-    early_stop: StopDecision | None = None
-    reused: list[str] = []
-    unmet: str | None = None
-    saved: baseline.Saved | None = None
-
-
-class StudyRequest(BaseModel):
-    """What ``tune run`` asks for: a device by name (and how to open it) and the run's options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    device: str
-    options: RunOptions
-    allow_clock_changes: bool = False
-    sysfs_root: Path | None = None
-    space_file: Path | None = None
-
-
-class StudyResult(BaseModel):
-    """What ``tune run`` reports: the run's summary, the device it ran on, and where its result files are.
-
-    ``study`` and ``pareto`` (the Optuna study and the fronts written to pareto.json) are for the
-    library's callers (tuner.api) and left out of the report's JSON.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    summary: RunSummary
-    device: str
-    twin: bool
-    twin_note: str = ""
-    model: str
-    max_latency_ms: float
-    max_ttft_ms: float | None = None
-    max_tpot_ms: float | None = None
-    percentile: str
-    scenario: str
-    results: Path
-    seconds: float
-    pareto_points: int
-    strategy_notes: list[str] = Field(default_factory=list)
-    proposed_by: dict[str, int] = Field(default_factory=dict)
-    study: optuna.Study | None = Field(default=None, exclude=True, repr=False)
-    pareto: ParetoFile | None = Field(default=None, exclude=True, repr=False)
-
-
-TrialCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial, int], None]
 
 
 def study_folder(options: RunOptions, device: Device) -> Path:
@@ -422,10 +309,10 @@ def _run_study(
         fresh = not held
         if held and on_note is not None:
             on_note(f"resuming: {held} trials in storage (study {name})")
-        _stamp(study, device, options, space)
+        stamp(study, device, options, space)
         # Earlier studies' answers are J/query under a query bound: an LLM study starts from its own trials.
         if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
-            _warm_start(study, storage, space, options, device)
+            warm_start(study, storage, space, options, device)
     if options.study_trials is not None:
         study = QuotaStudy(
             study,
@@ -441,7 +328,7 @@ def _run_study(
     done_before = stored_decision(study) if options.early_stop else None
     target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
     state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
-    explorer = Explorer(space, objective, options.seed)
+    explorer = Explorer(space, lambda: objective.cache, options.seed)
     rule = StopRule(resolution=options.window.ci)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -541,58 +428,6 @@ def _baseline(
     return record
 
 
-WARM_SEEDS = 3
-WARM_ATTR = "warm_start"
-
-
-def _warm_start(study: optuna.Study, storage: str, space: SearchSpace, options: RunOptions, device: Device) -> None:
-    """Queue the cheapest configurations earlier studies of this model on this device kind found, to measure again.
-
-    Studies in the same storage (a fleet's is shared) at another bound or
-    scenario: their completed, measured trials whose tail latency met this
-    study's bound, in this space, cheapest first, ``WARM_SEEDS`` distinct
-    configurations. They are enqueued, so measured afresh under this study's
-    bound, never copied; what was queued is stored in the study (``WARM_ATTR``)
-    and the run summary says it.
-    """
-    summaries = optuna.get_all_study_summaries(storage=study._storage, include_best_trial=False)
-    grid = Grid(space)
-    lat_key = f"{options.window.percentile}_ms"
-    found: dict[str, tuple[float, str, int, dict]] = {}
-    for summary in summaries:
-        attrs = summary.user_attrs
-        if summary.study_name == study.study_name or attrs.get("model") != options.model:
-            continue
-        if attrs.get("device_kind") != device.kind:
-            continue
-        other = optuna.load_study(study_name=summary.study_name, storage=study._storage)
-        for t in other.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            a = t.user_attrs
-            key, latency = a.get("effective_key"), a.get(lat_key)
-            if key is None or latency is None or "reused_from" in a or "j_per_query" not in a:
-                continue
-            if float(latency) > options.max_latency_ms or grid.position(key) is None:
-                continue
-            j = float(a["j_per_query"])
-            if key not in found or j < found[key][0]:
-                found[key] = (j, summary.study_name, t.number, a)
-    picked = sorted(found.values(), key=lambda item: item[0])[:WARM_SEEDS]
-    lines = []
-    for j, source, number, a in picked:
-        config = Config(knobs=a["effective"], batch_size=a["batch_size"])
-        why = (
-            f"warm start: trial {number} of study {source} ({j:.4g} J/query at {float(a[lat_key]):.4g} ms), "
-            "measured again under this bound"
-        )
-        study.enqueue_trial(space.params_for(config), user_attrs={"proposed_by": WARM_START, "why": why})
-        lines.append(f"trial {number} of {source}")
-    if lines:
-        study.set_user_attr(
-            WARM_ATTR,
-            [f"warm start: {len(lines)} configurations of earlier studies measured again ({'; '.join(lines)})"],
-        )
-
-
 WIDEN = (
     "to measure more, run it with --no-early-stop (up to --trials more configurations), "
     "or tune other knobs or batch sizes with another --out or --storage"
@@ -651,79 +486,3 @@ def _optimize(study: optuna.Study, objective: Objective, callback: Callable, dea
         except ValueError as exc:
             if not str(exc).startswith("Cannot tell a"):
                 raise
-
-
-def space_key(space: SearchSpace) -> str:
-    """A short hash of what a trial's parameters mean: each tuned knob's values in order, and the batch sizes.
-
-    Pinned knobs are left out (they are not parameters), so an observe-only
-    GPU whose clocks were changed between runs still resumes its study.
-    """
-    meaning = {
-        "knobs": {n: [str(v) for v in space.knobs[n].values] for n in space.tuned_knobs},
-        "batch_sizes": space.batch_sizes,
-    }
-    return hashlib.sha256(json.dumps(meaning, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def _space_flags(tuned: list[str], batch_sizes: list[int] | None) -> str:
-    flags = f"--knobs {','.join(tuned)}"
-    return flags + (f" --batch-sizes {','.join(map(str, batch_sizes))}" if batch_sizes else "")
-
-
-def check_same_space(study: optuna.Study, space: SearchSpace) -> None:
-    """Refuse to resume a study with another space: its parameter indexes would change meaning.
-
-    Studies from before the key was recorded are compared by their tuned knobs,
-    the only part of the space they recorded.
-    """
-    attrs = study.user_attrs
-    if any(name.endswith("_index") for t in study.get_trials(deepcopy=False) for name in t.params):
-        raise UserError(
-            f"study {study.study_name} was written by an older powertune that stored knob positions, not values: "
-            "give another --out or --storage to start afresh (tune pareto, export and status still read it)"
-        )
-    recorded = attrs.get("space_key")
-    if recorded is None and "tuned_knobs" not in attrs:
-        return
-    same = recorded == space_key(space) if recorded is not None else attrs["tuned_knobs"] == space.tuned_knobs
-    if not same:
-        before = _space_flags(attrs.get("tuned_knobs", []), attrs.get("batch_sizes"))
-        raise UserError(
-            f"study {study.study_name} was tuned over another space ({before}, or another --space file): "
-            "run with the same flags to resume it, or give another --out or --storage for this space"
-        )
-
-
-def _stamp(study: optuna.Study, device: Device, options: RunOptions, space: SearchSpace) -> None:
-    """Study-level attributes so results and exports can say what was tuned, and how."""
-    study.set_user_attr("model", options.model)
-    study.set_user_attr("device", device.name)
-    study.set_user_attr("device_kind", device.kind)
-    study.set_user_attr("device_slug", device.slug)
-    study.set_user_attr("twin", device.simulated)
-    study.set_user_attr("max_latency_ms", options.max_latency_ms)
-    study.set_user_attr("percentile", options.window.percentile)
-    # What optuna-dashboard shows: the objective's name and, beside each trial's constraint, the bound it is against.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([OBJECTIVE_NAME])
-    said = [
-        f"{attr.removesuffix('_ms')} <= {bound:g} ms (constraint {name} <= 0)"
-        for name, (attr, bound) in options.bounds().items()
-    ]
-    study.set_user_attr("latency_bound", ", ".join(said))
-    if is_llm(options.model):
-        study.set_user_attr("objective", LLM_OBJECTIVE)
-        study.set_user_attr("max_ttft_ms", options.window.max_ttft_ms)
-        study.set_user_attr("max_tpot_ms", options.window.max_tpot_ms)
-        study.set_user_attr("prompts", options.window.prompts or DEFAULT_SHAPE)
-    study.set_user_attr("scenario", options.window.scenario)
-    if options.window.scenario == "server":
-        study.set_user_attr("target_qps", options.window.options["server_target_qps"])
-    study.set_user_attr("tuned_knobs", space.tuned_knobs)
-    study.set_user_attr("batch_sizes", space.batch_sizes)
-    study.set_user_attr("space_key", space_key(space))
-    study.set_user_attr("provenance", provenance(device))
-    if options.study_trials is not None:
-        study.set_user_attr("study_trials", options.study_trials)

@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tuner import atomicfile, interrupts
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
+from tuner.plumbing import atomicfile, interrupts
 from tuner.space import Config, Grid, SearchSpace
 
 

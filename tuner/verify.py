@@ -21,7 +21,6 @@ import statistics
 import optuna
 from pydantic import BaseModel
 
-from tuner import interrupts
 from tuner.deploy import ExportedConfig, deploy_config
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session
@@ -29,6 +28,7 @@ from tuner.errors import UserError
 from tuner.fleet import UNIT_PREFIX
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
+from tuner.plumbing import interrupts
 from tuner.records import is_feasible, recommended, trial_record
 from tuner.run_options import RunOptions
 from tuner.scenario import label, split

@@ -19,9 +19,9 @@ import yaml
 from clirun import folder_state, in_process
 from policies import two_band_policy
 
-from tuner import atomicfile
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile
 from tuner.serve.policy import Policy, load_policy, write_policy
 from tuner.serve.trace import TRACES, shipped_traces, trace_path
 

@@ -23,9 +23,9 @@ from clirun import folder_state, in_process, run_cli
 from fakeboard import board_export, make_fake_board
 from policies import two_band_policy
 
-from tuner import atomicfile, readfile, trust
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile, readfile, trust
 from tuner.serve.policy import write_policy
 
 OTHER_UID = 12345  # a spare uid: no user database entry is needed to own a file

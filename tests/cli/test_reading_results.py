@@ -13,8 +13,8 @@ import wsgiref.util
 import pytest
 from clirun import in_process
 
-from tuner import atomicfile
 from tuner.pareto import ParetoFile, build_pareto, completed_records, plot_front
+from tuner.plumbing import atomicfile
 
 
 def test_pareto_says_how_many_rows_of_each_front_it_shows(twin_study):

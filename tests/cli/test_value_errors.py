@@ -5,7 +5,7 @@ traceback from numpy's seeding after tune.db was written, a MemoryError from a
 billion boards, a NaN batching timeout taken as is, an inverted window, a
 database under /proc). Each must now exit 2 with one line naming the fix,
 and leave the folder it ran in byte-identical. The checks live in one place
-(tuner.cli.options.CheckedCommand and the validators of tuner.units), so a
+(tuner.cli.options.CheckedCommand and the validators of tuner.plumbing.units), so a
 command that declares the option again gets them too: the table spans commands.
 """
 
@@ -19,8 +19,8 @@ from tuner.cli.root import COMMANDS, app
 from tuner.devices.virtual.generated import board_seeds
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing.units import check_rate, check_seed
 from tuner.scenario import window_for
-from tuner.units import check_rate, check_seed
 
 RUN = ("run", "-m", "tiny-cnn", "-d", "sim:orin", "-l", "50ms", "-n", "2")
 MEASURE = ("measure", "-m", "tiny-cnn", "-d", "sim:orin", "-b", "1")

@@ -17,12 +17,12 @@ from fakeboard import make_fake_board, tiny_run
 from journals import pending_journals
 from locations import FAKES, REPO, SUPPORT
 
-from tuner import atomicfile, interrupts
 from tuner.devices.hardware_session import deployment, hardware_session, hold, restore_device
 from tuner.devices.jetson import JetsonDevice
 from tuner.devices.journal import journal_path, lock_path, state_dir
 from tuner.devices.virtual.twin import TwinDevice
 from tuner.errors import Terminated, UserError
+from tuner.plumbing import atomicfile, interrupts
 from tuner.space import Config
 from tuner.study import RunOptions, run_study
 

@@ -20,10 +20,10 @@ from fakeboard import board_export, make_fake_board, tiny_run
 from journals import pending_journals
 from locations import REPO, SUPPORT
 
-from tuner import interrupts
 from tuner.devices.hardware_session import deployment, hardware_session
 from tuner.devices.jetson import JetsonDevice
 from tuner.errors import Terminated
+from tuner.plumbing import interrupts
 from tuner.space import Config
 
 SIGNALS = [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]

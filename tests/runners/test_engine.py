@@ -195,7 +195,7 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from runners import make_runner
-    from tuner import interrupts
+    from tuner.plumbing import interrupts
     with interrupts.held():
         runner = make_runner(sys.argv[1])
         runner.prepare(1, "fp32", {})

@@ -9,8 +9,8 @@ import pytest
 from clirun import folder_state, in_process, run_cli
 from policies import two_band_policy
 
-from tuner import atomicfile
 from tuner.devices.virtual.twin import TwinDevice
+from tuner.plumbing import atomicfile
 from tuner.serve.policy import write_policy
 
 

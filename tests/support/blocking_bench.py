@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from tuner import interrupts
 from tuner.cli import main
 from tuner.devices.virtual.twin import TwinDevice
+from tuner.plumbing import interrupts
 
 _measure = TwinDevice.measure
 

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from tuner import interrupts
 from tuner.cli import main
 from tuner.devices.jetson import JetsonDevice
 from tuner.measurement import Measurement
+from tuner.plumbing import interrupts
 
 
 def _waiting_measure(self, model, config, settings):

@@ -7,7 +7,7 @@ trial applies its configuration once, then measures one window, or three
 when it confirms a new best) the worker writes FLEET_MARKER and then blocks
 inside the next trial's first window until it is killed, so SIGKILL or SIGINT always lands in the middle of a trial. It
 blocks as a real measurement does: in short waits with a safe point after
-each, where a recorded Ctrl-C or SIGTERM is acted on (see tuner.interrupts).
+each, where a recorded Ctrl-C or SIGTERM is acted on (see tuner.plumbing.interrupts).
 """
 
 import os
@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from tuner import interrupts
 from tuner.cli import main
 from tuner.devices.virtual.twin import TwinDevice
+from tuner.plumbing import interrupts
 
 _measure = TwinDevice.measure
 _apply = TwinDevice.apply

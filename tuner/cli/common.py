@@ -19,13 +19,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from tuner import atomicfile, readfile
 from tuner.devices.base import Device
 from tuner.devices.registry import open_device
 from tuner.errors import UserError, did_you_mean
+from tuner.plumbing import atomicfile, readfile
+from tuner.plumbing.units import figure, parse_int_list, parse_latency_ms
 from tuner.provenance import twin_note as twin_note
 from tuner.storage import redact, sqlite_path
-from tuner.units import figure, parse_int_list, parse_latency_ms
 
 out_console = Console(markup=False)
 err_console = Console(stderr=True, markup=False)

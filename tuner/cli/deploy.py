@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-from tuner import interrupts
 from tuner.cli import common, options
 from tuner.cli.root import exit_code
 from tuner.deploy import DeployPlan, ExportedConfig, apply_export, apply_hand, load_export
@@ -15,6 +14,7 @@ from tuner.devices.hardware_session import restore_device
 from tuner.devices.journal import journal_files, load_journal
 from tuner.devices.registry import builtin_device_name, device_name_for_kind, open_device
 from tuner.errors import DeviceRefused, UserError
+from tuner.plumbing import interrupts
 
 ConfigFile = typer.Argument(None, help="a YAML file written by tune export (or --set for a hand-chosen mode)")
 HandSet = typer.Option(

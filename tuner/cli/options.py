@@ -26,14 +26,14 @@ from tuner.devices.registry import device_help
 from tuner.errors import ConfigurationError, UserError
 from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
-from tuner.scenario import window_for
-from tuner.units import (
+from tuner.plumbing.units import (
     MAX_BATCH_TIMEOUT_MS,
     check_range,
     check_rate,
     check_seconds,
     check_seed,
 )
+from tuner.scenario import window_for
 
 Model = typer.Option(
     ...,

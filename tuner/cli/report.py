@@ -8,12 +8,12 @@ from pathlib import Path
 
 import typer
 
-from tuner import interrupts
 from tuner.cli import common, options
 from tuner.devices.registry import check_meter, device_help
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model
+from tuner.plumbing import interrupts
 from tuner.report.collect import Plan, make_report, plans_for
 from tuner.report.document import write_report
 from tuner.storage import sqlite_path

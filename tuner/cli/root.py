@@ -27,8 +27,9 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from tuner import __version__, atomicfile, interrupts
+from tuner import __version__
 from tuner.errors import BoundUnmet, ConfigurationError, DeviceRefused, UserError
+from tuner.plumbing import atomicfile, interrupts
 
 INTERRUPTED = 130  # what Click returns for Ctrl-C, and the shell's code for SIGINT
 TERMINATED = 128 + signal.SIGTERM

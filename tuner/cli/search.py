@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.registry import check_meter
 from tuner.errors import UserError
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.plumbing import atomicfile, interrupts
+from tuner.plumbing.units import check_count, check_seconds
 from tuner.roofline_report import roofline_report
-from tuner.units import check_count, check_seconds
 
 if TYPE_CHECKING:
     from tuner.bench import BenchReport, BenchSettings

@@ -10,13 +10,14 @@ from pathlib import Path
 import optuna
 import typer
 
-from tuner import atomicfile, interrupts
 from tuner.cli import common, options
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.switching import SwitchCosts, switch_seconds
 from tuner.errors import UserError
 from tuner.models import check_model
+from tuner.plumbing import atomicfile, interrupts
+from tuner.plumbing.units import MAX_TRIALS, check_count
 from tuner.records import recommended
 from tuner.scenario import format_rate
 from tuner.serve.estimate import DEFAULT_SMOOTHING_S
@@ -46,7 +47,6 @@ from tuner.serve.rates import open_rate_source
 from tuner.serve.replay import GovernorRules, replay
 from tuner.serve.trace import load_trace, shipped_traces, trace_path
 from tuner.serve.validate import check_policy_for, check_rules
-from tuner.units import MAX_TRIALS, check_count
 
 PlanBound = typer.Option(..., "--max-latency", "-l", help="p99 bound of the Server scenario, e.g. 50ms")
 Rates = typer.Option(

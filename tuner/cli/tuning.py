@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import optuna
 import typer
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner import api, interrupts
+from tuner import api
 from tuner.cli import common, options
+from tuner.cli.progress import trial_progress
 from tuner.cli.root import BOUND_UNMET
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
@@ -23,13 +21,16 @@ from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
 from tuner.models import check_model
 from tuner.pareto import results_dir
+from tuner.plumbing import interrupts
+from tuner.plumbing.units import MAX_BATCH, check_count, check_seconds
+from tuner.records import recommendation_change
 from tuner.run_options import DEFAULT_SAMPLER
 from tuner.sampling import SAMPLERS, canonical
 from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
-from tuner.study import RunSummary, StudyResult, narrowed_space
+from tuner.study import StudyResult, narrowed_space
 from tuner.sweep import (
     LARGE_SWEEP,
     SweepRow,
@@ -42,7 +43,6 @@ from tuner.sweep import (
     size_warning,
     write_sweep_csv,
 )
-from tuner.units import MAX_BATCH, check_count, check_seconds
 
 Bound = typer.Option(
     None,
@@ -173,11 +173,6 @@ def run(
     _report_run(result, as_json)
 
 
-def value_unit(trial: optuna.trial.FrozenTrial) -> str:
-    """What a trial's value is in: J per output token for an LLM trial, else J per query."""
-    return "J/token" if "j_per_token" in trial.user_attrs else "J/query"
-
-
 def _report_run(result: StudyResult, as_json: bool) -> None:
     """Print the run's answer; a bound no configuration met ends the command with its own exit code."""
     common.emit_json(_run_payload(result)) if as_json else _print_run(result)
@@ -226,7 +221,7 @@ def _print_run(result: StudyResult) -> None:
         common.out_console.print(line)
     if summary.stopped:
         common.out_console.print(summary.stopped)
-    changed = resumed_line(summary)
+    changed = recommendation_change(summary.previous_best, summary.best)
     if changed:
         common.out_console.print(changed)
     bounds = bounds_text(result.max_latency_ms, result.percentile, result.max_ttft_ms, result.max_tpot_ms)
@@ -455,83 +450,3 @@ def _print_measure(
     meters = ", ".join(sorted({m.meter for m in results}))
     spread = "" if summary is None else f"; mean and sd of the {summary['valid']} valid repeats"
     common.out_console.print(f"meter: {meters}{spread}")
-
-
-class trial_progress:
-    """Progress on stderr: trial n/N, the recommended configuration's energy so far, ETA.
-
-    On a terminal a rich progress bar; otherwise (logs, CI, ssh without a
-    tty) one line per finished trial, as Optuna's own logging prints. With
-    ``study_wide`` the count is the study's completed trials from every
-    worker, which is what ``--study-trials`` aims at.
-    """
-
-    def __init__(self, total: int, quiet: bool, study_wide: bool = False) -> None:
-        self.total = total
-        self.quiet = quiet
-        self.study_wide = study_wide
-        self.lines = not common.err_console.is_terminal
-        self.started = time.monotonic()
-        self.progress = Progress(
-            TextColumn("trial {task.completed}/{task.total}"),
-            BarColumn(),
-            TextColumn("best {task.fields[best]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=common.err_console,
-            disable=quiet or self.lines,
-            transient=False,
-        )
-        self.task: TaskID | None = None
-
-    def __enter__(self):
-        return self.update
-
-    def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, measured: int) -> None:
-        """Show the bar from the first finished trial on, so an error before it prints alone."""
-        from tuner.records import recommended
-
-        if self.quiet:
-            return  # nothing is shown: reading every trial back for the "best" label would be wasted
-        best = recommended(study)
-        unit = value_unit(trial)
-        label = "-" if best is None else f"{best.value:.4g} {unit} (trial {best.number})"
-        if self.study_wide:
-            measured = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-        if self.lines:
-            typer.echo(self.line(trial, min(measured, self.total), label), err=True)
-            return
-        if self.task is None:
-            self.progress.__enter__()
-            self.task = self.progress.add_task("trials", total=self.total, best="-")
-        self.progress.update(self.task, completed=min(measured, self.total), best=label)
-
-    def line(self, trial: optuna.trial.FrozenTrial, done: int, best: str) -> str:
-        """One finished trial: its number, value and verdict, the best so far, elapsed time and ETA."""
-        elapsed = time.monotonic() - self.started
-        left = "-" if done == 0 else common.clock(elapsed / done * (self.total - done))
-        if trial.state == optuna.trial.TrialState.COMPLETE and trial.value is not None:
-            outcome = f"{trial.value:.4g} {value_unit(trial)}, {trial.user_attrs.get('verdict', '')}".rstrip(", ")
-        else:
-            outcome = f"{trial.state.name.lower()}: {trial.user_attrs.get('fail_reason', 'no measurement')}"
-        return (
-            f"trial {trial.number} finished ({done}/{self.total}): {outcome}; best {best}; "
-            f"elapsed {common.clock(elapsed)}, ETA {left}"
-        )
-
-    def __exit__(self, *exc: object) -> None:
-        if self.task is not None:
-            self.progress.__exit__(*exc)
-
-
-def resumed_line(summary: RunSummary) -> str:
-    """One line when a resumed study's answer changed during this run: which trial replaced which, and why."""
-    before, after = summary.previous_best, summary.best
-    if before is None or after is None or before["trial"] == after["trial"]:
-        return ""
-    return (
-        f"the recommendation changed: trial {after['trial']} ({after['j_per_query']:.4g} J/query, "
-        f"mean of {after['windows']} windows) replaces trial {before['trial']} ({before['j_per_query']:.4g} J/query): "
-        "a new configuration met the bound for less energy"
-    )

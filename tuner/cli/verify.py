@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from tuner import interrupts
 from tuner.cli import common, options
 from tuner.cli.deploy import default_device
 from tuner.deploy import load_export
 from tuner.errors import UserError
+from tuner.plumbing import interrupts
 from tuner.verify import MAX_WINDOWS, Verdict, verify_unit
 
 ExportArg = typer.Argument(..., help="a YAML file written by tune export (with its digest)")

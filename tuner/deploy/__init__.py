@@ -20,17 +20,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from runners.llm_spec import ENGINE_PREFIX, is_llm
-from tuner import __version__, atomicfile
+from tuner import __version__
 from tuner.baseline import Saved, saved_of
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import deployment
 from tuner.errors import BoundUnmet, ConfigurationError, UserError
 from tuner.measurement import TOKEN_KEYS
+from tuner.plumbing import atomicfile
+from tuner.plumbing.units import format_ms
+from tuner.plumbing.yamlfile import load_yaml_model
 from tuner.records import RAN_SUFFIXES, fastest, recommended, trial_record, unmet_bound
 from tuner.space import Config, parse_assignments
 from tuner.storage import redact
-from tuner.units import format_ms
-from tuner.yamlfile import load_yaml_model
 
 EXPORT_VERSION = 2
 OLDEST_EXPORT_VERSION = 1

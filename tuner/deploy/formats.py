@@ -25,10 +25,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from tuner import atomicfile
 from tuner.deploy import ExportedConfig, export_yaml
 from tuner.deploy.engines import ENGINE_FORMATS, ENGINE_LIMITS, ENGINE_SUFFIX, RENDER
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile
 
 FORMATS = ("yaml", "nvpmodel", "triton", "trtexec", "env", "json")
 SUFFIX = {"yaml": ".yaml", "nvpmodel": ".conf", "triton": ".pbtxt", "trtexec": ".sh", "env": ".env", "json": ".json"}

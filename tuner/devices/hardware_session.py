@@ -1,7 +1,7 @@
 """A device held for a run, an apply or a restore: locked, journaled first, put back however it ends.
 
 Ctrl-C, SIGTERM, SIGHUP and SIGQUIT are recorded for the whole hold
-(tuner.interrupts) and raised at the next safe point or after the restore, so
+(tuner.plumbing.interrupts) and raised at the next safe point or after the restore, so
 success, errors and every signal leave through the same restore. What each
 hold did to its device (restored, or a mode applied to stay) is kept for the
 message a signal's exit prints.
@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tuner import interrupts
 from tuner.devices.base import Device
 from tuner.devices.journal import (
     clear_journal,
@@ -30,6 +29,7 @@ from tuner.devices.journal import (
 )
 from tuner.devices.lock import device_lock
 from tuner.errors import DeviceRefused, UserError
+from tuner.plumbing import interrupts
 
 # What this process's holds left on each device, in order: "restored" or "applied" (a mode
 # deployed to stay). Read by the exit message after a signal: a signal that lands after an
@@ -180,7 +180,7 @@ def hardware_session(device: Device) -> Iterator[dict[str, Any]]:
 
     A journal left by a crashed earlier run is restored first, so the state
     read here is the board's true original. Ctrl-C, SIGTERM, SIGHUP and SIGQUIT
-    are recorded for the whole session (see tuner.interrupts) and raised at the
+    are recorded for the whole session (see tuner.plumbing.interrupts) and raised at the
     next safe point or when the session ends, after the restore; success, errors
     and every signal leave through the same restore. Twins hold no hardware:
     nothing is locked or journaled for them, but signals are handled alike.

@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tuner import atomicfile, readfile
 from tuner.devices.base import Device
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile, readfile
 
 JOURNAL_VERSION = 1
 MAX_JOURNAL_BYTES = 1 << 20

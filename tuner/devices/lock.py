@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tuner import atomicfile
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile
 
 _held: dict[str, list[int]] = {}  # path -> [fd, depth]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tuner.devices.base import Device
 from tuner.errors import UserError, did_you_mean
-from tuner.usercode import import_target, user_code
+from tuner.plumbing.usercode import import_target, user_code
 
 KNOWN_DEVICES = (
     "sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (digital twins; orin-trt: a TensorRT INT8 runtime profile), "
@@ -160,7 +160,7 @@ class PluginDevice:
     """A plugin's device, with what it hands back checked: a failure or a non-number is one line, never a record.
 
     Every attribute is the plugin's own; ``space``, ``read_state`` and
-    ``measure`` run under :func:`~tuner.usercode.user_code`, and a
+    ``measure`` run under :func:`~tuner.plumbing.usercode.user_code`, and a
     measurement must hold finite, non-negative numbers (NaN would otherwise
     reach the study as a result).
     """

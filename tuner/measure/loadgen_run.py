@@ -29,7 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner import atomicfile, interrupts
 from tuner.errors import UserError
 from tuner.measure.lanes import Runner, lanes_of
 from tuner.measure.loadgen_settings import loadgen_test_settings, tail_rule
@@ -39,6 +38,7 @@ from tuner.measure.results import LoadGenSummary, WindowResult
 from tuner.measure.stopping import CUT_REASONS, STOP_LOADGEN, StopRule
 from tuner.measure.sut import BatchingSUT
 from tuner.measure.warmup import warm_up
+from tuner.plumbing import atomicfile, interrupts
 
 if TYPE_CHECKING:
     from tuner.measure.meters import Meter, Monitor
@@ -167,7 +167,7 @@ def _run_once(
     nothing restores the hardware. Here a signal only tells the SUT to stop
     running the model (the remaining samples complete at once), so LoadGen
     returns within a batch, everything is destroyed in order, and the signal
-    is raised after (see tuner.interrupts).
+    is raised after (see tuner.plumbing.interrupts).
     """
     rule = None
     if scenario == "offline":

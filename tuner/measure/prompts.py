@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tuner.errors import ConfigurationError
-from tuner.readfile import read_capped
+from tuner.plumbing.readfile import read_capped
 
 DEFAULT_MAX_TOKENS = 128
 MAX_PROMPTS = 100_000

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from tuner import atomicfile
 from tuner.errors import UserError
 from tuner.measure.lanes import Runner
 from tuner.measure.loadgen_run import run_window
@@ -18,6 +17,7 @@ from tuner.measure.stopping import CUT_REASONS
 from tuner.measure.token_results import build_token_measurement
 from tuner.measure.tokens import run_token_window
 from tuner.measurement import Measurement, batch_size_extras
+from tuner.plumbing import atomicfile
 
 PERCENTILES = ("p50", "p90", "p99")
 

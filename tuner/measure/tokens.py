@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner import atomicfile, interrupts
 from tuner.errors import UserError
 from tuner.measure.loadgen_run import loadgen, run_interruptibly
 from tuner.measure.logparse import parse_logs
@@ -51,6 +50,7 @@ from tuner.measure.prompts import PromptSet, load_prompts
 from tuner.measure.token_results import Query, TokenWindow, parse_token_latencies
 from tuner.measure.token_settings import tail_rule, token_test_settings
 from tuner.measure.token_tail import Times, TokenTail
+from tuner.plumbing import atomicfile, interrupts
 
 if TYPE_CHECKING:
     from tuner.measure.meters import EnergyReading, Meter

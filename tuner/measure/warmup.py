@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from tuner import interrupts
 from tuner.measure.lanes import Runner, lanes_of
+from tuner.plumbing import interrupts
 
 MIN_WARMUP_ITERS = 3
 # A warm-up whose two halves ran within 2% of each other has settled; it runs at

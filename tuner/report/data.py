@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import atomicfile
 from tuner.baseline import Saved
 from tuner.measurement import Measurement
+from tuner.plumbing import atomicfile
 from tuner.space import Config
 
 REPORT_VERSION = 3

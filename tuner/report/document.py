@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
+from tuner.plumbing.units import figure
 from tuner.report import plots
 from tuner.report.analysis import best_per_batch, recommended
 from tuner.report.data import TWIN_LABEL, DeviceInfo, Point, ReportData, write_data
 from tuner.report.render import Block, Figure, Heading, Para, Table, write_pages
 from tuner.space import spelling
-from tuner.units import figure
 
 
 def _slug(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
 from tuner.report.analysis import best_per_batch, front, usable
 from tuner.report.data import TWIN_LABEL, Point, Trace
 

@@ -11,7 +11,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
 
 
 @dataclass(frozen=True)

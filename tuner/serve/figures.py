@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
 from tuner.serve.policy import Policy
 from tuner.serve.replay_report import ReplayReport
 

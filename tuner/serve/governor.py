@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner import atomicfile, interrupts
 from tuner.errors import ConfigurationError
-from tuner.readfile import read_json
+from tuner.plumbing import atomicfile, interrupts
+from tuner.plumbing.readfile import read_json
 from tuner.serve.estimate import DEFAULT_BURST_SIGMAS, DEFAULT_SMOOTHING_S, RateEstimate
 from tuner.serve.policy import Band, Policy
 from tuner.serve.rates import RateSource, RateUnavailable

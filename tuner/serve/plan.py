@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tuner.devices.base import Device
 from tuner.errors import ConfigurationError
 from tuner.measure.settings import WindowSettings
+from tuner.plumbing.units import check_rate
 from tuner.records import is_feasible, recommended, tail_latency_ms, trial_record
 from tuner.run_options import RunOptions
 from tuner.scenario import TIMEOUT_KNOB, TIMEOUTS_MS, format_rate, label, serving_space, window_for
@@ -33,14 +34,13 @@ from tuner.space import Config, SearchSpace
 from tuner.storage import open_storage, redact, storage_errors
 from tuner.study import (
     TrialCallback,
-    check_same_space,
     default_storage,
     narrowed_space,
     open_study,
     run_study,
     study_name,
 )
-from tuner.units import check_rate
+from tuner.study_space import check_same_space
 
 # The sampler a plan uses unless told: the roofline-guided default models
 # Offline physics, not queueing, and a plan runs a study per rate.

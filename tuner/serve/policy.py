@@ -17,10 +17,11 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tuner import __version__, atomicfile
+from tuner import __version__
 from tuner.errors import ConfigurationError
+from tuner.plumbing import atomicfile
+from tuner.plumbing.yamlfile import load_yaml_model
 from tuner.space import Config
-from tuner.yamlfile import load_yaml_model
 
 POLICY_VERSION = 1
 

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from tuner import interrupts
 from tuner.errors import ConfigurationError, UserError
-from tuner.readfile import read_tail
+from tuner.plumbing import interrupts
+from tuner.plumbing.readfile import read_tail
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 # Every read is bounded: an endpoint has this long in all to answer (a server

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from tuner.errors import ConfigurationError
-from tuner.readfile import read_capped
+from tuner.plumbing.readfile import read_capped
+from tuner.plumbing.units import MAX_RATE_QPS
 from tuner.serve.validate import MAX_TRACE_BYTES, MAX_TRACE_ROWS
-from tuner.units import MAX_RATE_QPS
 
 
 @dataclass

@@ -7,7 +7,7 @@ import os
 import zlib
 from collections.abc import Iterator
 
-from tuner import atomicfile
+from tuner.plumbing import atomicfile
 from tuner.storage.sqlite import sqlite_path
 from tuner.storage.urls import driver_url, is_postgres
 

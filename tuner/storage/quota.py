@@ -19,7 +19,7 @@ import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
-from tuner import interrupts
+from tuner.plumbing import interrupts
 from tuner.records import EARLY_STOP_ATTR
 from tuner.storage.fleet import FleetStorage
 from tuner.storage.locks import storage_lock

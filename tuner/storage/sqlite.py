@@ -6,14 +6,14 @@ import contextlib
 from pathlib import Path
 from urllib.parse import quote
 
-from tuner import atomicfile, readfile
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile, readfile
 
 
 def prepare_sqlite(url: str, readonly: bool) -> None:
     """An SQLite study file checked before SQLite opens it (other storages: nothing to do).
 
-    A writer gets the file created by :func:`tuner.atomicfile.create_file`
+    A writer gets the file created by :func:`tuner.plumbing.atomicfile.create_file`
     (no link on the way, trusted folders, so SQLite's -wal and -journal
     files beside it are safe too, and a file another user could rewrite is
     refused). A reader gets the file checked by the trust rule, and one

@@ -337,7 +337,7 @@ def _child(board: FakeBoard, tmp_path: Path, knobs: dict | None = None) -> subpr
     script.write_text(
         textwrap.dedent(f"""
         import time
-        from tuner import interrupts
+        from tuner.plumbing import interrupts
         from fakeboard import every_mode
         from tuner.devices.jetson import JetsonDevice
         from tuner.devices.hardware_session import hardware_session

@@ -24,13 +24,13 @@ from fakemeter import ConstantMeter
 from hostilepeer import HostilePeer, challenge, http, replies, silent, trickle
 from locations import FAKES
 
-from tuner import interrupts
 from tuner.devices.meters.ptd import PtdMeter
 from tuner.devices.meters.registry import open_meter
 from tuner.devices.meters.remote import PROTOCOL_VERSION, RemoteMeter, login_mac, welcome_mac
 from tuner.devices.meters.serve import MeterServer
 from tuner.errors import Terminated, UserError
 from tuner.measure.meters import MeterLost
+from tuner.plumbing import interrupts
 from tuner.serve.rates import PrometheusRate, RateUnavailable, open_rate_source
 
 TOKEN = "peers-token-0123456789"

@@ -127,7 +127,7 @@ def _int(path: Path | None) -> int | None:
 
 
 class ClockMonitor:
-    """Samples the running clocks and OC counters through one window (a :class:`tuner.measure.window.Monitor`)."""
+    """Samples the running clocks and OC counters through one window (a :class:`tuner.measure.meters.Monitor`)."""
 
     def __init__(self, files: ClockFiles, period_s: float = PERIOD_S) -> None:
         self.files = files

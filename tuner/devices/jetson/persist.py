@@ -14,7 +14,7 @@ precision) is said by the nvpmodel export's one line, and stays with the
 runtime.
 
 The mode is added to the conf file /etc/nvpmodel.conf leads to (written
-whole, through tuner.atomicfile, keeping its permission bits), made the
+whole, through tuner.plumbing.atomicfile, keeping its permission bits), made the
 DEFAULT, and set with ``nvpmodel -m``. The conf's bytes and mode bits, and
 the mode the board was in, are journaled first (tuner.devices.journal, key
 ``persist``), so ``tune restore --persist`` writes the file back byte for byte
@@ -31,10 +31,10 @@ import stat
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner import atomicfile
 from tuner.devices.jetson.board import Board, conf_path
 from tuner.devices.jetson.nvpconf import ConfMode, NvpConf, check_mode, fresh_id, read_conf, tuned_mode, with_mode
 from tuner.errors import UserError
+from tuner.plumbing import atomicfile
 from tuner.space import Config
 
 PREFIX = "POWERTUNE_"

@@ -4,7 +4,7 @@ Any failure to send or receive (refused, reset, closed, silent or trickling
 past the reply's total deadline, a signal) is raised as :class:`MeterLost`
 with what was being done, so a window metered over the network either gets
 its whole reading or none. Each wait is cut into short slices, between which a
-signal recorded by tuner.interrupts ends it: a silent peer never holds the
+signal recorded by tuner.plumbing.interrupts ends it: a silent peer never holds the
 tuner past Ctrl-C or SIGTERM. :func:`json_line` reads one JSON line from a
 peer (either side) with its nesting and numbers bounded.
 """
@@ -17,8 +17,8 @@ import socket
 import time
 from typing import Any
 
-from tuner import interrupts
 from tuner.measure.meters import MeterLost
+from tuner.plumbing import interrupts
 
 MAX_LINE = 1 << 20
 MAX_DEPTH = 16  # a protocol message nests two levels; a peer's 100,000 '[' are refused, not recursed into

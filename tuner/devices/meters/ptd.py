@@ -31,11 +31,11 @@ import re
 import time
 import uuid
 
-from tuner import interrupts
 from tuner.devices.meters.lines import LineConnection
 from tuner.devices.meters.urls import peer_url
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, MeterLost
+from tuner.plumbing import interrupts
 
 HELLO = "Hello, PTDaemon here!"
 DEFAULT_PORT = 8888

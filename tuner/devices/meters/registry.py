@@ -15,7 +15,7 @@ from typing import Any
 
 from tuner.errors import UserError
 from tuner.measure.meters import Meter, MeterLost, checked_reading, meter_problem
-from tuner.usercode import import_target, user_code
+from tuner.plumbing.usercode import import_target, user_code
 
 PLUGIN_GROUP = "powertune.meters"
 
@@ -67,7 +67,7 @@ def first_reading(spec: str, meter: Meter, most_s: float = 5.0) -> None:
     """
     import time
 
-    from tuner import interrupts
+    from tuner.plumbing import interrupts
 
     fix = "fix the plugin or pick another --meter (docs/meters.md)"
     with user_code(f"meter plugin {spec} on its first reading", fix):

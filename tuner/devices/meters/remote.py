@@ -33,7 +33,7 @@ from tuner.devices.meters.lines import BadMessage, LineConnection, finite, json_
 from tuner.devices.meters.urls import peer_url
 from tuner.errors import UserError
 from tuner.measure.meters import EnergyReading, MeterLost
-from tuner.readfile import read_capped
+from tuner.plumbing.readfile import read_capped
 
 PROTOCOL_VERSION = 2
 DEFAULT_PORT = 4951

@@ -23,8 +23,8 @@ from tuner.devices.base import VirtualBoard
 from tuner.errors import UserError
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
+from tuner.plumbing.units import MAX_SEED
 from tuner.space import Config, Knob, Mode, SearchSpace
-from tuner.units import MAX_SEED
 
 MIN_CONFIGS = 1_000
 MAX_CONFIGS = 50_000

@@ -35,7 +35,7 @@ from tuner.errors import ConfigurationError
 from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement, TokenMetrics
-from tuner.readfile import read_capped
+from tuner.plumbing.readfile import read_capped
 from tuner.space import Config
 
 # An LLM runs in half precision unless the configuration names its precision (transformers' usual GPU dtype).

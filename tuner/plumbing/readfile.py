@@ -8,7 +8,7 @@ cap; anything else is a one-line error naming the file.
 
 A file that decides what root does (an export, a policy, a study, a token,
 a governor state, a journal) is read with ``trusted=True``: the descriptor
-just opened must pass :func:`tuner.trust.check_file`, so the bytes read are
+just opened must pass :func:`tuner.plumbing.trust.check_file`, so the bytes read are
 the ones checked. JSON is parsed here too, with its nesting depth, integer
 size and finiteness bounded (:func:`parse_json`), so a hostile file is a
 one-line error rather than a RecursionError or an OverflowError later.
@@ -25,8 +25,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from tuner import trust
 from tuner.errors import ConfigurationError, UserError
+from tuner.plumbing import trust
 
 MAX_DEPTH = 64
 MAX_INT = 2**63 - 1
@@ -53,14 +53,14 @@ def _open(path: Path, what: str, trusted: bool = False, secret: bool = False) ->
 
 
 def check_trusted(path: Path, what: str, secret: bool = False) -> None:
-    """Refuse, in one line, an input file another user could have written (see :mod:`tuner.trust`)."""
+    """Refuse, in one line, an input file another user could have written (see :mod:`tuner.plumbing.trust`)."""
     os.close(_open(Path(path), what, trusted=True, secret=secret))
 
 
 def read_capped(path: Path, what: str, cap: int, fix: str, trusted: bool = False, secret: bool = False) -> bytes:
     """The whole of a regular file no larger than ``cap`` bytes; anything else is a one-line error.
 
-    ``trusted``: the file must be one :func:`tuner.trust.file_problem` accepts;
+    ``trusted``: the file must be one :func:`tuner.plumbing.trust.file_problem` accepts;
     ``secret``: also unreadable by group and others (a token).
     """
     fd = _open(Path(path), what, trusted, secret)

@@ -5,7 +5,7 @@ found by :func:`import_module` the way ``python -m`` finds a module: the
 working folder first, then ``PYTHONPATH`` and the installed packages. Before
 a line of it runs, each file that would be executed (the module and the
 packages above it) and the folder holding it must pass the trust rule
-(:mod:`tuner.trust`): as root, a module another user can rewrite would run
+(:mod:`tuner.plumbing.trust`): as root, a module another user can rewrite would run
 their code as root.
 
 A plugin module can fail in any way while it is imported or called (a
@@ -27,8 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tuner import trust
 from tuner.errors import UserError
+from tuner.plumbing import trust
 
 PREFIX = "py:"
 

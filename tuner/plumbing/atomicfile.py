@@ -8,7 +8,7 @@ through this module; tests/test_one_writer.py fails on a write elsewhere.
   real path) one folder at a time with ``O_DIRECTORY | O_NOFOLLOW`` on a
   folder descriptor, so a symbolic link in *any* component is refused, not
   followed, and each folder is checked by the trust rule
-  (:func:`tuner.trust.folder_problem`: owned by root, this user or the sudo
+  (:func:`tuner.plumbing.trust.folder_problem`: owned by root, this user or the sudo
   user, and writable by nobody else unless sticky like /tmp). Since no
   folder on the way can be changed by another user, names later reopened
   inside it (sqlite's -wal file) are safe too.
@@ -43,8 +43,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from tuner import trust
 from tuner.errors import UserError
+from tuner.plumbing import trust
 
 DEFAULT_UMASK = 0o022
 FOLDER_MODE = 0o755

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tuner.errors import ConfigurationError
-from tuner.readfile import read_capped
+from tuner.plumbing.readfile import read_capped
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_FILE_BYTES = 1 << 20
@@ -37,7 +37,7 @@ def load_yaml_model(
     """Parse ``path`` into ``model``; ``what`` names the file's role, ``fix`` says how to repair it.
 
     ``trusted``: the file decides what root does (an export, a policy), so
-    it must pass the trust rule (tuner.trust) before it is read.
+    it must pass the trust rule (tuner.plumbing.trust) before it is read.
 
     With ``version`` (the newest one this tool reads; ``oldest``, the oldest
     it still reads, defaults to it), a file from another version is refused
