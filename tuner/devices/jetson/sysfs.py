@@ -10,7 +10,7 @@ device tree puts at the end of its strings.
 
 Whether this user may read or write a file is asked of :data:`access`
 (``os.access``: the kernel's own check for the real uid), so a test run as root
-can stand in for another user (tests/fakeboard.py ``as_user``).
+can stand in for another user (tests/fakes/fakeboard.py ``as_user``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """L4T 32 boards (JetPack 4): the ina3221x IIO rails, AGX Xavier's one DLA_CORE cap, the 4.9 kernel's limits.
 
-The fake AGX Xavier and TX2 of tests/fakeboard.py lay out what jetson-stats (jtop/core/power.py) and Zeus
+The fake AGX Xavier and TX2 of tests/fakes/fakeboard.py lay out what jetson-stats (jtop/core/power.py) and Zeus
 (zeus/device/soc/jetson.py) read on these boards: ``rail_name_N`` and ``in_powerN_input`` (mW) under
 /sys/bus/i2c/drivers/ina3221x/*/iio:device*. The TX2's VDD_IN feeds the module, so the other rails are part
 of it and only VDD_IN is the total; AGX Xavier's six rails are parallel and are summed.

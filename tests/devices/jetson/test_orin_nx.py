@@ -1,6 +1,6 @@
 """Orin NX as its own kind: its device tree, its conf's modes and TPC masks, its two DLAs capped per core.
 
-The fake Orin NX 16 GB of tests/fakeboard.py carries the modes of NVIDIA's nvpmodel_p3767_0000.conf
+The fake Orin NX 16 GB of tests/fakes/fakeboard.py carries the modes of NVIDIA's nvpmodel_p3767_0000.conf
 (MAXN and 25W gate TPCs 240, 10W and 15W 252; 10W caps DLA0 at 153.6 MHz and DLA1 at 115 MHz).
 """
 
