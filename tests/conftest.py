@@ -24,7 +24,7 @@ sys.path[:0] = [str(_TESTS / "fakes"), str(_TESTS / "support")]
 # devices/meters/test_netmeters.py), test_profile_onnx (tiny_cnn_onnx, for cli/test_own_model.py and
 # cli/test_own_words.py) and test_plugins (PLUGIN, for cli/test_py_specs.py). pytest puts a test file's own
 # folder on sys.path only once it collects that file, so a run of the importing file alone needs these.
-sys.path[2:2] = [str(_TESTS / "measure"), str(_TESTS / "runners"), str(_TESTS / "devices")]
+sys.path[2:2] = [str(_TESTS / "measure"), str(_TESTS / "runner"), str(_TESTS / "devices")]
 
 # The twin's calibration tooling (scripts/twin_calibration.py, scripts/twin_checks.py) is not in the package.
 # Appended, not prepended: the installed tuner still comes first.
