@@ -17,7 +17,7 @@ from locations import REPO
 
 from tuner.deploy import apply_export, load_export
 from tuner.deploy.formats import FORMATS, LIMITS
-from tuner.devices.jetson.board import parse_nvpmodel_conf
+from tuner.devices.jetson.modes import parse_nvpmodel_conf
 from tuner.devices.jetson.nvpconf import read_conf, render_mode, with_mode
 from tuner.devices.nvml.device import NvmlDevice
 from tuner.devices.virtual.twin import TwinDevice

@@ -31,7 +31,8 @@ import stat
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner.devices.jetson.board import Board, conf_path
+from tuner.devices.jetson.board import Board
+from tuner.devices.jetson.modes import conf_path
 from tuner.devices.jetson.nvpconf import ConfMode, NvpConf, check_mode, fresh_id, read_conf, tuned_mode, with_mode
 from tuner.errors import UserError
 from tuner.plumbing import atomicfile
