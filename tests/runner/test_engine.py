@@ -297,8 +297,10 @@ def test_cancel_and_stop_cut_the_requests_in_flight_and_drop_the_queued(port, ti
     try:
         runner.submit(1, "the quick brown fox", 480)
         runner.submit(2, "the lazy dog", 4)  # queued behind 1 (one request in flight at a time)
+        runner.cancel(2)  # at once, while 1 is still being sent: 2 is never sent
         assert first.wait(timeout=120), runner.error
-        runner.cancel(2)
+        # A random tiny model may end 1 early (the server honours EOS): then it answered before the cut.
+        answered_before_cut = 1 in done
         runner.cancel(1)
         runner.submit(3, "the lazy dog", 480)
         deadline = time.monotonic() + 120
@@ -307,4 +309,4 @@ def test_cancel_and_stop_cut_the_requests_in_flight_and_drop_the_queued(port, ti
         assert firsts == [1, 3], runner.error
     finally:
         runner.stop()
-    assert done == [] and runner.error == "" and runner._workers == []
+    assert done == ([1] if answered_before_cut else []) and runner.error == "" and runner._workers == []

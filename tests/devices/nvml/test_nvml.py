@@ -308,7 +308,9 @@ def test_observe_only_records_the_clocks_that_ran_not_the_applications_clock(fak
     nvml = FakeNVML()
     nvml.gpus[0].busy = True  # under load the unlocked card boosts: 1410-1980 MHz in the fake
     device = NvmlDevice(0, nvml=nvml)
-    result = device.measure("resnet50", _observed(batch=4), _window(tmp_path))
+    # a window of 2 s, not the meter's 1 s minimum: a window as long as the minimum can end a few ms short of it
+    window = WindowSettings(window_s=2.0, warmup_s=0.05, log_dir=str(tmp_path))
+    result = device.measure("resnet50", _observed(batch=4), window)
     assert result.valid, result.reason
     extra = result.extra
     # at least two samples (window start and end), whatever the load: consecutive reads of the boost differ
