@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tuner.measure.results import LoadGenSummary
 
 _SUMMARY_LATENCY = re.compile(r"^([\w. ]*latency) \(ns\)\s*:\s*([\d.]+)", re.MULTILINE)
+
+
+def mllog_entries(detail_file: Path) -> Iterator[dict[str, Any]]:
+    """Each ``:::MLLOG`` JSON entry of LoadGen's detail log, in order; lines that do not parse are skipped."""
+    for line in detail_file.read_text(errors="replace").splitlines():
+        if not line.startswith(":::MLLOG"):
+            continue
+        try:
+            entry = json.loads(line[len(":::MLLOG") :])
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            yield entry
 
 
 def parse_logs(log_dir: str | Path) -> LoadGenSummary:
@@ -35,13 +50,7 @@ def parse_logs(log_dir: str | Path) -> LoadGenSummary:
                 summary.invalid_reasons.append(f"{key}: NO")
         summary.latencies_ns = {m.group(1).strip(): float(m.group(2)) for m in _SUMMARY_LATENCY.finditer(text)}
     if detail_file.is_file():
-        for line in detail_file.read_text(errors="replace").splitlines():
-            if not line.startswith(":::MLLOG"):
-                continue
-            try:
-                entry = json.loads(line[len(":::MLLOG") :])
-            except ValueError:
-                continue
+        for entry in mllog_entries(detail_file):
             if str(entry.get("key", "")).startswith("result_") or entry.get("key") == "num_errors":
                 summary.detail[entry["key"]] = entry.get("value")
         detail = summary.detail

@@ -10,7 +10,6 @@ the cut read as instant there).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuner.measure.logparse import mllog_entries
 from tuner.measure.results import LoadGenSummary
 from tuner.measure.stopping import STOP_TAIL
 from tuner.measurement import Measurement, TokenMetrics
@@ -95,13 +95,7 @@ def parse_token_latencies(log_dir: str | Path) -> dict[str, float]:
         wanted[f"result_first_token_{pct}_percentile_latency_ns"] = f"ttft_{name}"
         wanted[f"result_time_per_output_token_{pct}_percentile_ns"] = f"tpot_{name}"
     found: dict[str, float] = {}
-    for line in detail.read_text(errors="replace").splitlines():
-        if not line.startswith(":::MLLOG"):
-            continue
-        try:
-            entry = json.loads(line[len(":::MLLOG") :])
-        except ValueError:
-            continue
+    for entry in mllog_entries(detail):
         key = wanted.get(str(entry.get("key", "")))
         if key is not None and isinstance(entry.get("value"), int | float):
             found[key] = float(entry["value"])
