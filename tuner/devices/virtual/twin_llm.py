@@ -30,7 +30,7 @@ import numpy as np
 from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm
 from tuner.devices.virtual.decode import DecoderShape, Generation, generate
 from tuner.devices.virtual.twin import TwinDevice
-from tuner.devices.virtual.twin_physics import TwinModel
+from tuner.devices.virtual.twin_physics import TwinModel, twin_measurement
 from tuner.errors import ConfigurationError
 from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
@@ -207,23 +207,9 @@ def _server(
         "twin_llm_server": "continuous batching in its steady state (Little's law)"
         + ("; over capacity: the queue grows through the window" if wait > 0 else ""),
     }
-    return Measurement(
-        j_per_query=energy / queries,
-        p50_ms=(latency + wait / 2) * 1e3,
-        p90_ms=(latency * (1 + tail / 2) + 0.9 * wait) * 1e3,
-        p99_ms=(latency * (1 + tail) + 0.99 * wait) * 1e3,
-        qps=queries / duration,
-        avg_w=watts,
-        energy_j=energy,
-        queries=queries,
-        duration_s=duration,
-        meter="twin",
-        rails=[f"twin:{r}" for r in p.rails],
-        twin=True,
-        throttled=False,
-        extra={"gpu_mhz_effective": round(asked_mhz, 1), **extra},
-        tokens=tokens,
-    )
+    latencies = (latency + wait / 2, latency * (1 + tail / 2) + 0.9 * wait, latency * (1 + tail) + 0.99 * wait)
+    extra = {"gpu_mhz_effective": round(asked_mhz, 1), **extra}
+    return twin_measurement(p, watts, duration, queries, latencies, False, extra, tokens)
 
 
 def _measurement(
@@ -266,23 +252,9 @@ def _measurement(
         "twin_prefill_w": round(g.prefill.watts * power_factor, 3),
         "twin_decode_w": round(g.decode.watts * power_factor, 3),
     }
-    return Measurement(
-        j_per_query=energy / queries,
-        p50_ms=seconds * 1e3,
-        p90_ms=spread(seconds, 0.5) * 1e3,
-        p99_ms=spread(seconds, 1.0) * 1e3,
-        qps=queries / duration,
-        avg_w=watts,
-        energy_j=energy,
-        queries=queries,
-        duration_s=duration,
-        meter="twin",
-        rails=[f"twin:{r}" for r in p.rails],
-        twin=True,
-        throttled=min(g.prefill.gpu_mhz, g.decode.gpu_mhz) < asked_mhz - 0.5,
-        extra=extra,
-        tokens=tokens,
-    )
+    throttled = min(g.prefill.gpu_mhz, g.decode.gpu_mhz) < asked_mhz - 0.5
+    latencies = (seconds, spread(seconds, 0.5), spread(seconds, 1.0))
+    return twin_measurement(p, watts, duration, queries, latencies, throttled, extra, tokens)
 
 
 class DecodingTwin(TwinDevice):

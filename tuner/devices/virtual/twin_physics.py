@@ -20,7 +20,7 @@ import numpy as np
 from runners.profile import ModelProfile
 from tuner.devices.virtual.queueing import ServingProfile, executed_sizes
 from tuner.devices.virtual.twin_schema import TwinParams
-from tuner.measurement import Measurement
+from tuner.measurement import Measurement, TokenMetrics
 from tuner.space import Config, SearchSpace
 
 PRECISION_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}
@@ -383,7 +383,6 @@ class TwinModel:
         batches = max(1, int(window_s / t))
         queries = batches * batch
         duration = batches * t
-        energy = w * duration
         p99 = t * (1 + p.p99_tail_fraction) + jitter99
         p90 = t * (1 + p.p99_tail_fraction / 2) + (jitter50 + jitter99) / 2
         extra: dict[str, float | str] = {"gpu_mhz_effective": round(float(result.gpu_mhz[index]), 1)}
@@ -393,19 +392,36 @@ class TwinModel:
             wall = float(result.wall_w[index]) * noise_w
             extra["wall_w"] = round(wall, 3)
             extra["wall_j_per_query"] = wall * duration / queries
-        return Measurement(
-            j_per_query=energy / queries,
-            p50_ms=(t + jitter50) * 1000,
-            p90_ms=p90 * 1000,
-            p99_ms=p99 * 1000,
-            qps=queries / duration,
-            avg_w=w,
-            energy_j=energy,
-            queries=queries,
-            duration_s=duration,
-            meter="twin",
-            rails=[f"twin:{r}" for r in p.rails],
-            twin=True,
-            throttled=bool(result.throttled[index]),
-            extra=extra,
-        )
+        return twin_measurement(p, w, duration, queries, (t + jitter50, p90, p99), bool(result.throttled[index]), extra)
+
+
+def twin_measurement(
+    params: TwinParams,
+    watts: float,
+    duration: float,
+    queries: int,
+    latencies_s: tuple[float, float, float],
+    throttled: bool,
+    extra: dict[str, float | str],
+    tokens: TokenMetrics | None = None,
+) -> Measurement:
+    """A twin's window as a Measurement: ``watts`` over ``duration`` s for ``queries``, p50/p90/p99 in seconds."""
+    energy = watts * duration
+    p50, p90, p99 = latencies_s
+    return Measurement(
+        j_per_query=energy / queries,
+        p50_ms=p50 * 1000,
+        p90_ms=p90 * 1000,
+        p99_ms=p99 * 1000,
+        qps=queries / duration,
+        avg_w=watts,
+        energy_j=energy,
+        queries=queries,
+        duration_s=duration,
+        meter="twin",
+        rails=[f"twin:{r}" for r in params.rails],
+        twin=True,
+        throttled=throttled,
+        extra=extra,
+        tokens=tokens,
+    )
