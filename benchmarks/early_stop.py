@@ -44,6 +44,13 @@ from tuner.study import MEMORY_STORAGE, narrowed_space, run_study
 from tuner.sweep import optimum, run_sweep
 
 
+def setting(value: str) -> float | int | None:
+    """A strategy setting from the command line: ``none``, an int, or a float (has a dot)."""
+    if value == "none":
+        return None
+    return float(value) if "." in value else int(value)
+
+
 def boards(spec: str) -> list[int]:
     out: list[int] = []
     for part in filter(None, spec.split(",")):
@@ -234,7 +241,7 @@ def main() -> None:
     parser.add_argument("--board-bound", default="", help="one bound for every generated board (default its own)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--settings", default="", help="the strategy's settings, e.g. settle=3 (ints and floats)")
+    parser.add_argument("--settings", default="", help="the strategy's settings, e.g. settle=3 (ints, floats, none)")
     parser.add_argument("--bounds-judged", default="window3,latent3,latent2", help="bounds recorded and judged")
     parser.add_argument("--patience", default="3", help="patience values of the rule to judge, e.g. 3,4,5")
     parser.add_argument("--min-measured", default="8", help="min_measured values of the rule to judge, e.g. 8,12")
@@ -261,7 +268,7 @@ def main() -> None:
         for m in args.min_measured.split(",")
     }
     bounds = judged_bounds(args.bounds_judged)
-    strategy = {k: float(v) if "." in v else int(v) for k, v in (p.split("=") for p in args.settings.split(",") if p)}
+    strategy = {k: setting(v) for k, v in (p.split("=") for p in args.settings.split(",") if p)}
     runs = []
     started = time.monotonic()
     for land in lands:

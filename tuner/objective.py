@@ -11,6 +11,12 @@ own best trial is the study's answer (tuner.records):
   trial then carries their mean, and its constraint adds a noise margin, so
   it is feasible only if a fresh window would also meet the bound with about
   95% probability. A single lucky window therefore never holds the best value.
+  With ``confirm_within`` (a strategy's setting) only a close call is
+  confirmed: a first window within that share of the best. A clear win (or
+  the first feasible window) stays one window, its constraint with the same
+  noise margin for one window: it is soon beaten while a search is far from
+  its answer, and the final contenders, close to each other, are the ones
+  confirmed.
   Confirming stops as soon as its answer is known (:func:`settled`): the
   windows agree and their mean is as precise as the study asks (or as the
   first window could get within the longest window), or their mean already
@@ -92,8 +98,16 @@ def record_measurement(trial: optuna.Trial, m: Measurement, **more: Any) -> None
 class Objective:
     """The function Optuna calls per trial; also counts how many trials really measured."""
 
-    def __init__(self, device: Device, space: SearchSpace, options: RunOptions, study: optuna.Study) -> None:
+    def __init__(
+        self,
+        device: Device,
+        space: SearchSpace,
+        options: RunOptions,
+        study: optuna.Study,
+        confirm_within: float | None = None,
+    ) -> None:
         self.device = device
+        self.confirm_within = confirm_within
         self.space = space
         self.options = options
         self.worker = options.worker_id or f"{socket.gethostname()}:{os.getpid()}"
@@ -149,7 +163,7 @@ class Objective:
         self._clock["setup_s"] += time.monotonic() - applying
         best = recommended(self.study) if repeat_of is None else None
         windows = [self._window(trial, effective, 0, None if best is None else float(best.value))]
-        note = ""
+        note, margin = "", False
         first = windows[0]
         if first.extra.get("cut") == STOP_COSTLIER and best is not None and first.objective <= float(best.value):
             # Judged costlier on the blocks so far, its whole window came out at or below the best: not costlier
@@ -159,7 +173,10 @@ class Objective:
             )
         if repeat_of is None and not first.extra.get("cut"):
             if self._meets(first):
-                if best is None or first.objective <= float(best.value):
+                if self._clear_win(first, best):
+                    margin = True
+                    note = "a clear win: one window, confirmed only as a close call"
+                elif best is None or first.objective <= float(best.value):
                     # The precision the study asks, or what the first window reached within the longest window.
                     target = max(self.options.window.ci, half_width(first, self.options.window.ci))
                     aims = [self.options.window.ci]
@@ -180,7 +197,7 @@ class Objective:
         if cut:
             return self._cut_verdict(trial, cut[0], best)
         earlier = self._windows_of(key) if repeat_of is not None else []
-        return self._verdict(trial, key, windows, earlier, note)
+        return self._verdict(trial, key, windows, earlier, note, margin)
 
     def _apply(self, trial: optuna.Trial, effective: Config) -> None:
         """Put the device in the configuration; its switch time goes on the trial (``switch_s``).
@@ -261,6 +278,13 @@ class Objective:
             raise MeasurementRejected(measurement.reason)
         return measurement
 
+    def _clear_win(self, first: Measurement, best: optuna.trial.FrozenTrial | None) -> bool:
+        """Whether a first window that meets the bound stays unconfirmed: lazy confirmation is on and it is no close
+        call (no best yet, or below the best by more than ``confirm_within``)."""
+        if self.confirm_within is None:
+            return False
+        return best is None or first.objective < float(best.value) * (1.0 - self.confirm_within)
+
     def _meets(self, m: Measurement) -> bool:
         """Whether one window meets every bound of the study (the query latency's, and TTFT's and TPOT's)."""
         figures = m.figures()
@@ -275,10 +299,13 @@ class Objective:
             for w in t.user_attrs.get("windows", [])
         ]
 
-    def _verdict(self, trial: optuna.Trial, key: str, new: list[Measurement], earlier: list[dict], note: str) -> float:
+    def _verdict(
+        self, trial: optuna.Trial, key: str, new: list[Measurement], earlier: list[dict], note: str, margin: bool
+    ) -> float:
         """Record the trial's windows and settle its value and constraint for good.
 
-        One window: its own energy and latency. Several (a confirmation, or a
+        One window: its own energy and latency (``margin``: a clear win, with
+        the noise margin of one window). Several (a confirmation, or a
         requested re-measurement with the configuration's earlier windows):
         their pooled figures (:func:`pooled`), and a constraint raised by z x
         the latency's relative spread (for one future window and the error of
@@ -287,7 +314,7 @@ class Objective:
         own = [m.figures() for m in new]
         windows = earlier + own
         bounds = self.options.bounds()
-        if len(windows) == 1:
+        if len(windows) == 1 and not margin:
             record_measurement(trial, new[0], windows=own, measurements=1)
             for name, (attr, bound) in bounds.items():
                 set_constraint(trial, name, own[0][attr] - bound)
@@ -313,7 +340,7 @@ class Objective:
         )
         for name, (attr, bound) in bounds.items():
             set_constraint(trial, name, mean[attr] * (1 + margins[name]) - bound)
-        trial.set_user_attr("verdict", verdict_text(mean, bounds, len(windows), margins, ""))
+        trial.set_user_attr("verdict", verdict_text(mean, bounds, len(windows), margins, note))
         return mean["j_per_token"] if "j_per_token" in mean else mean["j_per_query"]
 
     def _cut_verdict(self, trial: optuna.Trial, m: Measurement, best: optuna.trial.FrozenTrial | None) -> float:
@@ -425,7 +452,8 @@ def _verdict_line(latency: float, bound: float, windows: int, margin: float, not
     if margin:
         judged = latency * (1 + margin)
         verb = "meets" if judged <= bound else "misses"
-        return f"{verb} the bound: {latency:.4g} ms ({seen}) + {margin:.1%} noise margin vs {bound:g} ms"
+        line = f"{verb} the bound: {latency:.4g} ms ({seen}) + {margin:.1%} noise margin vs {bound:g} ms"
+        return f"{line}; {note}" if note else line
     verb = "meets" if latency <= bound else "misses"
     line = f"{verb} the bound: {latency:.4g} ms ({seen}) vs {bound:g} ms"
     return f"{line}; {note}" if note else line

@@ -324,7 +324,8 @@ def _run_study(
             early_stop=options.early_stop,
         )
     before = recommended(study)
-    objective = Objective(device, space, options, study)
+    # A strategy may confirm only close calls (LearnedSampler's ``confirm_within``); others confirm every contender.
+    objective = Objective(device, space, options, study, getattr(sampler, "confirm_within", None))
     done_before = stored_decision(study) if options.early_stop else None
     target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
     state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}

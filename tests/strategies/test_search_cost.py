@@ -72,7 +72,8 @@ def test_the_kept_box_is_the_box_of_the_current_incumbent() -> None:
 
 
 # measured:h200, bert-base, p99 <= 20 ms, seed 0: (batch, precision, graph, proposed by); recorded before the
-# strategy was split into modules (design, table, candidates, models, acquisition, headroom).
+# strategy was split into modules (design, table, candidates, models, acquisition, headroom), when every window that
+# would become the best was confirmed in its trial (``confirm_within=None``).
 RECORDED_H200 = [
     (512, "fp16", "eager", "baseline"),
     (1, "fp16", "eager", "baseline"),
@@ -89,7 +90,26 @@ RECORDED_H200 = [
 ]
 
 
-def test_proposals_on_a_space_of_unordered_knobs_are_those_recorded_before_the_split() -> None:
+# The same study with the default confirmation (``confirm_within=0``: one window per configuration), recorded when it
+# became the default: the same configurations, the global step to fp16 eager at batch 64 three trials sooner (the
+# incumbents' values are their one window, not the mean of two or three).
+RECORDED_H200_LAZY = [
+    (512, "fp16", "eager", "baseline"),
+    (1, "fp16", "eager", "baseline"),
+    (16, "fp16", "eager", "design"),
+    (128, "fp16", "eager", "gp+roofline"),
+    (128, "fp16", "cudagraphs", "local(gp+roofline)"),
+    (128, "bf16", "eager", "local(gp+roofline)"),
+    (128, "bf16", "cudagraphs", "local(gp+roofline)"),
+    (64, "fp16", "eager", "gp+roofline"),
+    (64, "bf16", "cudagraphs", "local(gp+roofline)"),
+    (64, "fp16", "cudagraphs", "local(gp+roofline)"),
+    (64, "bf16", "eager", "local(gp+roofline)"),
+    (256, "bf16", "cudagraphs", "local(gp+roofline)"),
+]
+
+
+def bert_on_the_recorded_board(sampler: LearnedSampler) -> list[tuple]:
     options = RunOptions(
         model="bert-base",
         max_latency_ms=20.0,
@@ -99,10 +119,18 @@ def test_proposals_on_a_space_of_unordered_knobs_are_those_recorded_before_the_s
         early_stop=False,
         window=WindowSettings(seed=0),
     )
-    study, _ = run_study(RecordedBoard("measured:h200"), options, sampler=LearnedSampler(seed=0))
+    study, _ = run_study(RecordedBoard("measured:h200"), options, sampler=sampler)
     got = []
     for t in sorted(study.trials, key=lambda t: t.number):
         batch, *pairs = json.loads(t.user_attrs["effective_key"])
         k = dict(pairs)
         got.append((batch, k["precision"], k["graph"], t.user_attrs["proposed_by"]))
-    assert got == RECORDED_H200
+    return got
+
+
+def test_proposals_on_a_space_of_unordered_knobs_are_those_recorded_before_the_split() -> None:
+    assert bert_on_the_recorded_board(LearnedSampler(seed=0, confirm_within=None)) == RECORDED_H200
+
+
+def test_proposals_with_one_window_per_configuration_are_those_recorded_when_it_became_the_default() -> None:
+    assert bert_on_the_recorded_board(LearnedSampler(seed=0)) == RECORDED_H200_LAZY

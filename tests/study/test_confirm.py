@@ -21,6 +21,7 @@ from tuner.measurement import Measurement
 from tuner.objective import CONFIRM_WINDOWS, engine_rates, half_width, pooled, settled
 from tuner.records import recommended
 from tuner.run_options import RunOptions
+from tuner.strategies import LearnedSampler
 from tuner.study import run_study
 
 
@@ -164,3 +165,37 @@ def test_a_confirmed_trial_s_engines_add_up_to_its_pooled_throughput():
     # 6000 + 9000 GPU queries and 4000 + 3000 DLA queries served in the two windows
     assert rates["engine_gpu_qps"] / rates["engine_dla0_qps"] == pytest.approx(15 / 7)
     assert engine_rates([window(1.0)], qps) == {}  # one lane: nothing per engine
+
+
+def lazy_trials(tmp_path, script: list[tuple], trials: int):
+    """A study whose strategy confirms only close calls (LearnedSampler ``confirm_within`` 2%)."""
+    device = ScriptedTwin(script)
+    options = RunOptions(model="resnet50", max_latency_ms=1000.0, trials=trials, seed=1, out=tmp_path)
+    study, _ = run_study(device, options, sampler=LearnedSampler(seed=1, confirm_within=0.02))
+    return study.trials, device, study
+
+
+def test_lazy_confirmation_leaves_clear_wins_at_one_window_and_confirms_close_calls(tmp_path):
+    # The first feasible window and one 50% below it are clear wins; one 1% below the best is a close call.
+    trials, device, study = lazy_trials(tmp_path, [(0.10, 0.008), (0.05, 0.008), (0.0495, 0.008), (0.0496, 0.008)], 3)
+    first, win, close = trials
+    assert first.user_attrs["measurements"] == 1 and win.user_attrs["measurements"] == 1
+    assert "clear win" in win.user_attrs["verdict"] and "confirmation" not in win.user_attrs
+    assert close.user_attrs["measurements"] == 2 and close.user_attrs["confirmation"] == "agreed"
+    assert len(device.aims) == 4
+    assert recommended(study).number == close.number
+
+
+def test_a_clear_win_s_single_window_carries_the_noise_margin_of_one_window(tmp_path):
+    trials, _, _ = lazy_trials(tmp_path, [(0.10, 0.008)], 1)
+    (trial,) = trials
+    margin = trial.user_attrs["latency_margin"]
+    # no configuration measured twice yet: the 1% noise floor, for one future window and a mean of one
+    assert margin == pytest.approx(1.645 * 0.01 * math.sqrt(2))
+    assert trial.constraints["latency"] == pytest.approx(trial.user_attrs["p99_ms"] * (1 + margin) - 1000.0)
+
+
+def test_without_the_setting_every_contender_is_confirmed(tmp_path):
+    # the same first window under a strategy without confirm_within (the random sampler) is confirmed
+    trial, device, _ = one_trial(tmp_path, [(0.10, 0.008), (0.1003, 0.012)])
+    assert trial.user_attrs["measurements"] == 2 and len(device.aims) == 2

@@ -60,6 +60,10 @@ class LearnedSampler(GuidedSampler):
     this many unmeasured configurations could still win by that bound, the
     next proposal is the one that could save most (0: never), so a study
     that has found its answer measures what stands between it and its end.
+    ``confirm_within``: the study confirms a window that would become the best
+    by more windows only when it is within this share of the best (a close
+    call; tuner.objective); 0: none, each configuration is one window (its
+    latency judged with one window's noise margin); None: every such window.
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class LearnedSampler(GuidedSampler):
         full_check: float = 0.05,
         stop_latent: bool = False,
         settle: int = 3,
+        confirm_within: float | None = 0.0,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
@@ -106,6 +111,7 @@ class LearnedSampler(GuidedSampler):
         self.full_check = full_check
         self.stop_latent = stop_latent
         self.settle = settle
+        self.confirm_within = confirm_within
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
         self.profile_note = ""
