@@ -31,7 +31,7 @@ from pathlib import Path
 
 import optuna
 
-from tuner.bench import BenchSettings, Landscape, _landscapes, build_landscapes, device, true_ratio, truth
+from tuner.bench import BenchSettings, Landscape, _landscapes, _violation, build_landscapes, device, true_ratio, truth
 from tuner.devices.virtual.generated import WORKLOADS
 from tuner.measure.settings import WindowSettings
 from tuner.records import recommended_of
@@ -171,17 +171,26 @@ def run(
         "seconds": round(time.monotonic() - started, 1),
         "rules": {},
     }
+    windows_at = []
+    count = 0
+    for t in done:
+        count += int(t.user_attrs.get("measurements", 1)) if "reused_from" not in t.user_attrs else 0
+        windows_at.append(count)
     for bound, (name, rule) in ((b, r) for b in bounds for r in rules.items()):
         read = as_bound(done, bound)
         stop = next((i for i in range(len(read)) if decide(read[: i + 1], rule) is not None), None)
         end = len(done) - 1 if stop is None else stop
         at_stop = ratio(done[: end + 1])
+        answer = recommended_of([t for t in done[: end + 1] if t.state == optuna.trial.TrialState.COMPLETE])
         out["rules"][f"{bound}/{name}"] = {
             "stopped": stop is not None,
             "measured": measured_at[end],
             "regret": at_stop - 1,
             "cost": (at_stop / cap - 1) if math.isfinite(cap) and math.isfinite(at_stop) else math.inf,
             "regret_at_20": ratio(done[: min(end, at20) + 1]) - 1,
+            "windows": windows_at[end],
+            # share of fresh noisy windows of the answer at the stop past the bound (tune bench's violation)
+            "violation": None if answer is None else _violation(device(land.device), land, answer, seed, "p99"),
         }
     return out
 

@@ -94,9 +94,11 @@ def test_quick_bench_reports_twins_tuning_and_judged_boards_separately():
 
 @pytest.mark.parametrize("sampler", ["learned", "tpe", "random"])
 def test_the_best_is_judged_on_the_mean_of_its_confirmed_windows(sampler):
-    """Every strategy's answer is a confirmed trial: the mean of its 2-3 windows, and a margin on its constraint.
+    """Every strategy's answer is the mean of its windows, with a noise margin on its constraint.
 
-    12 trials: by then each strategy has confirmed its best (seed 3); more trials only cost time."""
+    Two or three windows for Optuna's samplers; the learned strategy confirms only close calls, so its answer
+    may be a clear win's one window (with that window's margin). 12 trials: by then each strategy has confirmed
+    its best (seed 3); more trials only cost time."""
     dev = TwinDevice("sim:orin")
     options = RunOptions(
         model="resnet50", max_latency_ms=60, trials=12, seed=3, sampler=sampler, storage=MEMORY_STORAGE
@@ -105,7 +107,8 @@ def test_the_best_is_judged_on_the_mean_of_its_confirmed_windows(sampler):
     assert summary.measured == 12
     best = recommended(study)
     windows = best.user_attrs["windows"]
-    assert best.user_attrs["measurements"] == len(windows) >= 2
+    assert best.user_attrs["measurements"] == len(windows) >= (1 if sampler == "learned" else 2)
+    assert best.user_attrs["latency_margin"] > 0
     # all its windows' energy over all their queries
     assert best.value == pytest.approx(sum(w["energy_j"] for w in windows) / sum(w["queries"] for w in windows))
     assert best.value == pytest.approx(best.user_attrs["avg_w"] / best.user_attrs["qps"])

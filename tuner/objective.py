@@ -12,11 +12,11 @@ own best trial is the study's answer (tuner.records):
   it is feasible only if a fresh window would also meet the bound with about
   95% probability. A single lucky window therefore never holds the best value.
   With ``confirm_within`` (a strategy's setting) only a close call is
-  confirmed: a first window within that share of the best. A clear win (or
-  the first feasible window) stays one window, its constraint with the same
-  noise margin for one window: it is soon beaten while a search is far from
-  its answer, and the final contenders, close to each other, are the ones
-  confirmed.
+  confirmed: a first window within that share of the best, or one whose
+  latency is near its bound. A clear win (or the first feasible window) stays
+  one window, its constraint with the same noise margin for one window: it is
+  soon beaten while a search is far from its answer, and the final
+  contenders, close to each other, are the ones confirmed.
   Confirming stops as soon as its answer is known (:func:`settled`): the
   windows agree and their mean is as precise as the study asks (or as the
   first window could get within the longest window), or their mean already
@@ -65,6 +65,9 @@ CONFIRM_CI_CAP = 0.5
 ORIGIN_KEYS = ("meter", "rails", "twin", "throttled", "temps_c", "extra")
 NOISE_Z = 1.645
 NOISE_FLOOR = 0.01
+# A clear win whose latency is within this many one-window noise margins of its bound is confirmed all the same: its
+# feasibility, not its energy, is the close call (on twins, one window there put 10-40% of fresh windows over).
+LATENCY_CLOSE = 2.0
 # Where a trial's seconds went (user attributes, trials.csv, the run summary):
 # setup (apply, model load and preparation, warm-up), windows, and search: the
 # rest since the previous trial ended (the sampler, storage writes, progress).
@@ -173,7 +176,7 @@ class Objective:
             )
         if repeat_of is None and not first.extra.get("cut"):
             if self._meets(first):
-                if self._clear_win(first, best):
+                if self._clear_win(first, best, key):
                     margin = True
                     note = "a clear win: one window, confirmed only as a close call"
                 elif best is None or first.objective <= float(best.value):
@@ -278,12 +281,20 @@ class Objective:
             raise MeasurementRejected(measurement.reason)
         return measurement
 
-    def _clear_win(self, first: Measurement, best: optuna.trial.FrozenTrial | None) -> bool:
+    def _clear_win(self, first: Measurement, best: optuna.trial.FrozenTrial | None, key: str) -> bool:
         """Whether a first window that meets the bound stays unconfirmed: lazy confirmation is on and it is no close
-        call (no best yet, or below the best by more than ``confirm_within``)."""
+        call, in energy (no best yet, or below the best by more than ``confirm_within``) nor in latency (every
+        bounded latency clears its bound by more than ``LATENCY_CLOSE`` x one window's noise margin)."""
         if self.confirm_within is None:
             return False
-        return best is None or first.objective < float(best.value) * (1.0 - self.confirm_within)
+        if best is not None and first.objective >= float(best.value) * (1.0 - self.confirm_within):
+            return False
+        figures = first.figures()
+        for attr, bound in self.options.bounds().values():
+            spread = max(self._pooled_spread(attr, key, [figures[attr]]), NOISE_FLOOR)
+            if figures[attr] * (1 + LATENCY_CLOSE * NOISE_Z * spread * math.sqrt(2)) > bound:
+                return False
+        return True
 
     def _meets(self, m: Measurement) -> bool:
         """Whether one window meets every bound of the study (the query latency's, and TTFT's and TPOT's)."""

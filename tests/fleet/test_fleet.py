@@ -238,7 +238,8 @@ def test_four_postgres_workers_one_killed_finish_exactly(pg, tmp_path):
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     (killed,) = [t for t in study.trials if t.user_attrs.get("worker") == "victim" and t.state != TrialState.COMPLETE]
     check_retried(study, killed)
-    assert study.best_trial.user_attrs["measurements"] >= 2  # the answer is a confirmed trial
+    # the answer carries a noise margin: confirmed, or a clear win's one window (the default confirms close calls)
+    assert study.best_trial.user_attrs["latency_margin"] > 0
 
     query = ["status", "--storage", "postgresql://", "-m", "resnet50", "-d", "orin-agx", "--json"]
     status = subprocess.run(

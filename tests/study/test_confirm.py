@@ -77,6 +77,7 @@ class ScriptedTwin(TwinDevice):
         j_per_query, reached, *more = self.script.pop(0)
         extra = {k: v for k, v in m.extra.items() if k not in ("cut", "stop_rule")}
         extra.update(*more)
+        latency = {k: extra.pop(k) for k in ("p50_ms", "p90_ms", "p99_ms") if k in extra}
         if reached is not None:
             extra["ci_achieved"] = reached
         return m.model_copy(
@@ -85,6 +86,7 @@ class ScriptedTwin(TwinDevice):
                 "energy_j": j_per_query * m.queries,
                 "avg_w": j_per_query * m.queries / m.duration_s,
                 "extra": extra,
+                **latency,
             }
         )
 
@@ -167,10 +169,10 @@ def test_a_confirmed_trial_s_engines_add_up_to_its_pooled_throughput():
     assert engine_rates([window(1.0)], qps) == {}  # one lane: nothing per engine
 
 
-def lazy_trials(tmp_path, script: list[tuple], trials: int):
+def lazy_trials(tmp_path, script: list[tuple], trials: int, bound_ms: float = 1000.0):
     """A study whose strategy confirms only close calls (LearnedSampler ``confirm_within`` 2%)."""
     device = ScriptedTwin(script)
-    options = RunOptions(model="resnet50", max_latency_ms=1000.0, trials=trials, seed=1, out=tmp_path)
+    options = RunOptions(model="resnet50", max_latency_ms=bound_ms, trials=trials, seed=1, out=tmp_path)
     study, _ = run_study(device, options, sampler=LearnedSampler(seed=1, confirm_within=0.02))
     return study.trials, device, study
 
@@ -193,6 +195,18 @@ def test_a_clear_win_s_single_window_carries_the_noise_margin_of_one_window(tmp_
     # no configuration measured twice yet: the 1% noise floor, for one future window and a mean of one
     assert margin == pytest.approx(1.645 * 0.01 * math.sqrt(2))
     assert trial.constraints["latency"] == pytest.approx(trial.user_attrs["p99_ms"] * (1 + margin) - 1000.0)
+
+
+def test_a_clear_win_whose_latency_is_near_its_bound_is_confirmed(tmp_path):
+    # 97 ms against 100 ms: within twice one window's noise margin (2 x 2.3%), so feasibility is the close call
+    near = {"p50_ms": 90.0, "p90_ms": 95.0, "p99_ms": 97.0}
+    trials, device, _ = lazy_trials(tmp_path, [(0.10, 0.008, near), (0.1003, 0.008, near)], 1, bound_ms=100.0)
+    (trial,) = trials
+    assert trial.user_attrs["measurements"] == 2 and len(device.aims) == 2
+    # 90 ms clears it by more: one window
+    far = {"p50_ms": 80.0, "p90_ms": 85.0, "p99_ms": 90.0}
+    trials, device, _ = lazy_trials(tmp_path / "far", [(0.10, 0.008, far)], 1, bound_ms=100.0)
+    assert trials[0].user_attrs["measurements"] == 1
 
 
 def test_without_the_setting_every_contender_is_confirmed(tmp_path):

@@ -61,9 +61,10 @@ class LearnedSampler(GuidedSampler):
     next proposal is the one that could save most (0: never), so a study
     that has found its answer measures what stands between it and its end.
     ``confirm_within``: the study confirms a window that would become the best
-    by more windows only when it is within this share of the best (a close
-    call; tuner.objective); 0: none, each configuration is one window (its
-    latency judged with one window's noise margin); None: every such window.
+    by more windows only when it is within this share of the best or its
+    latency is near the bound (a close call; tuner.objective); a clear win
+    stays one window, its latency judged with one window's noise margin;
+    None: every such window is confirmed.
     """
 
     def __init__(
@@ -89,7 +90,7 @@ class LearnedSampler(GuidedSampler):
         full_check: float = 0.05,
         stop_latent: bool = False,
         settle: int = 3,
-        confirm_within: float | None = 0.0,
+        confirm_within: float | None = 0.05,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
