@@ -3,12 +3,13 @@
 The recommended configuration is Optuna's own best trial: the cheapest
 completed trial whose constraints all hold (``study.best_trial``, what
 optuna-dashboard marks). That is the right answer because of how trials are
-recorded (tuner.objective): a window that would beat the best so far is
-confirmed in the same trial by more windows, and the trial then carries their
-mean energy and a latency constraint with a noise margin. A single lucky
-window never holds the best value, and a trial's verdict never changes after
-it completes, so ``tune run``, export, pareto, status, apply, the plots and
-the dashboard all name one trial, in a resumed study and in a fleet alike.
+recorded (tuner.objective): a window that would beat the best so far by a
+close call is confirmed in the same trial by more windows, and the trial then
+carries their mean energy and a latency constraint with a noise margin (a
+clear win of the learned strategy stays one window, with one window's
+margin). A trial's verdict never changes after it completes, so ``tune
+run``, export, pareto, status, apply, the plots and the dashboard all name one
+trial, in a resumed study and in a fleet alike.
 """
 
 from __future__ import annotations
