@@ -71,8 +71,10 @@ def test_a_stored_decision_that_is_not_one_is_ignored():
     assert stored_decision(study) is None
 
 
+# Seed 2: a quick start that stops by itself (seed 1 did until the default confirmed only close calls; it now runs to
+# its cap, and seed 2 stops after 16 trials: benchmarks/results/wall-replay.md).
 def options(tmp_path, **kw) -> RunOptions:
-    base = dict(model="resnet50", max_latency_ms=50.0, seed=1, out=tmp_path, window=WindowSettings(seed=1))
+    base = dict(model="resnet50", max_latency_ms=50.0, seed=2, out=tmp_path, window=WindowSettings(seed=2))
     return RunOptions(**{**base, **kw})
 
 
@@ -99,7 +101,7 @@ def _rows(out):
     return list(csv.DictReader((out / "sim-orin" / "resnet50" / "trials.csv").open()))
 
 
-QUICK = ("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--seed", "1")
+QUICK = ("run", "--model", "resnet50", "--device", "sim:orin", "--max-latency", "50ms", "--seed", "2")
 
 
 def test_tune_run_stops_by_itself_says_why_and_a_resume_says_it_is_done(tmp_path):
