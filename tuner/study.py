@@ -25,7 +25,17 @@ from tuner.devices.registry import check_meter, open_device
 from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
 from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
-from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
+from tuner.llm import (
+    STOP_MIN_MEASURED,
+    STOP_PATIENCE,
+    STOP_RESOLUTION,
+    bounds_label,
+    check_bounds,
+    first_config,
+    llm_sampler,
+    llm_serving_space,
+    llm_space,
+)
 from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs, model_slug
@@ -49,7 +59,7 @@ from tuner.storage import (
     storage_lock,
 )
 from tuner.strategies import proposal_counts
-from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
+from tuner.strategies.stopping import StopDecision, StopRule, decide, decide_settled, stored_decision
 from tuner.study_results import RunSummary, StudyRequest, StudyResult, TrialCallback
 from tuner.study_space import check_same_space, stamp
 from tuner.warm_start import WARM_ATTR, warm_start
@@ -313,6 +323,9 @@ def _run_study(
         # Earlier studies' answers are J/query under a query bound: an LLM study starts from its own trials.
         if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
             warm_start(study, storage, space, options, device)
+        if fresh and llm:
+            why = "the default configuration at the most sequences: the answer to beat, from the first trial"
+            study.enqueue_trial(space.params_for(first_config(space)), user_attrs={"proposed_by": "design", "why": why})
     if options.study_trials is not None:
         study = QuotaStudy(
             study,
@@ -329,7 +342,13 @@ def _run_study(
     target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
     state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
     explorer = Explorer(space, lambda: objective.cache, options.seed)
-    rule = StopRule(resolution=options.window.ci)
+    rule = (
+        StopRule(
+            resolution=max(options.window.ci, STOP_RESOLUTION), patience=STOP_PATIENCE, min_measured=STOP_MIN_MEASURED
+        )
+        if llm
+        else StopRule(resolution=options.window.ci)
+    )
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
@@ -341,7 +360,7 @@ def _run_study(
             exhausted = not explorer.enqueue_unmeasured(study)
         state["why"] = _ending(options, objective.measured, target, exhausted, state["failed"])
         if options.early_stop and not state["why"]:
-            state["why"] = _early_stop(study, rule)
+            state["why"] = _early_stop(study, rule, decide_settled if llm else decide)
         if state["why"] or interrupts.pending():
             study.stop()
 
@@ -451,11 +470,15 @@ def _ending(options: RunOptions, measured: int, target: int, exhausted: bool, fa
     return ""
 
 
-def _early_stop(study: optuna.Study, rule: StopRule) -> str:
-    """Stop when another worker stored a decision, or when this study's trials support one (stored for all)."""
+def _early_stop(study: optuna.Study, rule: StopRule, rule_of: Callable = decide) -> str:
+    """Stop when another worker stored a decision, or when this study's trials support one (stored for all).
+
+    ``rule_of`` reads the trials: the strategy's headroom (``decide``) or, for an LLM study's stock sampler, the
+    plateau (``decide_settled``).
+    """
     decision = stored_decision(study)
     if decision is None:
-        decision = decide(study.get_trials(deepcopy=False), rule)
+        decision = rule_of(study.get_trials(deepcopy=False), rule)
         if decision is None:
             return ""
         study.set_user_attr(EARLY_STOP_ATTR, decision.model_dump())
