@@ -15,6 +15,7 @@ every step.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from runners.base import DEFAULT_BATCH_TOKENS, KV_CACHES, LLM_GRAPHS, LLM_WINDOW_OPTIONS
 from runners.llm_spec import is_llm
@@ -31,6 +32,8 @@ LLM_PRECISIONS = ("fp32", "fp16", "bf16")
 # On a GPU an LLM is searched in 16 bits: every decode step reads each weight once, so fp32 reads twice the bytes of
 # either for the same tokens (a --space file offering only fp32 still runs it).
 HALF_PRECISIONS = ("fp16", "bf16")
+# Knobs of a device space that no LLM runner reads: channels_last changes only 2-D convolutions (pinned in a study).
+NOT_LLM_KNOBS = ("channels_last",)
 # The learned strategy models energy per query and query latency; an LLM study is searched by a stock
 # constrained sampler, which sees every named constraint (latency, ttft, tpot).
 LLM_SAMPLER = "tpe"
@@ -78,6 +81,23 @@ def llm_space(space: SearchSpace) -> SearchSpace:
     if out.tuned is not None and KV_CACHE_KNOB not in out.tuned:
         out.tuned = [*out.tuned, KV_CACHE_KNOB]
     return out
+
+
+def applying_knobs(space: SearchSpace, model: str, knobs: dict[str, Any], observe_only: bool) -> dict[str, Any]:
+    """The knobs of an LLM's configuration that act on it, as a measurement shows them (others unchanged).
+
+    Left out: the knobs no LLM reads (:data:`NOT_LLM_KNOBS`), and on an
+    observe-only device its knobs pinned to what the card runs (a power limit
+    read, not set): readings, not settings.
+    """
+    if not is_llm(model):
+        return dict(knobs)
+
+    def reading(name: str) -> bool:
+        knob = space.knobs.get(name)
+        return observe_only and knob is not None and knob.group != "runner" and len(knob.values) == 1
+
+    return {k: v for k, v in knobs.items() if k not in NOT_LLM_KNOBS and not reading(k)}
 
 
 def first_config(space: SearchSpace) -> Config:

@@ -118,6 +118,13 @@ def model_base_space(device: Device, model: str | None) -> SearchSpace:
     return llm_space(space) if model is not None and is_llm(model) else space
 
 
+def measure_space(device: Device, model: str, runtime: str = "auto") -> SearchSpace:
+    """The space one configuration of ``model`` is read in (tune measure): the device's, or an LLM's with its pins."""
+    if not is_llm(model):
+        return device.space()
+    return model_space(model_base_space(device, model), model, runtime)
+
+
 def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
     """``space`` with the runner knobs ``model`` leaves no choice in pinned (tuner.models.fixed_knobs)."""
     for name, (value, why) in fixed_knobs(model, runtime, space.knobs).items():
