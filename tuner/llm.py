@@ -42,8 +42,8 @@ STOCK_SAMPLERS = ("auto", "tpe", "gp", "random")
 # more than STOP_RESOLUTION (or the window's --ci, if wider) over STOP_PATIENCE measured configurations, at least
 # STOP_MIN_MEASURED measured (2%: twice the default --ci, a chosen margin for a window of a few hundred queries).
 STOP_RESOLUTION = 0.02
-STOP_PATIENCE = 4
-STOP_MIN_MEASURED = 6
+STOP_PATIENCE = 3
+STOP_MIN_MEASURED = 5
 
 
 def llm_space(space: SearchSpace) -> SearchSpace:

@@ -10,6 +10,7 @@ per rate. What one trial does lives in tuner.objective; the study's answer
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -433,6 +434,12 @@ def _baseline(
         return None
     batch = int(best.user_attrs["batch_size"])
     record = baseline.stored(study, options.baseline, batch)
+    measured = (
+        _measured_default(study, space, batch) if is_llm(options.model) and options.baseline == "default" else None
+    )
+    if record is None and measured is not None:
+        record = baseline.from_trial(measured, options.baseline, baseline.label_of(options.baseline, device, space))
+        baseline.store(study, record)
     if record is None:
         config = baseline.baseline_config(device, space, options.baseline, batch)
         named = baseline.label_of(options.baseline, device, space)
@@ -452,6 +459,20 @@ def _baseline(
     elif study.user_attrs.get(baseline.SPEC_ATTR) != record.spec:
         study.set_user_attr(baseline.SPEC_ATTR, record.spec)
     return record
+
+
+def _measured_default(study: optuna.Study, space: SearchSpace, batch: int) -> optuna.trial.FrozenTrial | None:
+    """An LLM study's trial of the default configuration at ``batch``, whole (not cut), if it ran one.
+
+    An LLM study's first trial is the default at the most sequences (tuner.llm.first_config), so an answer
+    there has its baseline measured already: a Server window is hundreds of generated answers, not run twice.
+    """
+    key = json.dumps(space.effective(space.default_config(batch)).key())
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = t.user_attrs
+        if attrs.get("effective_key") == key and not attrs.get("cut") and "reused_from" not in attrs:
+            return t
+    return None
 
 
 WIDEN = (
