@@ -42,6 +42,7 @@ STOCK_SAMPLERS = ("auto", "tpe", "gp", "random")
 # more than STOP_RESOLUTION (or the window's --ci, if wider) over STOP_PATIENCE measured configurations, at least
 # STOP_MIN_MEASURED measured (2%: twice the default --ci, a chosen margin for a window of a few hundred queries).
 STOP_RESOLUTION = 0.02
+FIRST_GRAPH = "cudagraphs"
 STOP_PATIENCE = 3
 STOP_MIN_MEASURED = 5
 
@@ -101,8 +102,16 @@ def applying_knobs(space: SearchSpace, model: str, knobs: dict[str, Any], observ
 
 
 def first_config(space: SearchSpace) -> Config:
-    """An LLM study's first trial: every knob at its default and the most sequences, the likeliest to keep up."""
-    return space.default_config(space.batch_sizes[-1])
+    """An LLM study's first trial: the likeliest to keep up with the rate, so the study holds an answer from it.
+
+    Every knob at its default, the most sequences, and the library's captured decode where the study searches
+    ``graph`` (an eager step launches every kernel of the model from Python, hundreds a token).
+    """
+    config = space.default_config(space.batch_sizes[-1])
+    graph = space.knobs.get("graph")
+    if graph is not None and "graph" in space.tuned_knobs and FIRST_GRAPH in graph.values:
+        config.knobs["graph"] = FIRST_GRAPH
+    return config
 
 
 def llm_serving_space(space: SearchSpace, settings: WindowSettings) -> SearchSpace:
