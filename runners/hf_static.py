@@ -17,13 +17,19 @@ the first step the library streams (``streamer.put``); a query ends at its
 own output length, reported then, though its row runs on with the batch.
 
 The batches run on one thread kept for the engine's life: the compiled
-graphs are recorded in the thread that first runs them.
+graphs are recorded in the thread that first runs them. PyTorch before
+2.13 keeps its CUDA-graph trees (``reduce-overhead``) in thread-local state
+set up for the importing thread only, and asserts in any other Python
+thread (pytorch/pytorch#123177, fixed by #184357, which sets that state up
+lazily per thread); :func:`graph_trees_for_this_thread` does the same where
+the installed torch does not.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +38,26 @@ import torch
 
 READ_TIMEOUT_S = 0.05
 PAD_ID = 0
+
+
+def graph_trees_for_this_thread() -> None:
+    """Give this thread its own CUDA-graph-tree state where the installed torch would assert instead.
+
+    What #184357's lazy ``_initialize_tls`` does, for a torch without it: a
+    tree manager per device for this thread. A torch that has it (2.13), or
+    no inductor at all, is left alone.
+    """
+    try:
+        from torch._inductor import cudagraph_trees
+    except ImportError:
+        return
+    local = getattr(cudagraph_trees, "local", None)
+    if local is None or hasattr(local, "tree_manager_containers") or hasattr(cudagraph_trees, "_initialize_tls"):
+        return
+    if torch._C._is_key_in_tls("tree_manager_containers"):
+        return
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = defaultdict(threading.Lock)
 
 
 @dataclass
@@ -106,6 +132,7 @@ class StaticGenerate:
         return self._thread.is_alive() and not self._closed.is_set()
 
     def _loop(self) -> None:
+        graph_trees_for_this_thread()
         while not self._closed.is_set():
             try:
                 first = self._queue.get(timeout=READ_TIMEOUT_S)
