@@ -10,7 +10,6 @@ per rate. What one trial does lives in tuner.objective; the study's answer
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -19,24 +18,14 @@ from pathlib import Path
 import optuna
 
 from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
-from tuner import baseline
+from tuner import baseline, llm_study
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
 from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
 from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
-from tuner.llm import (
-    STOP_MIN_MEASURED,
-    STOP_PATIENCE,
-    STOP_RESOLUTION,
-    bounds_label,
-    check_bounds,
-    first_config,
-    llm_sampler,
-    llm_serving_space,
-    llm_space,
-)
+from tuner.llm import bounds_label, check_bounds, llm_sampler, llm_serving_space, llm_space
 from tuner.measure.prompts import load_prompts
 from tuner.measure.settings import WindowSettings
 from tuner.models import check_model, fixed_knobs, model_slug
@@ -332,8 +321,7 @@ def _run_study(
         if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
             warm_start(study, storage, space, options, device)
         if fresh and llm:
-            why = "the default configuration at the most sequences: the answer to beat, from the first trial"
-            study.enqueue_trial(space.params_for(first_config(space)), user_attrs={"proposed_by": "design", "why": why})
+            llm_study.enqueue_first(study, space)
     if options.study_trials is not None:
         study = QuotaStudy(
             study,
@@ -350,13 +338,7 @@ def _run_study(
     target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
     state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
     explorer = Explorer(space, lambda: objective.cache, options.seed)
-    rule = (
-        StopRule(
-            resolution=max(options.window.ci, STOP_RESOLUTION), patience=STOP_PATIENCE, min_measured=STOP_MIN_MEASURED
-        )
-        if llm
-        else StopRule(resolution=options.window.ci)
-    )
+    rule = llm_study.stop_rule(options.window.ci) if llm else StopRule(resolution=options.window.ci)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
@@ -434,12 +416,8 @@ def _baseline(
         return None
     batch = int(best.user_attrs["batch_size"])
     record = baseline.stored(study, options.baseline, batch)
-    measured = (
-        _measured_default(study, space, batch) if is_llm(options.model) and options.baseline == "default" else None
-    )
-    if record is None and measured is not None:
-        record = baseline.from_trial(measured, options.baseline, baseline.label_of(options.baseline, device, space))
-        baseline.store(study, record)
+    if record is None and is_llm(options.model):
+        record = llm_study.measured_baseline(study, device, space, options.baseline, batch)
     if record is None:
         config = baseline.baseline_config(device, space, options.baseline, batch)
         named = baseline.label_of(options.baseline, device, space)
@@ -459,20 +437,6 @@ def _baseline(
     elif study.user_attrs.get(baseline.SPEC_ATTR) != record.spec:
         study.set_user_attr(baseline.SPEC_ATTR, record.spec)
     return record
-
-
-def _measured_default(study: optuna.Study, space: SearchSpace, batch: int) -> optuna.trial.FrozenTrial | None:
-    """An LLM study's trial of the default configuration at ``batch``, whole (not cut), if it ran one.
-
-    An LLM study's first trial is the default at the most sequences (tuner.llm.first_config), so an answer
-    there has its baseline measured already: a Server window is hundreds of generated answers, not run twice.
-    """
-    key = json.dumps(space.effective(space.default_config(batch)).key())
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        attrs = t.user_attrs
-        if attrs.get("effective_key") == key and not attrs.get("cut") and "reused_from" not in attrs:
-            return t
-    return None
 
 
 WIDEN = (
@@ -499,11 +463,7 @@ def _ending(options: RunOptions, measured: int, target: int, exhausted: bool, fa
 
 
 def _early_stop(study: optuna.Study, rule: StopRule, rule_of: Callable = decide) -> str:
-    """Stop when another worker stored a decision, or when this study's trials support one (stored for all).
-
-    ``rule_of`` reads the trials: the strategy's headroom (``decide``) or, for an LLM study's stock sampler, the
-    plateau (``decide_settled``).
-    """
+    """Stop on a decision a worker stored, or one the trials support (``rule_of``: headroom, or an LLM's plateau)."""
     decision = stored_decision(study)
     if decision is None:
         decision = rule_of(study.get_trials(deepcopy=False), rule)
