@@ -200,11 +200,12 @@ class StaticGenerate:
                 over = not session.open.is_set() or all(r.done or r.key in engine._cancelled for r in rows)
                 return torch.full((input_ids.shape[0],), over, dtype=torch.bool, device=input_ids.device)
 
+        # min_new_tokens: the model's own end-of-sequence token (its generation config fills an unset one) is
+        # masked for the whole batch, so no row ends early and every batch runs the same steps.
         config = GenerationConfig(
             max_new_tokens=self.new_tokens,
-            min_new_tokens=1,
+            min_new_tokens=self.new_tokens,
             do_sample=False,
-            eos_token_id=None,
             pad_token_id=PAD_ID,
             cache_implementation="static",
             disable_compile=not self.compiled,
