@@ -154,3 +154,14 @@ def test_an_export_without_token_bounds_keeps_its_digest():
     text = json.dumps(before, sort_keys=True, separators=(",", ":")).encode()
     assert config.content_digest() == hashlib.sha256(text).hexdigest()
     assert "max_ttft_ms" not in config.document()
+
+
+def test_tune_measure_takes_an_llm_s_own_knobs_and_shows_only_those_that_act():
+    args = ["measure", "-m", "llama3.2-1b-random", "-d", "sim:h200", "-b", "1", "--scenario", "singlestream"]
+    code, out, err = in_process(*args, "--set", "kv_cache=static", "--set", "max_batch_tokens=512", "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["config"]["kv_cache"] == "static" and payload["config"]["max_batch_tokens"] == 512
+    assert "channels_last" not in payload["config"] and payload["measurements"][0]["tokens"] is not None
+    code, _, err = in_process(*args, "--set", "kv_cache=ring")
+    assert code == 2 and "kv_cache=ring" in err and "paged, static" in err
