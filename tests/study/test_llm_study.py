@@ -1,6 +1,7 @@
 """An LLM study that ends by itself: the plateau rule, its first trial, its space, its baseline and its export."""
 
 import hashlib
+import importlib.util
 import json
 
 import optuna
@@ -165,3 +166,23 @@ def test_tune_measure_takes_an_llm_s_own_knobs_and_shows_only_those_that_act():
     assert "channels_last" not in payload["config"] and payload["measurements"][0]["tokens"] is not None
     code, _, err = in_process(*args, "--set", "kv_cache=ring")
     assert code == 2 and "kv_cache=ring" in err and "paged, static" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers (powertune[llm])")
+@pytest.mark.skipif(importlib.util.find_spec("mlperf_loadgen") is None, reason="needs LoadGen")
+def test_the_h200_benchmark_reads_a_study_it_stopped_with_sigterm(tmp_path):
+    """benchmarks/llm_h200.py's study section past its cap: SIGTERM, the card restored, the trials read back."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "llm_h200.py"
+    args = [sys.executable, str(script), str(tmp_path), "--cpu", "--section", "study", "--study-cap", "45"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["stopped_by_sigterm"] and payload["rc"] != 0
+    assert payload["trials_completed"] >= 1 and payload["best"] is not None
+    assert payload["trials"][0]["state"] == "COMPLETE" and payload["trials"][0]["j_per_token"]
+    assert (tmp_path / "study-stderr.txt").read_text()
