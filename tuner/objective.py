@@ -180,7 +180,7 @@ class Objective:
             if self._meets(first):
                 if self._clear_win(first, best, key):
                     margin = True
-                    note = "a clear win: one window, confirmed only as a close call"
+                    note = "a clear win: one window (only close calls are confirmed)"
                 elif best is None or first.objective <= float(best.value):
                     # The precision the study asks, or what the first window reached within the longest window.
                     ci = self._confirm_ci()
