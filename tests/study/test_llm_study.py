@@ -186,3 +186,10 @@ def test_the_h200_benchmark_reads_a_study_it_stopped_with_sigterm(tmp_path):
     assert payload["trials_completed"] >= 1 and payload["best"] is not None
     assert payload["trials"][0]["state"] == "COMPLETE" and payload["trials"][0]["j_per_token"]
     assert (tmp_path / "study-stderr.txt").read_text()
+
+
+def test_an_engine_study_has_no_kv_cache_knob():
+    from tuner.engine import engine_space
+
+    space = engine_space(load_space("h200"), "openai://127.0.0.1:9/v1#m")
+    assert KV_CACHE_KNOB not in space.knobs and "max_batch_tokens" not in space.knobs
