@@ -212,7 +212,7 @@ class StaticGenerate:
         )
         with torch.inference_mode():
             self.model.generate(
-                input_ids=batch.to(device),
+                batch.to(device),
                 attention_mask=mask.to(device),
                 generation_config=config,
                 streamer=Stream(),

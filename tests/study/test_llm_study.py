@@ -39,7 +39,7 @@ def trials(*values: float, infeasible: tuple[int, ...] = ()):
 def test_a_best_not_bettered_over_the_last_three_measured_stops_the_study_and_says_it_is_a_plateau():
     decision = decide_settled(trials(1.0, 0.9, 1.2, 0.95, 1.1), RULE)
     assert decision is not None and decision.reason == SETTLED and decision.trial == 4
-    assert "trial (1)" in decision.line and "plateau" in decision.line and "5 configurations" in decision.line
+    assert "best: trial 1" in decision.line and "plateau" in decision.line and "5 configurations" in decision.line
 
 
 def test_a_new_best_in_the_last_three_goes_on_and_a_gain_within_the_resolution_does_not():

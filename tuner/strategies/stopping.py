@@ -122,8 +122,8 @@ def decide_settled(trials: list[optuna.trial.FrozenTrial], rule: StopRule) -> St
     if before is None or float(best.value) < float(before.value) * (1 - rule.resolution):
         return None
     line = (
-        f"the best feasible trial ({best.number}) was not bettered by more than {rule.resolution:.1%} in the last "
-        f"{rule.patience} configurations measured (a plateau); {len(measured)} configurations measured"
+        f"the last {rule.patience} configurations measured bettered the best feasible one before them by "
+        f"{rule.resolution:.1%} or less (a plateau; best: trial {best.number}); {len(measured)} configurations measured"
     )
     return StopDecision(
         reason=SETTLED,
