@@ -53,7 +53,14 @@ def test_too_few_measured_or_nothing_feasible_goes_on():
 
 
 def test_a_first_feasible_answer_inside_the_streak_is_an_improvement():
-    assert decide_settled(trials(1.0, 1.1, 1.2, 1.3, 1.4, infeasible=(0, 1, 2)), RULE) is None
+    assert decide_settled(trials(1.0, 1.1, 1.2, 1.3, 1.4, 1.5, infeasible=(0, 1, 2)), RULE) is None
+
+
+def test_configurations_that_miss_the_bounds_do_not_count_towards_the_streak():
+    misses = trials(1.0, 5.0, 5.0, 5.0, 5.0, 5.0, infeasible=(1, 2, 3, 4, 5))
+    assert decide_settled(misses, RULE) is None  # one feasible answer and nothing to judge it against
+    settled = decide_settled([*misses, trial(6, 1.1), trial(7, 1.2), trial(8, 1.05)], RULE)
+    assert settled is not None and settled.measured == 9 and "met the bounds" in settled.line
 
 
 # The space
