@@ -200,3 +200,10 @@ def test_an_engine_study_has_no_kv_cache_knob():
 
     space = engine_space(load_space("h200"), "openai://127.0.0.1:9/v1#m")
     assert KV_CACHE_KNOB not in space.knobs and "max_batch_tokens" not in space.knobs
+
+
+def test_an_llm_contender_is_confirmed_by_one_repeat_window(tmp_path):
+    payload = _run(tmp_path)
+    study = _study(tmp_path, payload)
+    assert max(len(t.user_attrs.get("windows", [])) for t in study.trials) == 2
+    assert len(study.trials[0].user_attrs["windows"]) == 2  # the first trial is the first contender
