@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import UserError
+from tuner.measure.loadgen_settings import HOLD_S
 from tuner.measure.stopping import QUANTILES
 from tuner.measure.token_tail import TokenTail
 
@@ -19,6 +20,10 @@ SINGLESTREAM_MIN_QUERIES = 64
 SINGLESTREAM_MARGIN = 2.0
 OFFLINE_MIN_QUERIES = 64
 QPS_MARGIN = 1.2
+# Queries a Server cut's hold counts beyond the most a window meeting its bounds has outstanding.
+HOLD_SPARE = 64
+# A hold waits at most this many times the time its count takes to arrive (a busy host issues late), then ends.
+HOLD_WAIT = 3.0
 # Bounds LoadGen is given where the study sets none: far beyond any window, so they never decide its verdict.
 UNBOUNDED_NS = 3600 * 10**9
 
@@ -62,26 +67,55 @@ def _ns(ms: float | None) -> int:
     return UNBOUNDED_NS if ms is None or not math.isfinite(ms) else max(1, int(ms * 1e6))
 
 
-def tail_rule(scenario: str, settings: WindowSettings, ts: Any) -> TokenTail | None:
+def tail_rule(scenario: str, settings: WindowSettings, ts: Any, max_seqs: int, output_tokens: int) -> TokenTail | None:
     """The tail cut of a Server or SingleStream window with a token bound, sized on the most queries it can hold.
 
     Server: its schedule, ``target x window`` plus six standard deviations of
     the Poisson count, or LoadGen's minimum count; SingleStream: its minimum
     count or one and a half times what its window holds at the warm-up's pace.
     Offline hands every query over at once, so TTFT there is queueing by
-    design and no cut applies.
+    design and no cut applies. A Server cut holds arriving queries
+    (tuner.measure.token_tail) where the bounds limit what a window meeting
+    them has outstanding (:func:`_healthy_outstanding`).
     """
     if scenario == "offline" or (settings.max_ttft_ms is None and settings.max_tpot_ms is None):
         return None
-    if scenario == "server":
-        expected = ts.server_target_qps * settings.window_s
-        total = max(ts.min_query_count, math.ceil(expected + 6 * math.sqrt(expected))) + 1
-    else:
-        per_query = max(ts.single_stream_expected_latency_ns / 1e9, 1e-6)
-        total = max(ts.min_query_count, math.ceil(1.5 * settings.window_s / per_query))
-    return TokenTail(
+    tail = TokenTail(
         ttft_s=None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0,
         tpot_s=None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0,
         quantile=QUANTILES.get(settings.percentile, 0.99),
-        total=total,
+        total=0,
     )
+    if scenario == "server":
+        target = ts.server_target_qps
+        expected = target * settings.window_s
+        tail.total = max(ts.min_query_count, math.ceil(expected + 6 * math.sqrt(expected))) + 1
+        healthy = _healthy_outstanding(tail, target, settings.bound_ms, max_seqs, output_tokens)
+        if healthy is not None:
+            tail.hold_queries = math.ceil(healthy + 6 * math.sqrt(healthy)) + 2 * tail.needed + HOLD_SPARE
+            tail.hold_max_s = HOLD_WAIT * tail.hold_queries / target + HOLD_S
+    else:
+        per_query = max(ts.single_stream_expected_latency_ns / 1e9, 1e-6)
+        tail.total = max(ts.min_query_count, math.ceil(1.5 * settings.window_s / per_query))
+    return tail
+
+
+def _healthy_outstanding(
+    tail: TokenTail, target: float, bound_ms: float | None, max_seqs: int, output_tokens: int
+) -> float | None:
+    """The most queries a Server window meeting its bounds has outstanding, on average (None: unbounded).
+
+    At most ``max_seqs`` run; a query waiting to be admitted has no first
+    token, so beyond the few the percentile allows, the queue holds what
+    arrived within the TTFT bound. A query meeting both token bounds, or the
+    query bound, is done within them, so what is outstanding arrived within
+    that time.
+    """
+    most: list[float] = []
+    if tail.ttft_s is not None:
+        most.append(max_seqs + target * tail.ttft_s)
+        if tail.tpot_s is not None:
+            most.append(target * (tail.ttft_s + max(output_tokens - 1, 0) * tail.tpot_s))
+    if bound_ms is not None and math.isfinite(bound_ms):
+        most.append(target * bound_ms / 1000.0)
+    return min(most) if most else None

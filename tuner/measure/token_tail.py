@@ -9,6 +9,12 @@ whose first token came later than the TTFT bound, or that has waited longer
 than it with none, is past it; so is a completed query whose time per output
 token is above the TPOT bound. Nothing the rest of the window does can bring
 the percentile back under, so the window is cut there, as a CNN window is.
+
+A Server window's cut then holds the queries still arriving, uncompleted,
+until LoadGen has ``hold_queries`` outstanding: LoadGen then ends the test
+(``server_max_async_queries``) instead of issuing the rest of its schedule,
+at least 500 queries however early the cut came. A window meeting its
+bounds never has that many outstanding.
 """
 
 from __future__ import annotations
@@ -25,12 +31,17 @@ Times = tuple[float, float, float, int]
 
 @dataclass
 class TokenTail:
-    """The bounds (seconds) a window may be cut on, the percentile's quantile and the most queries it holds."""
+    """The bounds (seconds) a window may be cut on, the percentile's quantile and the most queries it holds.
+
+    ``hold_queries`` (0: no hold) and ``hold_max_s``, its longest wait, size a Server cut's hold.
+    """
 
     ttft_s: float | None
     tpot_s: float | None
     quantile: float
     total: int
+    hold_queries: int = 0
+    hold_max_s: float = 0.0
 
     @property
     def needed(self) -> int:

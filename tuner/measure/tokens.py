@@ -62,6 +62,8 @@ MAX_ATTEMPTS = 2
 WARMUP_TIMEOUT_S = 600.0
 # How often a Server or SingleStream window looks whether its tail is already proven past a bound.
 WATCH_S = 0.02
+# LoadGen has stopped issuing once it is this long without a query while the hold's count is outstanding.
+HOLD_QUIET_S = 0.25
 _KEYS = itertools.count()
 
 
@@ -76,6 +78,10 @@ class _TokenSUT:
         self.queries: dict[int, Query] = {}
         self.lock = threading.Lock()
         self.aborted = False
+        self.holding = False
+        # Queries the runner no longer runs (cancelled at a cut, or held back from it): completed at the release.
+        self.stopped: set[int] = set()
+        self.last_issue = math.nan
         self.cut: tuple[str, int] | None = None
         self.cut_at = math.nan
         self._token = array.array("i", [0])
@@ -91,8 +97,13 @@ class _TokenSUT:
             index = sample.index % len(self.prompts.samples)
             with self.lock:
                 self.queries[key] = Query(sample.id, index, now)
+                self.last_issue = now
+                if self.holding:
+                    self.stopped.add(key)
             if self.aborted:
                 self._complete(key, 1)
+                continue
+            if key in self.stopped:
                 continue
             self.runner.submit(key, self.encoded[index], self.prompts.samples[index].output_tokens)
 
@@ -101,22 +112,39 @@ class _TokenSUT:
 
     def first(self, key: int) -> None:
         query = self.queries.get(key)
-        if query is None or not math.isnan(query.first):
+        if query is None or not math.isnan(query.first) or key in self.stopped:
             return
         query.first = time.monotonic()
         address, _ = self._token.buffer_info()
         self.lg.FirstTokenComplete([self.lg.QuerySampleResponse(query.sample_id, address, self._token.itemsize)])
 
     def done(self, key: int, tokens: int) -> None:
-        self._complete(key, tokens)
+        if key not in self.stopped:
+            self._complete(key, tokens)
+
+    def outstanding(self) -> int:
+        with self.lock:
+            return sum(math.isnan(q.done) for q in self.queries.values())
+
+    def hold(self) -> None:
+        """A cut's hold: the runner drops the running queries and gets no more; LoadGen sees them all outstanding."""
+        with self.lock:
+            self.holding = True
+            running = [key for key, q in self.queries.items() if math.isnan(q.done) and key not in self.stopped]
+            self.stopped.update(running)
+        for key in running:
+            self.runner.cancel(key)
 
     def abort(self) -> None:
         """Complete every running query at once, so LoadGen returns; the runner drops them, later tokens are ignored."""
         self.aborted = True
         with self.lock:
             running = [key for key, q in self.queries.items() if math.isnan(q.done)]
-        for key in running:
+            cancel = [key for key in running if key not in self.stopped]
+            self.stopped.update(running)
+        for key in cancel:
             self.runner.cancel(key)
+        for key in running:
             self._complete(key, 1)
 
     def _complete(self, key: int, tokens: int) -> None:
@@ -145,12 +173,19 @@ def _scenario(name: str) -> str:
     return scenario
 
 
-def warm_up(runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], warmup_s: float) -> tuple[float, float]:
+def warm_up(
+    runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], warmup_s: float, arrivals_qps: float = 0.0
+) -> tuple[float, float]:
     """Run rounds of ``max_seqs`` queries back to back for about ``warmup_s``; return (queries/s, s per query).
 
     At least one round runs, whatever ``warmup_s``: the first of a
     configuration carries one-off costs and says little, so a second round
-    is timed where the time allows. Every round is a safe point for a signal.
+    is timed where the time allows. With ``arrivals_qps`` (a Server window)
+    a last round issues queries at that rate for ``warmup_s``: prompts joining
+    a running batch make steps of shapes a full round never does, and a
+    library with CUDA graphs captures each new shape when it first meets it,
+    which must not happen inside the window. Every round is a safe point for
+    a signal.
     """
     done = threading.Event()
     pending: set[int] = set()
@@ -166,6 +201,26 @@ def warm_up(runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], 
                 if not pending:
                     done.set()
 
+    def submit(key: int, index: int) -> None:
+        with lock:
+            pending.add(key)
+            issued[key] = time.monotonic()
+        runner.submit(
+            key, encoded[index % len(prompts.samples)], prompts.samples[index % len(prompts.samples)].output_tokens
+        )
+
+    def wait(round_start: float) -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+            done.wait(0.05)
+            done.clear()
+            interrupts.check()
+            failed = getattr(runner, "error", "")
+            if failed or time.monotonic() - round_start > WARMUP_TIMEOUT_S:
+                raise UserError(f"the LLM runner did not finish its warm-up: {failed or 'timed out'}")
+
     runner.start(lambda key: None, on_done)
     try:
         started = time.monotonic()
@@ -173,25 +228,22 @@ def warm_up(runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], 
         while rounds < 1 or (time.monotonic() - started < warmup_s and rounds < 8):
             interrupts.check()
             seconds.clear()
-            done.clear()
             round_start = time.monotonic()
             count = min(max_seqs, max(len(prompts.samples), 1)) if rounds else max_seqs
-            keys = [next(_KEYS) for _ in range(count)]
-            with lock:
-                pending.update(keys)
-            for n, key in enumerate(keys):
-                index = (rounds * count + n) % len(prompts.samples)
-                issued[key] = time.monotonic()
-                runner.submit(key, encoded[index], prompts.samples[index].output_tokens)
-            while not done.wait(0.05):
-                interrupts.check()
-                failed = getattr(runner, "error", "")
-                if failed or time.monotonic() - round_start > WARMUP_TIMEOUT_S:
-                    raise UserError(f"the LLM runner did not finish its warm-up: {failed or 'timed out'}")
+            for n in range(count):
+                submit(next(_KEYS), rounds * count + n)
+            wait(round_start)
             elapsed = time.monotonic() - round_start
             rate = count / elapsed if elapsed > 0 else float(count)
             rounds += 1
         per_query = float(np.median(seconds)) if seconds else 1.0 / max(rate, 1e-9)
+        if arrivals_qps > 0:
+            paced_start = time.monotonic()
+            for n in range(max(1, math.ceil(arrivals_qps * warmup_s))):
+                interrupts.check()
+                time.sleep(max(0.0, paced_start + n / arrivals_qps - time.monotonic()))
+                submit(next(_KEYS), n)
+            wait(paced_start)
         return rate, per_query
     finally:
         runner.stop()
@@ -217,11 +269,14 @@ def run_token_window(
     started = time.monotonic()
     runner.configure(dict(settings.options))
     encoded = [runner.encode(sample) for sample in prompts.samples]
-    qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s)
+    arrivals = float(settings.options.get("server_target_qps", 0.0)) if scenario == "server" else 0.0
+    qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s, arrivals)
     warmup_s = time.monotonic() - started
     interrupts.check()
     with atomicfile.private_folder("powertune-loadgen-") as private:
-        window = _run_once(lg, runner, scenario, settings, private, prompts, encoded, qps, per_query, meter, monitors)
+        window = _run_once(
+            lg, runner, scenario, settings, private, prompts, encoded, max_seqs, qps, per_query, meter, monitors
+        )
         attempts = 1
         while _too_short(scenario, window) and attempts < MAX_ATTEMPTS:
             done = len(window.completed)
@@ -230,7 +285,7 @@ def run_token_window(
             if done:
                 per_query = min(per_query, window.duration_s / done) / RETRY_MARGIN
             window = _run_once(
-                lg, runner, scenario, settings, private, prompts, encoded, qps, per_query, meter, monitors
+                lg, runner, scenario, settings, private, prompts, encoded, max_seqs, qps, per_query, meter, monitors
             )
             attempts += 1
         for name in sorted(p.name for p in private.iterdir()):
@@ -261,6 +316,7 @@ def _run_once(
     log_path: Path,
     prompts: PromptSet,
     encoded: list[Any],
+    max_seqs: int,
     qps: float,
     per_query: float,
     meter: Meter | None,
@@ -276,7 +332,9 @@ def _run_once(
     sut = lg.ConstructSUT(sut_state.issue, sut_state.flush)
     qsl = lg.ConstructQSL(QSL_SIZE, QSL_SIZE, _noop, _noop)
     bracket = _Bracket(meter, monitors)
-    tail = tail_rule(scenario, settings, ts)
+    tail = tail_rule(scenario, settings, ts, max_seqs, max(s.output_tokens for s in prompts.samples))
+    if tail is not None and tail.hold_queries:
+        ts.server_max_async_queries = tail.hold_queries
     ended = threading.Event()
     watch = threading.Thread(
         target=_watch, args=(sut_state, tail, bracket, ended), name="powertune-token-tail", daemon=True
@@ -358,13 +416,30 @@ class _Bracket:
 
 
 def _watch(sut: _TokenSUT, tail: TokenTail, bracket: _Bracket, ended: threading.Event) -> None:
-    """Cut the window once its tail is proven past a bound: the bracket closes there and the queries end at once."""
+    """Cut the window once its tail is proven past a bound: the bracket closes there and the queries end.
+
+    Without a hold they end at once; with one (a Server window) once LoadGen
+    has stopped issuing at ``hold_queries`` outstanding, or the hold ran its
+    longest wait.
+    """
     while not ended.wait(WATCH_S):
         found = tail.over(sut.times(), time.monotonic())
         if found is not None:
             sut.cut = found
             bracket.close()
+            if tail.hold_queries:
+                sut.hold()
+                _release_when_stopped(sut, tail, ended)
             sut.abort()
+            return
+
+
+def _release_when_stopped(sut: _TokenSUT, tail: TokenTail, ended: threading.Event) -> None:
+    deadline = time.monotonic() + tail.hold_max_s
+    while not ended.wait(WATCH_S) and not sut.aborted:
+        now = time.monotonic()
+        quiet = now - sut.last_issue >= HOLD_QUIET_S
+        if (quiet and sut.outstanding() >= tail.hold_queries) or now >= deadline:
             return
 
 

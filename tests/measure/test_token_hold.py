@@ -1,0 +1,131 @@
+"""A Server LLM window cut for its tail holds the arriving queries, so LoadGen ends it instead of issuing its schedule.
+
+On the H200 every cut Server window of a study ran LoadGen's whole schedule
+(500 queries at 40 q/s: 12.7 s each) after a cut at about 1 s, because the
+cut completed each arriving query at once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tuner.measure.settings import WindowSettings
+from tuner.measure.token_settings import tail_rule
+
+needs_llm = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None or importlib.util.find_spec("mlperf_loadgen") is None,
+    reason="needs transformers, torch and LoadGen (pip install 'powertune[llm,loadgen]')",
+)
+
+
+class _Ts:
+    """The two TestSettings fields tail_rule reads of a Server window."""
+
+    def __init__(self, qps: float, min_queries: int) -> None:
+        self.server_target_qps = qps
+        self.min_query_count = min_queries
+
+
+def _server(**bounds: float) -> WindowSettings:
+    return WindowSettings(scenario="server", window_s=10.0, options={"server_target_qps": 40.0}, **bounds)
+
+
+def test_the_hold_is_above_what_a_window_meeting_its_bounds_has_outstanding_and_below_its_schedule():
+    tail = tail_rule("server", _server(max_ttft_ms=500.0, max_tpot_ms=30.0), _Ts(40.0, 500), 16, 128)
+    assert tail is not None
+    # 16 running and 20 arriving within the TTFT bound, plus six standard deviations, the overs and the spare.
+    assert 16 + 20 < tail.hold_queries < 500
+    assert tail.hold_max_s == pytest.approx(3.0 * tail.hold_queries / 40.0 + 0.5)
+    # Many sequences: what arrives within TTFT + 127 TPOT bounds it instead.
+    wide = tail_rule("server", _server(max_ttft_ms=500.0, max_tpot_ms=30.0), _Ts(40.0, 500), 512, 128)
+    assert wide is not None and 40 * (0.5 + 127 * 0.03) < wide.hold_queries < 512
+
+
+def test_no_hold_where_nothing_bounds_the_queue():
+    only_tpot = tail_rule("server", _server(max_tpot_ms=30.0), _Ts(40.0, 500), 16, 128)
+    assert only_tpot is not None and only_tpot.hold_queries == 0
+    with_query_bound = tail_rule("server", _server(max_tpot_ms=30.0, bound_ms=2000.0), _Ts(40.0, 500), 16, 128)
+    assert with_query_bound is not None and with_query_bound.hold_queries > 80
+    single = WindowSettings(scenario="singlestream", window_s=10.0, max_ttft_ms=500.0)
+
+    class _Single:
+        min_query_count = 64
+        single_stream_expected_latency_ns = 10**8
+
+    tail = tail_rule("singlestream", single, _Single(), 1, 128)
+    assert tail is not None and tail.hold_queries == 0
+
+
+@needs_llm
+@pytest.mark.slow
+def test_a_cut_server_window_ends_long_before_loadgen_s_schedule(tmp_path: Path):
+    """One sequence at 400 q/s for a 10 s window (4000 queries scheduled): cut, held, ended by LoadGen early."""
+    from fakemeter import ConstantMeter
+
+    from runners import make_runner
+    from tuner.measure.tokens import run_token_window
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"input_tokens": 8, "output_tokens": 4}) + "\n" for _ in range(3)))
+    settings = WindowSettings(
+        scenario="server",
+        window_s=10.0,
+        warmup_s=0.1,
+        prompts=str(prompts),
+        options={"server_target_qps": 400},
+        max_ttft_ms=2.0,
+        max_tpot_ms=50.0,
+    )
+    runner = make_runner("tiny-llm", "cpu")
+    runner.prepare(1, "fp32", {})
+    try:
+        window = run_token_window(runner, 1, settings, tmp_path / "logs", ConstantMeter(watts=10.0))
+    finally:
+        runner.close()
+    assert window.cut_bound == "ttft"
+    tail = tail_rule("server", settings, _Ts(400.0, 4000), 1, 4)
+    assert tail is not None and tail.hold_queries > 0
+    # LoadGen stopped issuing at the hold's count outstanding: far fewer queries than its 4000 were issued.
+    assert len(window.queries) < tail.hold_queries + 2 * 400 < 4000
+    assert all(q.done == q.done for q in window.queries)
+
+
+class _InstantRunner:
+    """Completes every query as it is submitted, recording when each was."""
+
+    def __init__(self) -> None:
+        self.submitted: list[float] = []
+        self._done = None
+
+    def start(self, on_first, on_done) -> None:
+        self._done = on_done
+
+    def submit(self, key: int, encoded: list[int], max_new_tokens: int) -> None:
+        import time
+
+        self.submitted.append(time.monotonic())
+        self._done(key, max_new_tokens)
+
+    def stop(self) -> None:
+        self._done = None
+
+
+def test_a_server_warm_up_ends_with_queries_arriving_at_the_window_s_rate():
+    """Prompts joining a running batch make the step shapes a CUDA-graph library captures: before the window."""
+    from tuner.measure.prompts import load_prompts
+    from tuner.measure.tokens import warm_up
+
+    prompts = load_prompts(None)
+    runner = _InstantRunner()
+    encoded = [[1, 2, 3]] * len(prompts.samples)
+    warm_up(runner, 4, prompts, encoded, 0.1, arrivals_qps=100.0)
+    assert len(runner.submitted) >= 4 + 10
+    # The paced round's query n is issued no earlier than n / 100 s after it began, after the last full round's.
+    assert runner.submitted[-1] - runner.submitted[-11] >= 9 / 100.0
+    burst = _InstantRunner()
+    warm_up(burst, 4, prompts, encoded, 0.0)
+    assert len(burst.submitted) == 4
