@@ -207,3 +207,22 @@ def test_an_llm_contender_is_confirmed_by_one_repeat_window(tmp_path):
     study = _study(tmp_path, payload)
     assert max(len(t.user_attrs.get("windows", [])) for t in study.trials) == 2
     assert len(study.trials[0].user_attrs["windows"]) == 2  # the first trial is the first contender
+
+
+def test_an_llm_table_leaves_out_channels_last_and_an_observe_only_card_s_readings():
+    from tuner.llm import hidden_knobs
+
+    config = {"power_limit_w": 700, "channels_last": False, "precision": "bf16", "kv_cache": "paged", "engine:x": 1}
+    record = {"config": config, "j_per_token": 0.1}
+    assert hidden_knobs(record, observe_only=True) == {"power_limit_w": 700, "channels_last": False}
+    assert hidden_knobs(record, observe_only=False) == {"channels_last": False}
+    assert hidden_knobs({"config": config}, observe_only=True) == {}  # a CNN's record shows every knob
+
+
+def test_tune_run_s_table_of_an_llm_has_no_channels_last_column(tmp_path):
+    args = ["run", "--model", "llama3.2-1b-random", "--device", "sim:h200", "--scenario", "server"]
+    args += ["--target-qps", "40", "--max-ttft", "500ms", "--max-tpot", "30ms", "--seed", "1", "--trials", "6"]
+    code, out, err = in_process(*args, "--out", str(tmp_path / "studies"))
+    assert code == 0, err
+    table = out[out.index("recommended for") :]
+    assert "channe" not in table and "precis" in table
