@@ -273,6 +273,34 @@ BOARDS["orin-nx"] = {
     "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
     "zones": {"CPU-therm": 42.0, "GPU-therm": 41.0, "CV0-therm": -256.0, "SOC0-therm": 41.5, "tj-therm": 43.0},
 }
+# Orin Nano 8 GB under JetPack 6.2's Super conf: NVIDIA's nvpmodel_p3767_0003_super.conf (2024; the copy in
+# github.com/LineageOS/android_device_nvidia_concord nvpmodel/, commit 370b63a8, default 1): 15W, 25W and
+# MAXN_SUPER, TPC_PG_MASK 240 in each, one CPU_A78_<n> CLOCK section per core (not per cluster, unlike the stock
+# conf), EMC -1 in MAXN_SUPER. 7W as id 3 is what later Super confs list (nvpmodel -q and conf fixtures of
+# 36.4.x boards in public tooling); its lines are the stock nvpmodel_p3767_0003.conf's 7W (same copy: 4 cores,
+# CPU 960000 kHz, GPU 408 MHz, EMC 2133 MHz, TPC_PG_MASK 252), no Super conf text with 7W having been found.
+# The board tells it is a Super as a real one does (tuner.devices.jetson.board.is_super): the compatible string of
+# the -super board config ("nvidia,p3768-0000+p3767-0005-super" first, as on a devkit moved to the Super identity
+# in NVIDIA forum thread "25w and MAXN SUPER not seen in jetpack 7.2") and /etc/nvpmodel.conf linked to the
+# _super conf (which public scripts pick for p3767-0003 and -0005 alike). Tops: CPU 1728 MHz, GPU 1020 MHz, EMC
+# 3199 MHz (the Super devkit's published maxima); model string as such a board's /proc/device-tree/model reads.
+BOARDS["orin-nano-super"] = {
+    **BOARDS["orin-nano"],
+    "conf": "nvpmodel_p3767_0003_super.conf",
+    "model": "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
+    "compatible": b"nvidia,p3768-0000+p3767-0005-super\0nvidia,p3767-0005\0nvidia,tegra234\0",
+    "cpu_khz": [f for f in _A78AE_KHZ if f <= 1728000],
+    "emc_khz": [204000, 665600, 2133000, 3199000],
+    "grid": [306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000, 1020000000],
+    "per_core_cpu_params": True,
+    "modes": [
+        (0, "15W", 6, 1497600, 612000000, 2133000000, 240),
+        (1, "25W", 6, 1344000, 918000000, 3199000000, 240),
+        (2, "MAXN_SUPER", 6, -1, -1, -1, 240),
+        (3, "7W", 4, 960000, 408000000, 2133000000, 252),
+    ],
+    "default_mode": 1,
+}
 _CARMEL_KHZ = [f for f in _A78AE_KHZ if f <= 2188800] + [2265600]
 _TX2_KHZ = [345600, 499200, 652800, 806400, 960000, 1113600, 1267200, 1420800, 1574400, 1728000, 1881600, 2035200]
 
@@ -949,8 +977,10 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
     def gpu0(leaf: str) -> Any:
         return lambda lay: f"/{lay['parent']}/gpu.0/{leaf}"
 
+    # One CLOCK section per cluster (named from its first core's cpufreq folder), or per core as the Super conf has
+    clusters = [[c] for c in range(cpus)] if board.get("per_core_cpu_params") else board["clusters"]
     params = board.get("cpu_param", "CPU_A78_{index}")
-    names = params if isinstance(params, list) else [params.format(index=i) for i in range(len(board["clusters"]))]
+    names = params if isinstance(params, list) else [params.format(index=i) for i in range(len(clusters))]
     dlas = _dla_count(board)
     out = ["# fake nvpmodel.conf: NVIDIA's PARAM / POWER_MODEL / PM_CONFIG format", ""]
     out.append("< PARAM TYPE=FILE NAME=CPU_ONLINE >")
@@ -959,7 +989,7 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
         out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", *both("TPC_PG_MASK", gpu0("tpc_pg_mask"))]
     out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >", *both("GPU_PWR_CNTL_EN", gpu0("power/control"))]
     out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >", *both("GPU_PWR_CNTL_DIS", gpu0("power/control"))]
-    for name, cluster in zip(names, board["clusters"], strict=True):
+    for name, cluster in zip(names, clusters, strict=True):
         base = f"/sys/devices/system/cpu/cpu{cluster[0]}/cpufreq"
         out += ["", f"< PARAM TYPE=CLOCK NAME={name} >"]
         out += [f"FREQ_TABLE {base}/scaling_available_frequencies", f"MAX_FREQ {base}/scaling_max_freq"]
@@ -974,13 +1004,13 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
         out += [*both("MAX_FREQ", lambda lay, core=core: f"/{_dla_cap(lay, core)}"), ""]
     for mode_id, name, cores, cpu_max, gpu_max, emc_cap, tpc in board["modes"]:
         online = cores if isinstance(cores, list) else list(range(cores))
-        caps = cpu_max if isinstance(cpu_max, list) else [cpu_max] * len(board["clusters"])
+        caps = cpu_max if isinstance(cpu_max, list) else [cpu_max] * len(clusters)
         out.append(f"< POWER_MODEL ID={mode_id} NAME={name} >")
         out += [f"CPU_ONLINE CORE_{c} {1 if c in online else 0}" for c in range(cpus)]
         if tpc is not None:
             out += [f"TPC_POWER_GATING TPC_PG_MASK {tpc}"]
         out += ["GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on"]
-        for param, cluster, cap in zip(names, board["clusters"], caps, strict=True):
+        for param, cluster, cap in zip(names, clusters, caps, strict=True):
             if cap is not None and set(cluster) & set(online):
                 out += [f"{param} MIN_FREQ {board['cpu_min_khz']}", f"{param} MAX_FREQ {cap}"]
         out += ["GPU MIN_FREQ 0", f"GPU MAX_FREQ {gpu_max}", "GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto"]

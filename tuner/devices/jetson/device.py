@@ -74,6 +74,7 @@ DEVICE_KINDS = {
     "orin": "orin-agx",
     "orin-agx": "orin-agx",
     "orin-nano": "orin-nano",
+    "orin-nano-super": "orin-nano-super",
     "orin-nx": "orin-nx",
     "xavier": "xavier-agx",
     "xavier-agx": "xavier-agx",
@@ -426,7 +427,8 @@ class JetsonDevice(ConfigApplier):
 
 
 def jetson_device(name: str, **kwargs: Any) -> JetsonDevice:
-    """The device a user named (``orin``, ``orin-nano``, ``orin-nx``, ``xavier``, ``tx2``, or a space's kind)."""
+    """The device a user named (``orin``, ``orin-nano``, ``orin-nano-super``, ``orin-nx``, ``xavier``, ``tx2``, or a
+    space's kind)."""
     if name not in DEVICE_KINDS:
         raise UserError(f"unknown Jetson device {name!r}: choose from {', '.join(DEVICE_KINDS)}")
     return JetsonDevice(DEVICE_KINDS[name], name=name, **kwargs)
