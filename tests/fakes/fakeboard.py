@@ -115,9 +115,12 @@ What it lays out:
   nvpmodel_p3767_0000.conf modes, and an AGX Xavier and a TX2 on L4T 32
   (``layout="l4t32"``); where each table comes from is said beside it.
 
-What it does not model: the EMC rate moving by itself (it stays where written), DVFS below the max
-while a governor idles, and a thermal cap that lowers the devfreq ``max_freq`` read-back (a cooling
-device does that through PM QoS; soctherm's hardware throttling, modelled here, does not).
+- Thermal caps through cooling devices (:meth:`FakeBoard.thermal_cap`): unlike soctherm's throttling,
+  the devfreq and cpufreq cooling devices lower what ``max_freq`` and ``scaling_max_freq`` read back
+  while their ``cur_state`` is above 0, and the user's request comes back when it returns to 0.
+
+What it does not model: the EMC rate moving by itself (it stays where written) and DVFS below the max
+while a governor idles.
 """
 
 from __future__ import annotations
@@ -852,6 +855,16 @@ class FakeBoard:
         """
         fakekernel.throttle(self.root, gpu_hz=gpu_hz, cpu_khz=cpu_khz, dla_hz=dla_hz, oc_events=oc_events)
 
+    def thermal_cap(self, gpu_hz: int | None = None, cpu_khz: int | None = None) -> None:
+        """Cap the GPU and CPU limits through their cooling devices; no arguments: lift the cap.
+
+        Unlike :meth:`throttle`, the limits read back lowered (devfreq ``max_freq``, cpufreq
+        ``scaling_max_freq``), the user's request is kept and comes back when the cap lifts
+        (tests/fakes/fakekernel.py says where each rule comes from). Linux's devfreq and cpufreq
+        cooling devices do this wherever a thermal zone's cooling map names them.
+        """
+        fakekernel.thermal_cap(self.root, gpu_hz=gpu_hz, cpu_khz=cpu_khz)
+
     def oc_events(self) -> int:
         """The instantaneous over-current count (read without counting it as time passing)."""
         for hwmon in (self.root / "sys/class/hwmon").iterdir():
@@ -931,6 +944,26 @@ def _write(path: Path, value: object) -> None:
 def _link(path: Path, target: Path | str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.relpath(target, path.parent) if isinstance(target, Path) else target, path)
+
+
+def _cooling_devices(root: Path, board: dict[str, Any], layout: str) -> None:
+    """The fan and the clock cooling devices, idle (``cur_state`` 0), where the thermal class lists them.
+
+    ``/sys/class/thermal/cooling_deviceN`` links to ``/sys/devices/virtual/thermal/cooling_deviceN`` with
+    ``type``, ``cur_state`` and ``max_state``. The GPU's is named ``devfreq-17000000.gpu`` from Linux 5.12
+    (drivers/thermal/devfreq_cooling.c "devfreq-%s" with the device's name; L4T 36 runs 5.15) and
+    ``thermal-devfreq-0`` before (L4T 35's 5.10, L4T 32's 4.9), each cluster's ``cpufreq-cpu<first>``
+    (cpufreq_cooling.c); the fan is ``pwm-fan``. :meth:`FakeBoard.thermal_cap` moves their states.
+    """
+    gpu = "devfreq-17000000.gpu" if layout.startswith("l4t36") else "thermal-devfreq-0"
+    kinds = [("pwm-fan", 3), (gpu, len(board.get("grid") or NANO_GRID) - 1)]
+    kinds += [(f"cpufreq-cpu{cluster[0]}", len(board["cpu_khz"]) - 1) for cluster in board["clusters"]]
+    for number, (kind, top) in enumerate(kinds):
+        device = root / "sys/devices/virtual/thermal" / f"cooling_device{number}"
+        _write(device / "type", kind)
+        _write(device / "cur_state", 0)
+        _write(device / "max_state", top)
+        _link(root / "sys/class/thermal" / device.name, device)
 
 
 def _oc_hwmon(root: Path, rng: random.Random) -> None:
@@ -1195,6 +1228,7 @@ def make_fake_board(
             _write(root / folder / "in7_input", 0)
             _write(root / folder / "curr4_input", 0)
 
+    _cooling_devices(root, board, layout)
     for index, (zone, celsius) in enumerate(board["zones"].items()):
         folder = root / f"sys/class/thermal/thermal_zone{index}"
         _write(folder / "type", zone)
