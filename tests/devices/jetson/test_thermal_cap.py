@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from clirun import in_process
-from fakeboard import FakeBoard, make_fake_board, quick_window
+from fakeboard import FakeBoard, board_export, make_fake_board, quick_window
 
 from tuner.devices.jetson import JetsonDevice, sysfs
 
@@ -54,6 +55,11 @@ def test_a_run_started_under_a_cap_is_refused_before_the_capped_limits_are_saved
     code, _stdout, stderr = in_process(*run)
     assert code == 2, stderr
     assert "thermal cap is in force" in stderr and "devfreq-17000000.gpu" in stderr and "nothing was changed" in stderr
+    export = tmp_path / "best.yaml"
+    knobs = {"nvpmodel": "MAXN", "gpu_mhz": 612, "emc_mhz": 3199, "cpu_cores": 12, "cpu_mhz": 2201.6}
+    export.write_text(yaml.safe_dump(board_export(knobs)))
+    code, _stdout, stderr = in_process("apply", str(export))
+    assert code == 2 and "thermal cap is in force" in stderr, stderr
     journal = tmp_path / "state" / "journal"
     assert not journal.exists() or not list(journal.glob("*.json"))
     board.thermal_cap()
