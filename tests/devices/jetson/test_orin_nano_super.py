@@ -46,10 +46,16 @@ def test_a_super_is_told_by_its_compatible_string_or_its_conf(tmp_path: Path) ->
     assert detect_kind(nano.root) == "orin-nano"
     with pytest.raises(UserError, match=r"Orin Nano \(orin-nano\).*--device orin-nano\b"):
         JetsonDevice("orin-nano-super", sysfs_root=nano.root, nvpmodel=str(nano.nvpmodel))
-    # linked back to the stock conf (as a non-Super boot links it): the stock kind again
+    # the Super conf copied over /etc/nvpmodel.conf (as public setup notes do): its MAXN_SUPER mode says so
     link = board.root / "etc/nvpmodel.conf"
+    text = (board.root / "etc/nvpmodel/nvpmodel_p3767_0003_super.conf").read_text()
+    os.remove(link)
+    link.write_text(text)
+    assert detect_kind(board.root) == "orin-nano-super"
+    # linked back to the stock conf (as a non-Super boot links it): the stock kind again
     os.remove(link)
     os.symlink("/etc/nvpmodel/nvpmodel_p3767_0003.conf", link)
+    (board.root / "etc/nvpmodel/nvpmodel_p3767_0003.conf").write_text(text.replace("MAXN_SUPER", "MAXN"))
     assert detect_kind(board.root) == "orin-nano"
 
 

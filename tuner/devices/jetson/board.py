@@ -234,17 +234,23 @@ def detect_kind(root: Path) -> str | None:
 def is_super(root: Path, compatible: str) -> bool:
     """Whether an Orin Nano runs JetPack 6.2's Super modes (the same module: a firmware and conf unlock).
 
-    Two signs, either enough: the device tree flashed from the ``-super`` board config names the
-    module ``p3767-000N-super`` first in its compatible string (``nvidia,p3768-0000+p3767-0005-super``
-    on a devkit moved to the Super identity, a public write-up of NVIDIA forum thread "25w and MAXN
-    SUPER not seen in jetpack 7.2"); and /etc/nvpmodel.conf, which the boot re-links from that
-    identity, resolves to ``nvpmodel_p3767_000N_super.conf`` (the conf that carries 25W and
-    MAXN_SUPER; LineageOS android_device_nvidia_concord ships it beside the stock one).
+    Any of three signs: the device tree flashed from the ``-super`` board config names the module
+    ``p3767-000N-super`` first in its compatible string (``nvidia,p3768-0000+p3767-0005-super`` on a
+    devkit moved to the Super identity, a public write-up of NVIDIA forum thread "25w and MAXN SUPER
+    not seen in jetpack 7.2"); /etc/nvpmodel.conf, which the boot re-links from that identity,
+    resolves to ``nvpmodel_p3767_000N_super.conf`` (the conf that carries 25W and MAXN_SUPER;
+    LineageOS android_device_nvidia_concord ships it beside the stock one); or the conf nvpmodel reads
+    has a MAXN_SUPER mode (public setup notes copy the Super conf over /etc/nvpmodel.conf instead).
     """
     if re.search(r"p3767-000[345]-super", compatible):
         return True
     conf = conf_path(root)
-    return conf is not None and re.fullmatch(r"nvpmodel_p3767_000[345]_super\.conf", conf.name) is not None
+    if conf is None:
+        return False
+    if re.fullmatch(r"nvpmodel_p3767_000[345]_super\.conf", conf.name):
+        return True
+    modes, _default, _path = read_modes(root)
+    return any(m.name == "MAXN_SUPER" for m in modes)
 
 
 def board_title(root: Path) -> str:
