@@ -108,7 +108,9 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
 # An LLM runner's prepare() options (besides precision; the batch size is its most concurrent sequences), and
 # the window settings it takes in configure(). A device space's CNN knob (channels_last) reaches it and changes nothing.
 LLM_OPTIONS = ("graph", "channels_last")
-LLM_WINDOW_OPTIONS = ("max_batch_tokens",)
+LLM_WINDOW_OPTIONS = ("max_batch_tokens", "kv_cache")
+# kv_cache: "paged" (transformers' continuous batching) or "static" (its generate over a static cache: hf_static).
+KV_CACHES = ("paged", "static")
 # Tokens one continuous-batching step holds unless the window says (the library would size it from free memory).
 DEFAULT_BATCH_TOKENS = 2048
 LLM_GRAPHS = ("eager", "cudagraphs", "compile")

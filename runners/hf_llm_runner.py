@@ -15,7 +15,11 @@ Knobs: the batch size is the most sequences in the running batch
 (``max_requests_per_batch``); ``precision`` the weights' and activations'
 dtype; ``graph`` eager, ``cudagraphs`` (the library captures its decode and
 prefill steps as CUDA graphs) or ``compile`` (its torch.compile path, level
-1, over those graphs); ``max_batch_tokens`` the tokens one step holds. A
+1, over those graphs); the window's ``max_batch_tokens`` the tokens one
+step holds, and its ``kv_cache``: ``paged`` (continuous batching) or
+``static``, the library's ``generate`` over its static KV cache, its decode
+compiled unless ``graph=eager`` (runners.hf_static: static batches, the
+library's fastest path for few sequences). A
 configuration's manager (KV cache, captured graphs) is built on the first
 window after prepare() and kept for every later window of it, so a window
 never pays for a capture or a compile.
@@ -38,7 +42,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners.base import DEFAULT_BATCH_TOKENS, LLM_GRAPHS, LLM_OPTIONS, LLM_WINDOW_OPTIONS, PRECISIONS, Done, FirstToken
+from runners.base import (
+    DEFAULT_BATCH_TOKENS,
+    KV_CACHES,
+    LLM_GRAPHS,
+    LLM_OPTIONS,
+    LLM_WINDOW_OPTIONS,
+    PRECISIONS,
+    Done,
+    FirstToken,
+)
+from runners.hf_static import StaticGenerate
 from runners.llm_spec import LlmSpec
 from runners.torch_runner import DTYPES, _parse_device, gpu_uuid
 from tuner.errors import UserError
@@ -79,6 +93,14 @@ def check_llm_settings(batch_size: int, precision: str, options: dict[str, Any],
     # channels_last (a device space's knob for CNNs) changes only 2-D convolutions, which an LLM has none of:
     # whatever its value, the LLM runs the same (a study pins it; tune measure may pass the space's default).
     return LlmSettings(batch_size, precision, graph)
+
+
+def check_kv_cache(options: dict[str, Any]) -> str:
+    """The window's ``kv_cache`` (``paged`` unless it says), checked."""
+    kv_cache = str(options.get(LLM_WINDOW_OPTIONS[1], KV_CACHES[0]))
+    if kv_cache not in KV_CACHES:
+        raise UserError(f"unknown kv_cache {kv_cache!r}: use one of {', '.join(KV_CACHES)}")
+    return kv_cache
 
 
 def check_batch_tokens(options: dict[str, Any]) -> int | None:
@@ -134,6 +156,7 @@ class HfLlmRunner:
         self._dtype: torch.dtype | None = None
         self._settings: LlmSettings | None = None
         self._batch_tokens: int | None = None
+        self._kv_cache = KV_CACHES[0]
         self._manager: Any = None
         self._sized: tuple[int, int] = (0, 0)
         self._longest = (1, 1)
@@ -142,9 +165,15 @@ class HfLlmRunner:
         self._reader: threading.Thread | None = None
         self._reading = threading.Event()
         self._first_seen: set[str] = set()
-        self.error = ""
+        self._error = ""
         # The library warns, once per manager, of fast paths this device lacks (flash attention): not the user's to fix.
         logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
+
+    @property
+    def error(self) -> str:
+        """The first failure of the library's loop in this session ("" while none)."""
+        static = self._manager.error if isinstance(self._manager, StaticGenerate) else ""
+        return self._error or static
 
     @property
     def vocab_size(self) -> int:
@@ -158,20 +187,24 @@ class HfLlmRunner:
         dtype = DTYPES[settings.precision]
         if self._dtype != dtype:
             self._drop_manager()
-            self._model = None
-            self._free()
-            self._model = build_model(self.spec, dtype, self._device)
+            if self._model is not None and not self.spec.has_weights:
+                # Random weights mean nothing: cast them (milliseconds) rather than draw a new model (seconds).
+                self._model = self._model.to(dtype)
+            else:
+                self._model = None
+                self._free()
+                self._model = build_model(self.spec, dtype, self._device)
             self._dtype = dtype
         if settings != self._settings:
             self._drop_manager()
             self._settings = settings
 
     def configure(self, options: dict[str, Any]) -> None:
-        """Take the window's ``max_batch_tokens``; a new value rebuilds the manager at the next start."""
-        tokens = check_batch_tokens(options)
-        if tokens != self._batch_tokens:
+        """Take the window's ``max_batch_tokens`` and ``kv_cache``; a new value rebuilds the manager at next start."""
+        tokens, kv_cache = check_batch_tokens(options), check_kv_cache(options)
+        if (tokens, kv_cache) != (self._batch_tokens, self._kv_cache):
             self._drop_manager()
-            self._batch_tokens = tokens
+            self._batch_tokens, self._kv_cache = tokens, kv_cache
 
     def encode(self, sample: Any) -> list[int]:
         """A prompt's token ids: its text through the model's tokenizer (bytes where it has none), or random ids.
@@ -201,8 +234,12 @@ class HfLlmRunner:
         if self._manager is None or self._longest[0] > self._sized[0] or self._longest[1] > self._sized[1]:
             self._drop_manager()
             self._manager = self._new_manager(self._settings)
+        if isinstance(self._manager, StaticGenerate):
+            self._error = ""
+            self._manager.start(on_first, on_done)
+            return
         self._first_seen = set()
-        self.error = ""
+        self._error = ""
         self._reading.set()
         self._reader = threading.Thread(
             target=self._read, args=(on_first, on_done), name="powertune-llm-read", daemon=True
@@ -211,18 +248,25 @@ class HfLlmRunner:
 
     def submit(self, key: int, encoded: list[int], max_new_tokens: int) -> None:
         """Queue one query; the manager admits it into the running batch when a sequence slot frees."""
+        if isinstance(self._manager, StaticGenerate):
+            self._manager.submit(key, encoded, max_new_tokens)
+            return
         self._manager.add_request(
             list(encoded), request_id=str(key), max_new_tokens=int(max_new_tokens), streaming=True, eos_token_id=-1
         )
 
     def cancel(self, key: int) -> None:
         """Drop one query from the running batch (or the queue): its cache pages go back to the library."""
-        if self._manager is not None:
+        if isinstance(self._manager, StaticGenerate):
+            self._manager.cancel(key)
+        elif self._manager is not None:
             self._manager.cancel_request(str(key))
 
     def stop(self) -> None:
         """End the session: the reader stops; the manager (cache, graphs) stays for the next window."""
         self._reading.clear()
+        if isinstance(self._manager, StaticGenerate):
+            self._manager.stop()
         if self._reader is not None:
             self._reader.join()
             self._reader = None
@@ -236,9 +280,10 @@ class HfLlmRunner:
     def describe(self) -> dict[str, Any]:
         """What runs, for a trial's record: the library's batching, cache and graph settings."""
         settings = self._settings
+        static = self._kv_cache == "static"
         return {
-            "llm_runtime": "transformers-continuous-batching",
-            "kv_cache": "paged",
+            "llm_runtime": "transformers-generate-static" if static else "transformers-continuous-batching",
+            "kv_cache": self._kv_cache,
             "max_seqs": None if settings is None else settings.max_seqs,
             "graph": None if settings is None else settings.graph,
             "max_batch_tokens": self._batch_tokens,
@@ -251,7 +296,7 @@ class HfLlmRunner:
             result = manager.get_result(timeout=READ_TIMEOUT_S)
             if result is None:
                 if not manager.is_running() and self._reading.is_set():
-                    self.error = self.error or "the continuous batching loop stopped"
+                    self._error = self._error or "the continuous batching loop stopped"
                     return
                 continue
             key = result.request_id
@@ -261,10 +306,14 @@ class HfLlmRunner:
             if result.is_finished():
                 self._first_seen.discard(key)
                 if result.error is not None:
-                    self.error = self.error or str(result.error).splitlines()[0]
+                    self._error = self._error or str(result.error).splitlines()[0]
                 on_done(int(key), len(result.generated_tokens))
 
     def _new_manager(self, settings: LlmSettings) -> Any:
+        if self._kv_cache == "static":
+            self._sized = self._longest
+            compiled = settings.graph != "eager"
+            return StaticGenerate(self._loaded(), settings.max_seqs, *self._longest, compiled=compiled)
         from transformers import GenerationConfig
         from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -301,7 +350,11 @@ class HfLlmRunner:
         return manager
 
     def _drop_manager(self) -> None:
-        if self._manager is not None:
+        if isinstance(self._manager, StaticGenerate):
+            self._manager.close()
+            self._manager = None
+            self._sized = (0, 0)
+        elif self._manager is not None:
             self._manager.stop(block=True, timeout=10)
             self._manager.destroy()
             self._manager = None

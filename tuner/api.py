@@ -33,8 +33,9 @@ from tuner.models import check_model
 from tuner.plumbing.units import parse_latency_ms
 from tuner.records import trial_record
 from tuner.run_options import RunOptions
+from tuner.scenario import split
 from tuner.space import Config, KnobValue
-from tuner.study import StudyRequest, TrialCallback, tune_study
+from tuner.study import StudyRequest, TrialCallback, measure_space, tune_study
 from tuner.study import StudyResult as RunReport
 from tuner.sweep import measure_repeats
 
@@ -234,7 +235,7 @@ def tune(
     )
 
 
-def configuration(device: Device, config: Config | Mapping[str, KnobValue]) -> Config:
+def configuration(device: Device, config: Config | Mapping[str, KnobValue], model: str | None = None) -> Config:
     """The configuration a device runs for ``config``: knobs not named at their default, the mode's caps applied.
 
     Args:
@@ -248,13 +249,16 @@ def configuration(device: Device, config: Config | Mapping[str, KnobValue]) -> C
     Raises:
         ConfigurationError: an unknown knob, a value the device does not offer, a batch size it does not list.
 
+    Given ``model``, a causal LM's configuration is read in its space (tuner.study.measure_space: the LLM
+    runner's knobs, ``kv_cache`` and ``max_batch_tokens`` among them, channels_last pinned).
+
     Example:
         >>> import tuner
         >>> board = tuner.open_device("sim:orin")
         >>> tuner.configuration(board, {"batch_size": 8}).batch_size
         8
     """
-    space = device.space()
+    space = device.space() if model is None else measure_space(device, model)
     if not isinstance(config, Config):
         knobs = dict(config)
         batch_size = knobs.pop("batch_size", None)
@@ -285,7 +289,9 @@ def measure_repeats_of(
     settings = _window(window)
     check_meter(settings.meter, dev.name)
     check_model(model, settings.runtime, dev.simulated, dev)
-    return measure_repeats(dev, model, configuration(dev, config), settings, repeat)
+    hardware, serving = split(configuration(dev, config, model))
+    settings = settings.model_copy(update={"options": {**settings.options, **serving}})
+    return measure_repeats(dev, model, hardware, settings, repeat)
 
 
 def measure(model: str, device: str | Device, config: Config | Mapping[str, KnobValue], **window: Any) -> Measurement:

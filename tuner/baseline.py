@@ -175,6 +175,22 @@ def measure(
     )
 
 
+def from_trial(trial: optuna.trial.FrozenTrial, text: str | None, label: str) -> BaselineRecord:
+    """A baseline read from a completed, uncut trial that ran its very configuration (that trial's figures)."""
+    attrs = trial.user_attrs
+    figures = {key: float(attrs[key]) for key in (*FIGURES, *TOKEN_KEYS) if isinstance(attrs.get(key), int | float)}
+    return BaselineRecord(
+        spec=spec_key(text),
+        label=label,
+        batch_size=int(attrs["batch_size"]),
+        config=dict(attrs.get("effective") or {}),
+        valid=True,
+        figures=figures,
+        meter=str(attrs.get("meter", "")),
+        twin=bool(attrs.get("twin", False)),
+    )
+
+
 def _token_figures(m: Measurement) -> dict[str, float]:
     """An LLM baseline's token figures (J per output token, TTFT, TPOT), which its study's answer is judged on."""
     return {} if m.tokens is None else {key: float(getattr(m.tokens, key)) for key in TOKEN_KEYS}

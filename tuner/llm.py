@@ -3,7 +3,8 @@
 A causal LM (runners.llm_spec) is tuned for energy per output token under
 bounds on TTFT and TPOT (and, optionally, the per-query latency). Its space
 is the device's with the LLM runner's knobs: precision and graph as the
-device offers them (less what transformers does not run: int8), and on a GPU
+device offers them (less what transformers does not run: int8; on a GPU the
+16-bit precisions only), and on a GPU
 ``max_batch_tokens``, the tokens one continuous-batching step holds (how
 long prompts are chunked), which travels to the window as a serving knob.
 The batch size is the most sequences in the running batch. Server has no
@@ -14,35 +15,53 @@ every step.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from runners.base import DEFAULT_BATCH_TOKENS, LLM_GRAPHS, LLM_WINDOW_OPTIONS
+from runners.base import DEFAULT_BATCH_TOKENS, KV_CACHES, LLM_GRAPHS, LLM_WINDOW_OPTIONS
 from runners.llm_spec import is_llm
 from tuner.errors import ConfigurationError
+from tuner.knobs import Config
 from tuner.measure.settings import WindowSettings
 from tuner.plumbing.units import format_ms
 from tuner.space import Knob, SearchSpace
 
 BATCH_TOKENS_KNOB = LLM_WINDOW_OPTIONS[0]
+KV_CACHE_KNOB = LLM_WINDOW_OPTIONS[1]
 BATCH_TOKENS = [256, 512, 1024, 2048, 4096]
 LLM_PRECISIONS = ("fp32", "fp16", "bf16")
+# On a GPU an LLM is searched in 16 bits: every decode step reads each weight once, so fp32 reads twice the bytes of
+# either for the same tokens (a --space file offering only fp32 still runs it).
+HALF_PRECISIONS = ("fp16", "bf16")
+# Knobs of a device space that no LLM runner reads: channels_last changes only 2-D convolutions (pinned in a study).
+NOT_LLM_KNOBS = ("channels_last",)
 # The learned strategy models energy per query and query latency; an LLM study is searched by a stock
 # constrained sampler, which sees every named constraint (latency, ttft, tpot).
 LLM_SAMPLER = "tpe"
 STOCK_SAMPLERS = ("auto", "tpe", "gp", "random")
+# When an LLM study's answer is known (tuner.strategies.stopping.decide_settled): the best J/token not bettered by
+# more than STOP_RESOLUTION (or the window's --ci, if wider) over STOP_PATIENCE measured configurations, at least
+# STOP_MIN_MEASURED measured (2%: twice the default --ci, a chosen margin for a window of a few hundred queries).
+STOP_RESOLUTION = 0.02
+FIRST_GRAPH = "cudagraphs"
+STOP_PATIENCE = 3
+STOP_MIN_MEASURED = 5
 
 
 def llm_space(space: SearchSpace) -> SearchSpace:
     """The device's space as an LLM study searches it (see the module docstring)."""
     out = space.model_copy(deep=True)
+    gpu = space.kind != "cpu"
     for name, allowed in (("precision", LLM_PRECISIONS), ("graph", LLM_GRAPHS)):
         knob = out.knobs.get(name)
         if knob is None:
             continue
         values = [v for v in knob.values if v in allowed]
+        if name == "precision" and gpu and any(v in HALF_PRECISIONS for v in values):
+            values = [v for v in values if v in HALF_PRECISIONS]
         if values:
             default = knob.default if knob.default in values else values[0]
             out.knobs[name] = knob.model_copy(update={"values": values, "default": default})
-    if space.kind != "cpu":
+    if gpu:
         out.knobs[BATCH_TOKENS_KNOB] = Knob(
             values=list(BATCH_TOKENS),
             default=DEFAULT_BATCH_TOKENS,
@@ -52,12 +71,62 @@ def llm_space(space: SearchSpace) -> SearchSpace:
         )
         if out.tuned is not None and BATCH_TOKENS_KNOB not in out.tuned:
             out.tuned = [*out.tuned, BATCH_TOKENS_KNOB]
+    out.knobs[KV_CACHE_KNOB] = Knob(
+        values=list(KV_CACHES),
+        default=KV_CACHES[0],
+        group="runner",
+        ordered=False,
+        description="paged: transformers' continuous batching; static: its generate over a static KV cache, "
+        "decode compiled unless graph=eager, in static batches (the library's fastest path for few sequences)",
+    )
+    if out.tuned is not None and KV_CACHE_KNOB not in out.tuned:
+        out.tuned = [*out.tuned, KV_CACHE_KNOB]
     return out
 
 
+def applying_knobs(space: SearchSpace, model: str, knobs: dict[str, Any], observe_only: bool) -> dict[str, Any]:
+    """The knobs of an LLM's configuration that act on it, as a measurement shows them (others unchanged).
+
+    Left out: the knobs no LLM reads (:data:`NOT_LLM_KNOBS`), and on an
+    observe-only device its knobs pinned to what the card runs (a power limit
+    read, not set): readings, not settings.
+    """
+    if not is_llm(model):
+        return dict(knobs)
+
+    def reading(name: str) -> bool:
+        knob = space.knobs.get(name)
+        return observe_only and knob is not None and knob.group != "runner" and len(knob.values) == 1
+
+    return {k: v for k, v in knobs.items() if k not in NOT_LLM_KNOBS and not reading(k)}
+
+
+def first_config(space: SearchSpace) -> Config:
+    """An LLM study's first trial: the likeliest to keep up with the rate, so the study holds an answer from it.
+
+    Every knob at its default, the most sequences, and the library's captured decode where the study searches
+    ``graph`` (an eager step launches every kernel of the model from Python, hundreds a token).
+    """
+    config = space.default_config(space.batch_sizes[-1])
+    graph = space.knobs.get("graph")
+    if graph is not None and "graph" in space.tuned_knobs and FIRST_GRAPH in graph.values:
+        config.knobs["graph"] = FIRST_GRAPH
+    return config
+
+
 def llm_serving_space(space: SearchSpace, settings: WindowSettings) -> SearchSpace:
-    """SingleStream runs one query at a time, so one sequence; Server and Offline search the space as it is."""
-    return space.narrow(batch_sizes=[1]) if settings.scenario == "singlestream" else space
+    """SingleStream runs one query at a time, so one sequence; Server keeps the paged cache; Offline searches it all.
+
+    A static batch holds every arrival until the running batch ends (and a
+    new batch shape compiles anew), so in Server the static cache costs a
+    trial's compile to learn what its TTFT says; a --knobs list naming
+    kv_cache searches it there too.
+    """
+    if settings.scenario == "singlestream":
+        return space.narrow(batch_sizes=[1])
+    if settings.scenario == "server" and KV_CACHE_KNOB in space.knobs and space.tuned is None:
+        return space.pin(KV_CACHE_KNOB, KV_CACHES[0])
+    return space
 
 
 def check_bounds(model: str, max_latency_ms: float, settings: WindowSettings) -> None:

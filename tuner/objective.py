@@ -39,9 +39,11 @@ from typing import Any
 
 import optuna
 
+from runners.llm_spec import is_llm
 from tuner.confirm import engine_rates, half_width, pooled, rel_std, settled
 from tuner.devices.base import Device, switch_seconds_of
 from tuner.errors import NeedsReboot
+from tuner.llm import STOP_RESOLUTION
 from tuner.measure.stopping import STOP_COSTLIER, STOP_TAIL
 from tuner.measurement import METRIC_KEYS, TOKEN_KEYS, Measurement
 from tuner.models import model_slug
@@ -161,8 +163,9 @@ class Objective:
             if self._meets(first):
                 if best is None or first.objective <= float(best.value):
                     # The precision the study asks, or what the first window reached within the longest window.
-                    target = max(self.options.window.ci, half_width(first, self.options.window.ci))
-                    aims = [self.options.window.ci]
+                    ci = self._confirm_ci()
+                    target = max(ci, half_width(first, ci))
+                    aims = [ci]
                     for k in range(1, CONFIRM_WINDOWS + 1):
                         aims.append(min(target * math.sqrt(1 + CONFIRM_WINDOWS), CONFIRM_CI_CAP))
                         windows.append(self._window(trial, effective, k, None, aims[-1]))
@@ -181,6 +184,16 @@ class Objective:
             return self._cut_verdict(trial, cut[0], best)
         earlier = self._windows_of(key) if repeat_of is not None else []
         return self._verdict(trial, key, windows, earlier, note)
+
+    def _confirm_ci(self) -> float:
+        """The precision a contender is confirmed to: the study's ``--ci``; an LLM's at least its stop resolution.
+
+        An LLM study stops on a plateau :data:`tuner.llm.STOP_RESOLUTION` wide, so a contender confirmed finer
+        than that spends windows (a Server window is hundreds of generated answers) on a difference the study
+        does not act on.
+        """
+        ci = self.options.window.ci
+        return max(ci, STOP_RESOLUTION) if is_llm(self.options.model) else ci
 
     def _apply(self, trial: optuna.Trial, effective: Config) -> None:
         """Put the device in the configuration; its switch time goes on the trial (``switch_s``).

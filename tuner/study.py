@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 
 from runners.llm_spec import ENGINE_PREFIX, is_llm, parse_llm, weights_note
-from tuner import baseline
+from tuner import baseline, llm_study
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
@@ -49,7 +49,7 @@ from tuner.storage import (
     storage_lock,
 )
 from tuner.strategies import proposal_counts
-from tuner.strategies.stopping import StopDecision, StopRule, decide, stored_decision
+from tuner.strategies.stopping import StopDecision, StopRule, decide, decide_settled, stored_decision
 from tuner.study_results import RunSummary, StudyRequest, StudyResult, TrialCallback
 from tuner.study_space import check_same_space, stamp
 from tuner.warm_start import WARM_ATTR, warm_start
@@ -106,6 +106,13 @@ def model_base_space(device: Device, model: str | None) -> SearchSpace:
     if model is not None and model.startswith(ENGINE_PREFIX):
         return engine_space(space, model)
     return llm_space(space) if model is not None and is_llm(model) else space
+
+
+def measure_space(device: Device, model: str, runtime: str = "auto") -> SearchSpace:
+    """The space one configuration of ``model`` is read in (tune measure): the device's, or an LLM's with its pins."""
+    if not is_llm(model):
+        return device.space()
+    return model_space(model_base_space(device, model), model, runtime)
 
 
 def model_space(space: SearchSpace, model: str, runtime: str) -> SearchSpace:
@@ -313,6 +320,8 @@ def _run_study(
         # Earlier studies' answers are J/query under a query bound: an LLM study starts from its own trials.
         if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
             warm_start(study, storage, space, options, device)
+        if fresh and llm:
+            llm_study.enqueue_first(study, space)
     if options.study_trials is not None:
         study = QuotaStudy(
             study,
@@ -329,7 +338,7 @@ def _run_study(
     target = 0 if done_before else min(options.trials, max(space.size() - len(objective.cache), 0))
     state: dict = {"reused_in_row": 0, "failed": 0, "why": ""}
     explorer = Explorer(space, lambda: objective.cache, options.seed)
-    rule = StopRule(resolution=options.window.ci)
+    rule = llm_study.stop_rule(options.window.ci) if llm else StopRule(resolution=options.window.ci)
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         state["reused_in_row"] = state["reused_in_row"] + 1 if "reused_from" in trial.user_attrs else 0
@@ -341,7 +350,7 @@ def _run_study(
             exhausted = not explorer.enqueue_unmeasured(study)
         state["why"] = _ending(options, objective.measured, target, exhausted, state["failed"])
         if options.early_stop and not state["why"]:
-            state["why"] = _early_stop(study, rule)
+            state["why"] = _early_stop(study, rule, decide_settled if llm else decide)
         if state["why"] or interrupts.pending():
             study.stop()
 
@@ -407,6 +416,8 @@ def _baseline(
         return None
     batch = int(best.user_attrs["batch_size"])
     record = baseline.stored(study, options.baseline, batch)
+    if record is None and is_llm(options.model):
+        record = llm_study.measured_baseline(study, device, space, options.baseline, batch)
     if record is None:
         config = baseline.baseline_config(device, space, options.baseline, batch)
         named = baseline.label_of(options.baseline, device, space)
@@ -451,11 +462,11 @@ def _ending(options: RunOptions, measured: int, target: int, exhausted: bool, fa
     return ""
 
 
-def _early_stop(study: optuna.Study, rule: StopRule) -> str:
-    """Stop when another worker stored a decision, or when this study's trials support one (stored for all)."""
+def _early_stop(study: optuna.Study, rule: StopRule, rule_of: Callable = decide) -> str:
+    """Stop on a decision a worker stored, or one the trials support (``rule_of``: headroom, or an LLM's plateau)."""
     decision = stored_decision(study)
     if decision is None:
-        decision = decide(study.get_trials(deepcopy=False), rule)
+        decision = rule_of(study.get_trials(deepcopy=False), rule)
         if decision is None:
             return ""
         study.set_user_attr(EARLY_STOP_ATTR, decision.model_dump())

@@ -15,7 +15,7 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
 from tuner.errors import UserError
-from tuner.llm import bounds_text
+from tuner.llm import applying_knobs, bounds_text
 from tuner.measure.session import meter_lost
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
@@ -30,7 +30,7 @@ from tuner.scenario import label as scenario_label
 from tuner.scenario import window_for
 from tuner.space import Config, parse_assignments
 from tuner.storage import DEFAULT_HEARTBEAT_S
-from tuner.study import StudyResult, narrowed_space
+from tuner.study import StudyResult, measure_space, narrowed_space
 from tuner.sweep import (
     LARGE_SWEEP,
     SweepRow,
@@ -390,8 +390,12 @@ def measure(
     )
     check_meter(meter, device, model)
     dev = options.open_for(device, allow_clock_changes, sysfs_root, space)
-    effective = api.configuration(dev, {**parse_assignments(set_, dev.space()), "batch_size": batch_size})
+    assigned = parse_assignments(set_, measure_space(dev, model))
+    effective = api.configuration(dev, {**assigned, "batch_size": batch_size}, model)
     results = api.measure_repeats_of(model, dev, effective, repeat, window=settings)
+    observe_only = not getattr(dev, "allow_clock_changes", True)
+    shown = applying_knobs(dev.space(), model, effective.knobs, observe_only)
+    effective = Config(knobs=shown, batch_size=effective.batch_size)
     lost = [meter_lost(m) for m in results]
     if all(lost):
         raise UserError(

@@ -79,11 +79,18 @@ class EngineSettings(BaseModel):
     command: str | None = None
 
 
+# Fields an export leaves out of its digest when unset, so a file written before they existed still verifies.
+OPTIONAL_FIELDS = ("saved", "engine", "max_ttft_ms", "max_tpot_ms")
+
+
 class ExportedConfig(BaseModel):
     """A deployable power mode: the knobs and batch size, and what they measured.
 
     ``saved``: what it saves against the study's baseline (tuner.baseline),
-    when the study measured one; ``engine``: an LLM study's serving settings.
+    when the study measured one; ``engine``: an LLM study's serving settings;
+    ``max_ttft_ms``/``max_tpot_ms``: an LLM study's token bounds (at
+    ``percentile``), its ``metrics`` holding J/token, tokens/s and TTFT/TPOT
+    p50/p90/p99 beside the per-query figures.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -101,6 +108,8 @@ class ExportedConfig(BaseModel):
     provenance: Provenance
     saved: Saved | None = None
     engine: EngineSettings | None = None
+    max_ttft_ms: float | None = None
+    max_tpot_ms: float | None = None
     digest: str | None = None
 
     def content_digest(self) -> str:
@@ -109,15 +118,16 @@ class ExportedConfig(BaseModel):
         An export without ``saved`` digests as a version 1 file did, so those still verify; one without
         engine settings as exports did before they had the field.
         """
-        unset = {name for name in ("saved", "engine") if getattr(self, name) is None}
+        unset = {name for name in OPTIONAL_FIELDS if getattr(self, name) is None}
         body = self.model_dump(mode="json", exclude={"digest"} | unset)
         return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def document(self) -> dict[str, Any]:
         """The sealed export as its file holds it: ``saved`` left out where there is none, as version 1 wrote it."""
         body = self.sealed().model_dump(mode="json")
-        if body.get("saved") is None:
-            body.pop("saved", None)
+        for name in ("saved", "max_ttft_ms", "max_tpot_ms"):
+            if body.get(name) is None:
+                body.pop(name, None)
         return body
 
     def sealed(self) -> ExportedConfig:
@@ -165,6 +175,8 @@ def export_config(study: optuna.Study, storage: str) -> ExportedConfig:
         metrics=metrics,
         saved=saved_of(study),
         engine=engine_settings(attrs["model"], int(record["batch_size"]), dict(record["config"])),
+        max_ttft_ms=attrs.get("max_ttft_ms"),
+        max_tpot_ms=attrs.get("max_tpot_ms"),
         provenance=Provenance(
             study=study.study_name,
             storage=redact(storage),

@@ -15,7 +15,14 @@ configurations have any headroom at all. The study is done when
 and at least ``min_measured`` configurations were measured. The rule reads
 only finished trials, so every worker of a fleet, a resumed study and the
 benchmark (on a prefix of a run's trials) reach the same decision from the
-same trials. A strategy that records no headroom never stops early.
+same trials. A strategy that records no headroom never stops early by it.
+
+:func:`decide_settled` is the rule for a stock sampler, which records no
+headroom (an LLM study's constrained TPE): ``settled`` once the best feasible
+trial has not improved by more than the resolution over the last
+``patience`` measured configurations, with at least ``min_measured``
+measured. It bounds nothing an unmeasured configuration could save, so it
+is a plateau, said as one; ``--no-early-stop`` runs to ``--trials``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from tuner.storage import EARLY_STOP_ATTR
 from tuner.strategies.base import COULD_WIN_KEY, HEADROOM_KEY, measured_of
 
 CONVERGED = "converged"
+SETTLED = "settled"
 EXHAUSTED = "exhausted"
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
 
@@ -95,6 +103,34 @@ def decide(trials: list[optuna.trial.FrozenTrial], rule: StopRule) -> StopDecisi
         resolution=rule.resolution,
         trial=done[-1].number,
         measured=measured,
+        line=line,
+    )
+
+
+def decide_settled(trials: list[optuna.trial.FrozenTrial], rule: StopRule) -> StopDecision | None:
+    """The plateau decision the finished ``trials`` support (see the module docstring), or None to go on."""
+    done = sorted((t for t in trials if t.state in FINISHED), key=lambda t: t.number)
+    measured = measured_of(done)
+    if len(measured) < max(rule.min_measured, rule.patience + 1):
+        return None
+    complete = [t for t in done if t.state == optuna.trial.TrialState.COMPLETE]
+    best = recommended_of(complete)
+    if best is None:
+        return None
+    since = measured[-rule.patience]
+    before = recommended_of([t for t in complete if t.number < since.number])
+    if before is None or float(best.value) < float(before.value) * (1 - rule.resolution):
+        return None
+    line = (
+        f"the best feasible trial ({best.number}) was not bettered by more than {rule.resolution:.1%} in the last "
+        f"{rule.patience} configurations measured (a plateau); {len(measured)} configurations measured"
+    )
+    return StopDecision(
+        reason=SETTLED,
+        headroom=0.0,
+        resolution=rule.resolution,
+        trial=done[-1].number,
+        measured=len(measured),
         line=line,
     )
 

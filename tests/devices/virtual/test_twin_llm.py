@@ -69,6 +69,15 @@ def test_h200_eager_is_within_15_percent_at_the_batch_sizes_not_fitted(h200):
         assert run(h200, batch).j_per_token == pytest.approx(card, rel=0.15), batch
 
 
+def test_h200_graphed_decode_draws_the_card_s_power_and_a_cnn_s_graphs_keep_theirs(h200):
+    """The graphs runtime's floor activity was fitted to the card's batch-1 static-cache compiled run (0.644 J/token,
+    251 W, TPOT 2.40 ms; benchmarks/results/llm-h200.md): with the twin's CNN-fitted value it drew 367 W (+31%)."""
+    graphed = run(h200, 1, "graphs")
+    assert graphed.j_per_token == pytest.approx(0.6438, rel=0.10) and graphed.decode.watts < 0.85 * 367
+    assert graphed.tpot_s == pytest.approx(2.40e-3, rel=0.10)
+    assert h200.params.floor_activity == pytest.approx(0.3)  # the twin's own (CNN cudagraphs windows) unchanged
+
+
 def test_a_power_limit_lowers_the_clock_of_the_prefill(h200):
     free = run(h200, 256)
     capped = run(h200, 256, power_limit_w=300)

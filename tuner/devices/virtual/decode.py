@@ -122,7 +122,9 @@ class LlmRuntime(BaseModel):
     step copies every layer's whole cache (transformers' DynamicCache) instead
     of writing the new token's slot (a static or paged cache); ``graphs``: the
     step is one replayed CUDA graph (the twin's ``graph_replay_us`` once a
-    step, no launch per kernel).
+    step, no launch per kernel); ``floor_activity``: the share of a full load
+    at which a replayed kernel's floor draws dynamic power in this runtime
+    (None: the twin's own, fitted on CNN windows).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -131,6 +133,7 @@ class LlmRuntime(BaseModel):
     launch_scale: float = 1.0
     dynamic_cache: bool = True
     graphs: bool = False
+    floor_activity: float | None = Field(default=None, ge=0.0, le=1.0)
     source: str
 
 
@@ -147,9 +150,15 @@ RUNTIMES = {
         description="a static KV cache, each decode step one replayed CUDA graph",
         dynamic_cache=False,
         graphs=True,
+        # Fitted (bisection on [0, 1], benchmarks/twin_llm_check.py) to the H200's batch-1 J/token of generate over
+        # the static cache with the library's compiled forward (0.644 J, 251 W; benchmarks/results/llm-h200.md):
+        # with the twin's CNN-fitted 0.3 its decode drew 367 W (J/token +31%). The fit ends at the bound, 0: a
+        # decode step's many small kernels (norms, rotary, the cache write) draw nothing above idle, and the 8%
+        # left is the card's host time in generate's loop (the GPU idle between replays), not modelled.
+        floor_activity=0.0,
         source="assumption: no launch per kernel, the twin's graph_replay_us per step (fitted on CNN windows); "
-        "checked, not fitted, at batch 1 on the H200 (static cache, compiled forward): TPOT 2.29 ms vs 2.40 ms, "
-        "but 367 W vs 251 W, so J/token 31% high (benchmarks/results/twin-llm-check.md)",
+        "its floor activity fitted to the H200's batch-1 J/token of the static cache with the compiled forward "
+        "(0.0, at the bound: J/token +8%; TPOT 2.29 ms vs 2.40 ms; benchmarks/results/twin-llm-check.md)",
     ),
 }
 
@@ -301,7 +310,10 @@ def _model_for(twin: TwinModel, runtime: LlmRuntime) -> TwinModel:
     name = f"llm:{runtime.description}"
     own = Runtime(description=runtime.description, launch_scale=runtime.launch_scale, module_overhead=False)
     knob_map = {"precision": "precision", "graph": "graph", **twin.params.knob_map}
-    params = twin.params.model_copy(update={"runtimes": {**twin.params.runtimes, name: own}, "knob_map": knob_map})
+    update = {"runtimes": {**twin.params.runtimes, name: own}, "knob_map": knob_map}
+    if runtime.floor_activity is not None:
+        update["floor_activity"] = runtime.floor_activity
+    params = twin.params.model_copy(update=update)
     return TwinModel(params, twin.space, name)
 
 

@@ -1,0 +1,50 @@
+"""What an LLM study does apart from a CNN's: its first trial, when it stops, the baseline it already measured.
+
+An LLM study (tuner.llm) is searched by a stock constrained sampler, which
+records no headroom, so it stops on a plateau (tuner.strategies.stopping
+.decide_settled); it starts from the configuration likeliest to keep up with
+the rate (tuner.llm.first_config), so it holds an answer from its first
+trial; and when its answer's baseline (the default at the answer's batch
+size) is a configuration it measured whole, that trial is the baseline: a
+Server window is hundreds of generated answers, not run twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+
+from tuner import baseline
+from tuner.devices.base import Device
+from tuner.llm import STOP_MIN_MEASURED, STOP_PATIENCE, STOP_RESOLUTION, first_config
+from tuner.space import SearchSpace
+from tuner.strategies.stopping import StopRule
+
+FIRST_WHY = "the default configuration at the most sequences, decode captured: the answer to beat, from the first trial"
+
+
+def stop_rule(ci: float) -> StopRule:
+    """The plateau an LLM study stops on: its window's ``--ci`` or :data:`tuner.llm.STOP_RESOLUTION`, if wider."""
+    return StopRule(resolution=max(ci, STOP_RESOLUTION), patience=STOP_PATIENCE, min_measured=STOP_MIN_MEASURED)
+
+
+def enqueue_first(study: optuna.Study, space: SearchSpace) -> None:
+    """Queue a fresh study's first trial (tuner.llm.first_config)."""
+    study.enqueue_trial(space.params_for(first_config(space)), user_attrs={"proposed_by": "design", "why": FIRST_WHY})
+
+
+def measured_baseline(
+    study: optuna.Study, device: Device, space: SearchSpace, text: str | None, batch: int
+) -> baseline.BaselineRecord | None:
+    """The ``default`` baseline at ``batch`` read (and stored) from a whole, uncut trial of it, if one ran."""
+    if text != "default":
+        return None
+    key = json.dumps(space.effective(space.default_config(batch)).key())
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = t.user_attrs
+        if attrs.get("effective_key") == key and not attrs.get("cut") and "reused_from" not in attrs:
+            record = baseline.from_trial(t, text, baseline.label_of(text, device, space))
+            baseline.store(study, record)
+            return record
+    return None
