@@ -163,17 +163,16 @@ def generate(target: Target, static: bool, runs: int = 5) -> dict[str, Any]:
     }
 
 
-def _env() -> dict[str, str]:
-    """The subprocesses' environment: this one, with the meter plugin's folder (tests/fakes) for the CPU run."""
+def _env(cpu: bool) -> dict[str, str]:
+    """The subprocesses' environment: this one, with the meter plugin's folder (tests/fakes) and no RAPL on the CPU."""
     path = os.pathsep.join([*filter(None, [os.environ.get("PYTHONPATH")]), str(REPO), str(FAKES)])
-    return {
-        **os.environ,
-        "PYTHONPATH": path,
-        "TUNE_POWERCAP_ROOT": os.environ.get("TUNE_POWERCAP_ROOT", "/nonexistent"),
-    }
+    env = {**os.environ, "PYTHONPATH": path}
+    if cpu:
+        env.setdefault("TUNE_POWERCAP_ROOT", "/nonexistent")
+    return env
 
 
-def tune(args: list[str], cap_s: float) -> dict[str, Any]:
+def tune(args: list[str], cap_s: float, cpu: bool) -> dict[str, Any]:
     """``python -m tuner ARGS --json``: its JSON, or why there is none."""
     proc = subprocess.run(
         [sys.executable, "-m", "tuner", *args, "--json"],
@@ -181,7 +180,7 @@ def tune(args: list[str], cap_s: float) -> dict[str, Any]:
         text=True,
         timeout=cap_s,
         cwd=REPO,
-        env=_env(),
+        env=_env(cpu),
     )
     if proc.returncode not in (0, 3):
         return {"error": proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"], "rc": proc.returncode}
@@ -196,7 +195,7 @@ def measure_single(target: Target, prompts: Path, sets: list[str], cap_s: float)
     for assignment in sets:
         args += ["--set", assignment]
     args += ["--prompts", str(prompts), "--window", "5"]
-    payload = tune(args, cap_s - 5)
+    payload = tune(args, cap_s - 5, target.cpu)
     payload["wall_s"] = round(time.monotonic() - started, 1)
     measurements = payload.get("measurements") or []
     if measurements and measurements[0].get("tokens"):
@@ -218,7 +217,9 @@ def study(target: Target, out: Path, prompts: Path, target_qps: float, cap_s: fl
     """The default study timed from the command's start to its answer; past ``cap_s`` SIGTERM, its files read."""
     started = time.monotonic()
     cmd = [sys.executable, "-m", "tuner", *study_command(target, prompts, target_qps, out / "studies"), "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=_env())
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=_env(target.cpu)
+    )
     stopped = False
     try:
         stdout, stderr = proc.communicate(timeout=cap_s)
@@ -291,7 +292,7 @@ def run_all(target: Target, out: Path, budget_s: float, target_qps: float, study
         cmd += ["--study-cap", f"{min(study_cap_s, cap - TERM_GRACE_S - 10):g}", *(["--cpu"] if target.cpu else [])]
         begun = time.monotonic()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, cwd=REPO, env=_env())
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, cwd=REPO, env=_env(target.cpu))
             tail = proc.stderr.strip().splitlines()[-8:]
             results[name] = json.loads(proc.stdout) if proc.returncode == 0 else {"error": tail, "rc": proc.returncode}
         except subprocess.TimeoutExpired:

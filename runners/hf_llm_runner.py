@@ -33,6 +33,7 @@ distinct prompts would.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import math
 import threading
@@ -355,7 +356,11 @@ class HfLlmRunner:
             self._manager = None
             self._sized = (0, 0)
         elif self._manager is not None:
-            self._manager.stop(block=True, timeout=10)
+            # A dropped manager's queued requests are nobody's (a cut window's held arrivals): its default stop
+            # flushes them first (FLUSH_AND_STOP, up to the timeout), a hard stop fails them at once, where the
+            # installed transformers has it.
+            hard = {"hard_stop": True} if "hard_stop" in inspect.signature(self._manager.stop).parameters else {}
+            self._manager.stop(block=True, timeout=10, **hard)
             self._manager.destroy()
             self._manager = None
             self._sized = (0, 0)

@@ -195,10 +195,12 @@ class StaticGenerate:
                         row.done = True
                         session.on_done(row.key, max(self.steps, 1))
 
+        # The two answers the criterion gives, made once: a step launches no kernel of ours to ask it.
+        answers = {flag: torch.full((self.max_seqs,), flag, dtype=torch.bool, device=device) for flag in (False, True)}
+
         class Stop(StoppingCriteria):
             def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-                over = not session.open.is_set() or all(r.done or r.key in engine._cancelled for r in rows)
-                return torch.full((input_ids.shape[0],), over, dtype=torch.bool, device=input_ids.device)
+                return answers[not session.open.is_set() or all(r.done or r.key in engine._cancelled for r in rows)]
 
         # min_new_tokens: the model's own end-of-sequence token (its generation config fills an unset one) is
         # masked for the whole batch, so no row ends early and every batch runs the same steps.
@@ -210,10 +212,13 @@ class StaticGenerate:
             cache_implementation="static",
             disable_compile=not self.compiled,
         )
+        # An unpadded batch (every prompt of the longest length) is given no mask, as generate is called plainly:
+        # the library then builds its own causal mask over the static cache.
+        padded = {"attention_mask": mask.to(device)} if bool((mask == 0).any()) else {}
         with torch.inference_mode():
             self.model.generate(
-                input_ids=batch.to(device),
-                attention_mask=mask.to(device),
+                batch.to(device),
+                **padded,
                 generation_config=config,
                 streamer=Stream(),
                 stopping_criteria=StoppingCriteriaList([Stop()]),

@@ -21,7 +21,7 @@ from tuner.llm import llm_space
 from tuner.space import Knob, SearchSpace
 
 # The in-process runner's knobs, which an engine takes only through its command line.
-RUNNER_KNOBS = ("precision", "graph", "channels_last", "max_batch_tokens")
+RUNNER_KNOBS = ("precision", "graph", "channels_last", "max_batch_tokens", "kv_cache")
 
 
 def engine_space(space: SearchSpace, model: str) -> SearchSpace:

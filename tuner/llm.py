@@ -34,6 +34,8 @@ LLM_PRECISIONS = ("fp32", "fp16", "bf16")
 HALF_PRECISIONS = ("fp16", "bf16")
 # Knobs of a device space that no LLM runner reads: channels_last changes only 2-D convolutions (pinned in a study).
 NOT_LLM_KNOBS = ("channels_last",)
+# The LLM runner's knobs, which act on an observe-only device too (an engine file's own are ``engine:NAME``).
+SHOWN_LLM_KNOBS = ("precision", "graph", *LLM_WINDOW_OPTIONS)
 # The learned strategy models energy per query and query latency; an LLM study is searched by a stock
 # constrained sampler, which sees every named constraint (latency, ttft, tpot).
 LLM_SAMPLER = "tpe"
@@ -99,6 +101,22 @@ def applying_knobs(space: SearchSpace, model: str, knobs: dict[str, Any], observ
         return observe_only and knob is not None and knob.group != "runner" and len(knob.values) == 1
 
     return {k: v for k, v in knobs.items() if k not in NOT_LLM_KNOBS and not reading(k)}
+
+
+def hidden_knobs(record: dict[str, Any], observe_only: bool) -> dict[str, Any]:
+    """The knobs of an LLM trial's record a table leaves out (:func:`applying_knobs` without the space).
+
+    Knobs no LLM reads, and on an observe-only device every knob but the
+    runner's (an observe-only card's knobs are readings: its power limit);
+    nothing for a CNN's record.
+    """
+    if "j_per_token" not in record:
+        return {}
+    config = record.get("config", {})
+    hidden = {k: v for k, v in config.items() if k in NOT_LLM_KNOBS}
+    if observe_only:
+        hidden.update({k: v for k, v in config.items() if k not in SHOWN_LLM_KNOBS and ":" not in k})
+    return hidden
 
 
 def first_config(space: SearchSpace) -> Config:

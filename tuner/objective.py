@@ -7,7 +7,8 @@ own best trial is the study's answer (tuner.records):
 - a window that misses the bound, or costs more than the best so far, stays
   one window: its value and latency are that window's;
 - a window that meets the bound and costs no more than the best so far is
-  confirmed in the same trial by up to ``CONFIRM_WINDOWS`` more windows; the
+  confirmed in the same trial by up to ``CONFIRM_WINDOWS`` more windows (an
+  LLM's by ``LLM_CONFIRM_WINDOWS``); the
   trial then carries their mean, and its constraint adds a noise margin, so
   it is feasible only if a fresh window would also meet the bound with about
   95% probability. A single lucky window therefore never holds the best value.
@@ -61,6 +62,7 @@ from tuner.space import Config, SearchSpace
 from tuner.storage import named_constraints, set_constraint, set_user_attrs
 
 CONFIRM_WINDOWS = 2
+LLM_CONFIRM_WINDOWS = 1
 """At most this many more windows confirm a first window which would become the best, in the same trial."""
 CONFIRM_CI_CAP = 0.5
 # What a measurement leaves on its trial besides the metrics; a reuse copies exactly these and the metrics.
@@ -183,11 +185,11 @@ class Objective:
                     note = "a clear win: one window (only close calls are confirmed)"
                 elif best is None or first.objective <= float(best.value):
                     # The precision the study asks, or what the first window reached within the longest window.
-                    ci = self._confirm_ci()
+                    ci, extra = self._confirm_ci()
                     target = max(ci, half_width(first, ci))
                     aims = [ci]
-                    for k in range(1, CONFIRM_WINDOWS + 1):
-                        aims.append(min(target * math.sqrt(1 + CONFIRM_WINDOWS), CONFIRM_CI_CAP))
+                    for k in range(1, extra + 1):
+                        aims.append(min(target * math.sqrt(1 + extra), CONFIRM_CI_CAP))
                         windows.append(self._window(trial, effective, k, None, aims[-1]))
                         if windows[-1].extra.get("cut"):
                             break
@@ -205,15 +207,19 @@ class Objective:
         earlier = self._windows_of(key) if repeat_of is not None else []
         return self._verdict(trial, key, windows, earlier, note, margin)
 
-    def _confirm_ci(self) -> float:
-        """The precision a contender is confirmed to: the study's ``--ci``; an LLM's at least its stop resolution.
+    def _confirm_ci(self) -> tuple[float, int]:
+        """The precision a contender is confirmed to and the most windows that adds: ``--ci`` and
+        :data:`CONFIRM_WINDOWS`; an LLM's at least its stop resolution, with one window.
 
         An LLM study stops on a plateau :data:`tuner.llm.STOP_RESOLUTION` wide, so a contender confirmed finer
         than that spends windows (a Server window is hundreds of generated answers) on a difference the study
-        does not act on.
+        does not act on; one repeat judges the first window against the next, which is all a token window's
+        noise can be read from (it reports no interval of its own).
         """
         ci = self.options.window.ci
-        return max(ci, STOP_RESOLUTION) if is_llm(self.options.model) else ci
+        if is_llm(self.options.model):
+            return max(ci, STOP_RESOLUTION), LLM_CONFIRM_WINDOWS
+        return ci, CONFIRM_WINDOWS
 
     def _apply(self, trial: optuna.Trial, effective: Config) -> None:
         """Put the device in the configuration; its switch time goes on the trial (``switch_s``).

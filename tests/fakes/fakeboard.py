@@ -115,9 +115,12 @@ What it lays out:
   nvpmodel_p3767_0000.conf modes, and an AGX Xavier and a TX2 on L4T 32
   (``layout="l4t32"``); where each table comes from is said beside it.
 
-What it does not model: the EMC rate moving by itself (it stays where written), DVFS below the max
-while a governor idles, and a thermal cap that lowers the devfreq ``max_freq`` read-back (a cooling
-device does that through PM QoS; soctherm's hardware throttling, modelled here, does not).
+- Thermal caps through cooling devices (:meth:`FakeBoard.thermal_cap`): unlike soctherm's throttling,
+  the devfreq and cpufreq cooling devices lower what ``max_freq`` and ``scaling_max_freq`` read back
+  while their ``cur_state`` is above 0, and the user's request comes back when it returns to 0.
+
+What it does not model: the EMC rate moving by itself (it stays where written) and DVFS below the max
+while a governor idles.
 """
 
 from __future__ import annotations
@@ -272,6 +275,34 @@ BOARDS["orin-nx"] = {
     "default_mode": 2,
     "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
     "zones": {"CPU-therm": 42.0, "GPU-therm": 41.0, "CV0-therm": -256.0, "SOC0-therm": 41.5, "tj-therm": 43.0},
+}
+# Orin Nano 8 GB under JetPack 6.2's Super conf: NVIDIA's nvpmodel_p3767_0003_super.conf (2024; the copy in
+# github.com/LineageOS/android_device_nvidia_concord nvpmodel/, commit 370b63a8, default 1): 15W, 25W and
+# MAXN_SUPER, TPC_PG_MASK 240 in each, one CPU_A78_<n> CLOCK section per core (not per cluster, unlike the stock
+# conf), EMC -1 in MAXN_SUPER. 7W as id 3 is what later Super confs list (nvpmodel -q and conf fixtures of
+# 36.4.x boards in public tooling); its lines are the stock nvpmodel_p3767_0003.conf's 7W (same copy: 4 cores,
+# CPU 960000 kHz, GPU 408 MHz, EMC 2133 MHz, TPC_PG_MASK 252), no Super conf text with 7W having been found.
+# The board tells it is a Super as a real one does (tuner.devices.jetson.board.is_super): the compatible string of
+# the -super board config ("nvidia,p3768-0000+p3767-0005-super" first, as on a devkit moved to the Super identity
+# in NVIDIA forum thread "25w and MAXN SUPER not seen in jetpack 7.2") and /etc/nvpmodel.conf linked to the
+# _super conf (which public scripts pick for p3767-0003 and -0005 alike). Tops: CPU 1728 MHz, GPU 1020 MHz, EMC
+# 3199 MHz (the Super devkit's published maxima); model string as such a board's /proc/device-tree/model reads.
+BOARDS["orin-nano-super"] = {
+    **BOARDS["orin-nano"],
+    "conf": "nvpmodel_p3767_0003_super.conf",
+    "model": "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
+    "compatible": b"nvidia,p3768-0000+p3767-0005-super\0nvidia,p3767-0005\0nvidia,tegra234\0",
+    "cpu_khz": [f for f in _A78AE_KHZ if f <= 1728000],
+    "emc_khz": [204000, 665600, 2133000, 3199000],
+    "grid": [306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000, 1020000000],
+    "per_core_cpu_params": True,
+    "modes": [
+        (0, "15W", 6, 1497600, 612000000, 2133000000, 240),
+        (1, "25W", 6, 1344000, 918000000, 3199000000, 240),
+        (2, "MAXN_SUPER", 6, -1, -1, -1, 240),
+        (3, "7W", 4, 960000, 408000000, 2133000000, 252),
+    ],
+    "default_mode": 1,
 }
 _CARMEL_KHZ = [f for f in _A78AE_KHZ if f <= 2188800] + [2265600]
 _TX2_KHZ = [345600, 499200, 652800, 806400, 960000, 1113600, 1267200, 1420800, 1574400, 1728000, 1881600, 2035200]
@@ -824,6 +855,16 @@ class FakeBoard:
         """
         fakekernel.throttle(self.root, gpu_hz=gpu_hz, cpu_khz=cpu_khz, dla_hz=dla_hz, oc_events=oc_events)
 
+    def thermal_cap(self, gpu_hz: int | None = None, cpu_khz: int | None = None) -> None:
+        """Cap the GPU and CPU limits through their cooling devices; no arguments: lift the cap.
+
+        Unlike :meth:`throttle`, the limits read back lowered (devfreq ``max_freq``, cpufreq
+        ``scaling_max_freq``), the user's request is kept and comes back when the cap lifts
+        (tests/fakes/fakekernel.py says where each rule comes from). Linux's devfreq and cpufreq
+        cooling devices do this wherever a thermal zone's cooling map names them.
+        """
+        fakekernel.thermal_cap(self.root, gpu_hz=gpu_hz, cpu_khz=cpu_khz)
+
     def oc_events(self) -> int:
         """The instantaneous over-current count (read without counting it as time passing)."""
         for hwmon in (self.root / "sys/class/hwmon").iterdir():
@@ -905,6 +946,26 @@ def _link(path: Path, target: Path | str) -> None:
     os.symlink(os.path.relpath(target, path.parent) if isinstance(target, Path) else target, path)
 
 
+def _cooling_devices(root: Path, board: dict[str, Any], layout: str) -> None:
+    """The fan and the clock cooling devices, idle (``cur_state`` 0), where the thermal class lists them.
+
+    ``/sys/class/thermal/cooling_deviceN`` links to ``/sys/devices/virtual/thermal/cooling_deviceN`` with
+    ``type``, ``cur_state`` and ``max_state``. The GPU's is named ``devfreq-17000000.gpu`` from Linux 5.12
+    (drivers/thermal/devfreq_cooling.c "devfreq-%s" with the device's name; L4T 36 runs 5.15) and
+    ``thermal-devfreq-0`` before (L4T 35's 5.10, L4T 32's 4.9), each cluster's ``cpufreq-cpu<first>``
+    (cpufreq_cooling.c); the fan is ``pwm-fan``. :meth:`FakeBoard.thermal_cap` moves their states.
+    """
+    gpu = "devfreq-17000000.gpu" if layout.startswith("l4t36") else "thermal-devfreq-0"
+    kinds = [("pwm-fan", 3), (gpu, len(board.get("grid") or NANO_GRID) - 1)]
+    kinds += [(f"cpufreq-cpu{cluster[0]}", len(board["cpu_khz"]) - 1) for cluster in board["clusters"]]
+    for number, (kind, top) in enumerate(kinds):
+        device = root / "sys/devices/virtual/thermal" / f"cooling_device{number}"
+        _write(device / "type", kind)
+        _write(device / "cur_state", 0)
+        _write(device / "max_state", top)
+        _link(root / "sys/class/thermal" / device.name, device)
+
+
 def _oc_hwmon(root: Path, rng: random.Random) -> None:
     """The over-current event counters, where NVIDIA's tegra23x-oc-event driver registers them.
 
@@ -949,8 +1010,10 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
     def gpu0(leaf: str) -> Any:
         return lambda lay: f"/{lay['parent']}/gpu.0/{leaf}"
 
+    # One CLOCK section per cluster (named from its first core's cpufreq folder), or per core as the Super conf has
+    clusters = [[c] for c in range(cpus)] if board.get("per_core_cpu_params") else board["clusters"]
     params = board.get("cpu_param", "CPU_A78_{index}")
-    names = params if isinstance(params, list) else [params.format(index=i) for i in range(len(board["clusters"]))]
+    names = params if isinstance(params, list) else [params.format(index=i) for i in range(len(clusters))]
     dlas = _dla_count(board)
     out = ["# fake nvpmodel.conf: NVIDIA's PARAM / POWER_MODEL / PM_CONFIG format", ""]
     out.append("< PARAM TYPE=FILE NAME=CPU_ONLINE >")
@@ -959,7 +1022,7 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
         out += ["", "< PARAM TYPE=FILE NAME=TPC_POWER_GATING >", *both("TPC_PG_MASK", gpu0("tpc_pg_mask"))]
     out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_ENABLE >", *both("GPU_PWR_CNTL_EN", gpu0("power/control"))]
     out += ["", "< PARAM TYPE=FILE NAME=GPU_POWER_CONTROL_DISABLE >", *both("GPU_PWR_CNTL_DIS", gpu0("power/control"))]
-    for name, cluster in zip(names, board["clusters"], strict=True):
+    for name, cluster in zip(names, clusters, strict=True):
         base = f"/sys/devices/system/cpu/cpu{cluster[0]}/cpufreq"
         out += ["", f"< PARAM TYPE=CLOCK NAME={name} >"]
         out += [f"FREQ_TABLE {base}/scaling_available_frequencies", f"MAX_FREQ {base}/scaling_max_freq"]
@@ -974,13 +1037,13 @@ def _conf_text(board: dict[str, Any], lay: dict[str, str]) -> str:
         out += [*both("MAX_FREQ", lambda lay, core=core: f"/{_dla_cap(lay, core)}"), ""]
     for mode_id, name, cores, cpu_max, gpu_max, emc_cap, tpc in board["modes"]:
         online = cores if isinstance(cores, list) else list(range(cores))
-        caps = cpu_max if isinstance(cpu_max, list) else [cpu_max] * len(board["clusters"])
+        caps = cpu_max if isinstance(cpu_max, list) else [cpu_max] * len(clusters)
         out.append(f"< POWER_MODEL ID={mode_id} NAME={name} >")
         out += [f"CPU_ONLINE CORE_{c} {1 if c in online else 0}" for c in range(cpus)]
         if tpc is not None:
             out += [f"TPC_POWER_GATING TPC_PG_MASK {tpc}"]
         out += ["GPU_POWER_CONTROL_ENABLE GPU_PWR_CNTL_EN on"]
-        for param, cluster, cap in zip(names, board["clusters"], caps, strict=True):
+        for param, cluster, cap in zip(names, clusters, caps, strict=True):
             if cap is not None and set(cluster) & set(online):
                 out += [f"{param} MIN_FREQ {board['cpu_min_khz']}", f"{param} MAX_FREQ {cap}"]
         out += ["GPU MIN_FREQ 0", f"GPU MAX_FREQ {gpu_max}", "GPU_POWER_CONTROL_DISABLE GPU_PWR_CNTL_DIS auto"]
@@ -1165,6 +1228,7 @@ def make_fake_board(
             _write(root / folder / "in7_input", 0)
             _write(root / folder / "curr4_input", 0)
 
+    _cooling_devices(root, board, layout)
     for index, (zone, celsius) in enumerate(board["zones"].items()):
         folder = root / f"sys/class/thermal/thermal_zone{index}"
         _write(folder / "type", zone)

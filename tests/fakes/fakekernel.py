@@ -43,6 +43,16 @@ are checked; reads pass through. The rules, and where each comes from:
   top of the range as under load, unless the board is throttled
   (:func:`throttle`): soctherm's thermal and over-current throttling slows
   the clocks beneath the limits, which still read back as written.
+- A thermal cap through a cooling device (:func:`thermal_cap`) lowers what the
+  limits read back, unlike soctherm's throttling: the kernel's devfreq and
+  cpufreq cooling devices (drivers/thermal/devfreq_cooling.c, registered as
+  ``devfreq-<device>``, ``thermal-devfreq-<n>`` before Linux 5.12;
+  cpufreq_cooling.c, ``cpufreq-cpu<n>``) add a PM QoS / freq QoS max-frequency
+  request, and ``max_freq`` (devfreq.c max_freq_show through get_freq_range) and
+  ``scaling_max_freq`` (policy->max after cpufreq_set_policy) show the resolved
+  value, the lowest of every request. The user's own request is kept: a store
+  while capped reads back capped, and when the cap lifts (``cur_state`` back to
+  0) the limit reads what the user last wrote.
 - The over-current event counters (``oc<N>_event_cnt`` of the soctherm_oc
   hwmon) rise while the board is over current: each read sees the events
   since the last one (the reads are the fake's clock, so no test waits).
@@ -174,7 +184,7 @@ def _write(fd, data):  # type: ignore[no-untyped-def]
         _real_close(tmp_fd)
     os.replace(tmp, path)
     if name in LIMITS:
-        _clamp(root, path, int(value))
+        _clamp(root, path, _capped_store(root, path, int(value)))
     if name in LIMITS or name in ("dla0_core", "dla1_core", "nafll_dla"):
         settle(Path(root))
     return written
@@ -260,6 +270,56 @@ def _clamp(root: str, path: str, value: int) -> None:
         requests.pop(key, None)
     if store.parent.is_dir():
         _put(store, json.dumps(requests))  # atomically: a writer killed here leaves the old requests
+
+
+def _caps(root: str | Path) -> tuple[Path, dict]:
+    store = Path(root) / STATE / "thermal_cap.json"
+    return store, json.loads(store.read_text()) if store.exists() else {"caps": {}, "requests": {}}
+
+
+def _capped_store(root: str, path: str, value: int) -> int:
+    """A max limit stored while a cooling device caps it: the request is kept, the capped value shows."""
+    store, state = _caps(root)
+    rel = os.path.relpath(path, root)
+    if rel not in state["caps"]:
+        return value
+    state["requests"][rel] = value
+    _put(store, json.dumps(state))
+    shown = min(value, state["caps"][rel])
+    _put(path, shown)
+    return shown
+
+
+def thermal_cap(root: Path, gpu_hz: int | None = None, cpu_khz: int | None = None) -> None:
+    """Cap (or, with no value, uncap) the GPU devfreq max and every cpufreq policy's max, as a cooling device does.
+
+    The cooling devices laid out by the fake board show ``cur_state`` 1 while they cap, 0 otherwise.
+    """
+    root = Path(root)
+    conf = json.loads((root / STATE / "fake.json").read_text())
+    store, state = _caps(root)
+    wanted = {f"{conf['devfreq']}/max_freq": gpu_hz}
+    for cpu in conf["policies"]:
+        wanted[f"sys/devices/system/cpu/cpufreq/policy{cpu}/scaling_max_freq"] = cpu_khz
+    for rel, cap in wanted.items():
+        path = root / rel
+        if cap:
+            request = state["requests"].setdefault(rel, int(_read(str(path))))
+            state["caps"][rel] = cap
+            shown = min(request, cap)
+        elif rel in state["caps"]:
+            del state["caps"][rel]
+            shown = state["requests"].pop(rel)
+        else:
+            continue
+        _put(store, json.dumps(state))
+        _put(path, shown)
+        _clamp(str(root), str(path), shown)
+    for device in sorted((root / "sys/class/thermal").glob("cooling_device*")):
+        kind = _read(str(device / "type"))
+        on = (gpu_hz and "devfreq" in kind) or (cpu_khz and kind.startswith("cpufreq-"))
+        _put(device / "cur_state", 1 if on else 0)
+    settle(root)
 
 
 def throttle_state(root: Path) -> dict:

@@ -92,3 +92,40 @@ def test_a_cut_server_window_ends_long_before_loadgen_s_schedule(tmp_path: Path)
     # LoadGen stopped issuing at the hold's count outstanding: far fewer queries than its 4000 were issued.
     assert len(window.queries) < tail.hold_queries + 2 * 400 < 4000
     assert all(q.done == q.done for q in window.queries)
+
+
+class _InstantRunner:
+    """Completes every query as it is submitted, recording when each was."""
+
+    def __init__(self) -> None:
+        self.submitted: list[float] = []
+        self._done = None
+
+    def start(self, on_first, on_done) -> None:
+        self._done = on_done
+
+    def submit(self, key: int, encoded: list[int], max_new_tokens: int) -> None:
+        import time
+
+        self.submitted.append(time.monotonic())
+        self._done(key, max_new_tokens)
+
+    def stop(self) -> None:
+        self._done = None
+
+
+def test_a_server_warm_up_ends_with_queries_arriving_at_the_window_s_rate():
+    """Prompts joining a running batch make the step shapes a CUDA-graph library captures: before the window."""
+    from tuner.measure.prompts import load_prompts
+    from tuner.measure.tokens import warm_up
+
+    prompts = load_prompts(None)
+    runner = _InstantRunner()
+    encoded = [[1, 2, 3]] * len(prompts.samples)
+    warm_up(runner, 4, prompts, encoded, 0.1, arrivals_qps=100.0)
+    assert len(runner.submitted) >= 4 + 10
+    # The paced round's query n is issued no earlier than n / 100 s after it began, after the last full round's.
+    assert runner.submitted[-1] - runner.submitted[-11] >= 9 / 100.0
+    burst = _InstantRunner()
+    warm_up(burst, 4, prompts, encoded, 0.0)
+    assert len(burst.submitted) == 4

@@ -147,3 +147,35 @@ def test_a_thread_gets_its_own_graph_tree_state_where_torch_would_assert(monkeyp
     monkeypatch.setattr(torch._inductor, "cudagraph_trees", fixed, raising=False)
     graph_trees_for_this_thread()
     assert not hasattr(fixed.local, "tree_manager_containers")  # a torch with the fix sets its own up
+
+
+@needs_llm
+def test_a_dropped_continuous_batching_manager_fails_its_queue_instead_of_flushing_it():
+    """A cut window leaves held arrivals queued; the library's default stop would generate them all first."""
+    from runners.hf_llm_runner import HfLlmRunner
+    from runners.llm_spec import parse_llm
+
+    calls: list[dict] = []
+
+    class Manager:
+        def stop(self, block: bool = True, timeout: float | None = None, hard_stop: bool = False) -> None:
+            calls.append({"block": block, "hard_stop": hard_stop})
+
+        def destroy(self) -> None:
+            calls.append({"destroy": True})
+
+    runner = HfLlmRunner(parse_llm("tiny-llm"), "cpu")
+    runner._manager = Manager()
+    runner._drop_manager()
+    assert calls == [{"block": True, "hard_stop": True}, {"destroy": True}] and runner._manager is None
+
+    class Older:  # a transformers whose stop has no hard_stop: called as before
+        def stop(self, block: bool = True, timeout: float | None = None) -> None:
+            calls.append({"older": block})
+
+        def destroy(self) -> None:
+            pass
+
+    runner._manager = Older()
+    runner._drop_manager()
+    assert calls[-1] == {"older": True}

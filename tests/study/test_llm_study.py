@@ -39,7 +39,7 @@ def trials(*values: float, infeasible: tuple[int, ...] = ()):
 def test_a_best_not_bettered_over_the_last_three_measured_stops_the_study_and_says_it_is_a_plateau():
     decision = decide_settled(trials(1.0, 0.9, 1.2, 0.95, 1.1), RULE)
     assert decision is not None and decision.reason == SETTLED and decision.trial == 4
-    assert "trial (1)" in decision.line and "plateau" in decision.line and "5 configurations" in decision.line
+    assert "best: trial 1" in decision.line and "plateau" in decision.line and "5 configurations" in decision.line
 
 
 def test_a_new_best_in_the_last_three_goes_on_and_a_gain_within_the_resolution_does_not():
@@ -53,7 +53,14 @@ def test_too_few_measured_or_nothing_feasible_goes_on():
 
 
 def test_a_first_feasible_answer_inside_the_streak_is_an_improvement():
-    assert decide_settled(trials(1.0, 1.1, 1.2, 1.3, 1.4, infeasible=(0, 1, 2)), RULE) is None
+    assert decide_settled(trials(1.0, 1.1, 1.2, 1.3, 1.4, 1.5, infeasible=(0, 1, 2)), RULE) is None
+
+
+def test_configurations_that_miss_the_bounds_do_not_count_towards_the_streak():
+    misses = trials(1.0, 5.0, 5.0, 5.0, 5.0, 5.0, infeasible=(1, 2, 3, 4, 5))
+    assert decide_settled(misses, RULE) is None  # one feasible answer and nothing to judge it against
+    settled = decide_settled([*misses, trial(6, 1.1), trial(7, 1.2), trial(8, 1.05)], RULE)
+    assert settled is not None and settled.measured == 9 and "met the bounds" in settled.line
 
 
 # The space
@@ -186,3 +193,36 @@ def test_the_h200_benchmark_reads_a_study_it_stopped_with_sigterm(tmp_path):
     assert payload["trials_completed"] >= 1 and payload["best"] is not None
     assert payload["trials"][0]["state"] == "COMPLETE" and payload["trials"][0]["j_per_token"]
     assert (tmp_path / "study-stderr.txt").read_text()
+
+
+def test_an_engine_study_has_no_kv_cache_knob():
+    from tuner.engine import engine_space
+
+    space = engine_space(load_space("h200"), "openai://127.0.0.1:9/v1#m")
+    assert KV_CACHE_KNOB not in space.knobs and "max_batch_tokens" not in space.knobs
+
+
+def test_an_llm_contender_is_confirmed_by_one_repeat_window(tmp_path):
+    payload = _run(tmp_path)
+    study = _study(tmp_path, payload)
+    assert max(len(t.user_attrs.get("windows", [])) for t in study.trials) == 2
+    assert len(study.trials[0].user_attrs["windows"]) == 2  # the first trial is the first contender
+
+
+def test_an_llm_table_leaves_out_channels_last_and_an_observe_only_card_s_readings():
+    from tuner.llm import hidden_knobs
+
+    config = {"power_limit_w": 700, "channels_last": False, "precision": "bf16", "kv_cache": "paged", "engine:x": 1}
+    record = {"config": config, "j_per_token": 0.1}
+    assert hidden_knobs(record, observe_only=True) == {"power_limit_w": 700, "channels_last": False}
+    assert hidden_knobs(record, observe_only=False) == {"channels_last": False}
+    assert hidden_knobs({"config": config}, observe_only=True) == {}  # a CNN's record shows every knob
+
+
+def test_tune_run_s_table_of_an_llm_has_no_channels_last_column(tmp_path):
+    args = ["run", "--model", "llama3.2-1b-random", "--device", "sim:h200", "--scenario", "server"]
+    args += ["--target-qps", "40", "--max-ttft", "500ms", "--max-tpot", "30ms", "--seed", "1", "--trials", "6"]
+    code, out, err = in_process(*args, "--out", str(tmp_path / "studies"))
+    assert code == 0, err
+    table = out[out.index("recommended for") :]
+    assert "channe" not in table and "precis" in table

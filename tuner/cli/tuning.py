@@ -15,7 +15,7 @@ from tuner.devices.base import Device
 from tuner.devices.hardware_session import hold
 from tuner.devices.registry import check_meter
 from tuner.errors import UserError
-from tuner.llm import applying_knobs, bounds_text
+from tuner.llm import applying_knobs, bounds_text, hidden_knobs
 from tuner.measure.session import meter_lost
 from tuner.measure.settings import WindowSettings
 from tuner.measurement import Measurement
@@ -228,11 +228,13 @@ def _print_run(result: StudyResult) -> None:
     if summary.best is None:
         common.out_console.print(summary.unmet or f"no configuration met {bounds}")
     else:
+        observe_only = bool(((result.pareto.provenance if result.pareto else None) or {}).get("observe_only"))
         common.out_console.print(
             common.recommended_table(
                 summary.best,
                 f"recommended for {result.model} on {result.device} ({bounds}, {result.scenario}){note}",
                 result.percentile,
+                hidden_knobs(summary.best, observe_only),
             )
         )
         if summary.saved is not None:

@@ -14,7 +14,7 @@ from tuner.plumbing.usercode import import_target, user_code
 
 KNOWN_DEVICES = (
     "sim:orin, sim:orin-nano, sim:h200, sim:orin-trt (digital twins; orin-trt: a TensorRT INT8 runtime profile), "
-    "cuda:N (NVIDIA datacenter GPU), cpu, orin, orin-nano, orin-nx, xavier, tx2 (Jetson boards), "
+    "cuda:N (NVIDIA datacenter GPU), cpu, orin, orin-nano, orin-nano-super, orin-nx, xavier, tx2 (Jetson boards), "
     "py:package.module:Class or a powertune.devices plugin (docs/plugins.md)"
 )
 PLUGIN_GROUP = "powertune.devices"
@@ -204,6 +204,7 @@ def _no_options(name: str, allow_clock_changes: bool, options: dict[str, Any]) -
 JETSON_BOARDS = {
     "orin": "Jetson AGX Orin",
     "orin-nano": "Jetson Orin Nano",
+    "orin-nano-super": "Jetson Orin Nano Super",
     "orin-nx": "Jetson Orin NX",
     "xavier": "Jetson AGX Xavier",
     "tx2": "Jetson TX2",

@@ -173,12 +173,19 @@ def _scenario(name: str) -> str:
     return scenario
 
 
-def warm_up(runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], warmup_s: float) -> tuple[float, float]:
+def warm_up(
+    runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], warmup_s: float, arrivals_qps: float = 0.0
+) -> tuple[float, float]:
     """Run rounds of ``max_seqs`` queries back to back for about ``warmup_s``; return (queries/s, s per query).
 
     At least one round runs, whatever ``warmup_s``: the first of a
     configuration carries one-off costs and says little, so a second round
-    is timed where the time allows. Every round is a safe point for a signal.
+    is timed where the time allows. With ``arrivals_qps`` (a Server window)
+    a last round issues queries at that rate for ``warmup_s``: prompts joining
+    a running batch make steps of shapes a full round never does, and a
+    library with CUDA graphs captures each new shape when it first meets it,
+    which must not happen inside the window. Every round is a safe point for
+    a signal.
     """
     done = threading.Event()
     pending: set[int] = set()
@@ -194,6 +201,26 @@ def warm_up(runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], 
                 if not pending:
                     done.set()
 
+    def submit(key: int, index: int) -> None:
+        with lock:
+            pending.add(key)
+            issued[key] = time.monotonic()
+        runner.submit(
+            key, encoded[index % len(prompts.samples)], prompts.samples[index % len(prompts.samples)].output_tokens
+        )
+
+    def wait(round_start: float) -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+            done.wait(0.05)
+            done.clear()
+            interrupts.check()
+            failed = getattr(runner, "error", "")
+            if failed or time.monotonic() - round_start > WARMUP_TIMEOUT_S:
+                raise UserError(f"the LLM runner did not finish its warm-up: {failed or 'timed out'}")
+
     runner.start(lambda key: None, on_done)
     try:
         started = time.monotonic()
@@ -201,25 +228,22 @@ def warm_up(runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], 
         while rounds < 1 or (time.monotonic() - started < warmup_s and rounds < 8):
             interrupts.check()
             seconds.clear()
-            done.clear()
             round_start = time.monotonic()
             count = min(max_seqs, max(len(prompts.samples), 1)) if rounds else max_seqs
-            keys = [next(_KEYS) for _ in range(count)]
-            with lock:
-                pending.update(keys)
-            for n, key in enumerate(keys):
-                index = (rounds * count + n) % len(prompts.samples)
-                issued[key] = time.monotonic()
-                runner.submit(key, encoded[index], prompts.samples[index].output_tokens)
-            while not done.wait(0.05):
-                interrupts.check()
-                failed = getattr(runner, "error", "")
-                if failed or time.monotonic() - round_start > WARMUP_TIMEOUT_S:
-                    raise UserError(f"the LLM runner did not finish its warm-up: {failed or 'timed out'}")
+            for n in range(count):
+                submit(next(_KEYS), rounds * count + n)
+            wait(round_start)
             elapsed = time.monotonic() - round_start
             rate = count / elapsed if elapsed > 0 else float(count)
             rounds += 1
         per_query = float(np.median(seconds)) if seconds else 1.0 / max(rate, 1e-9)
+        if arrivals_qps > 0:
+            paced_start = time.monotonic()
+            for n in range(max(1, math.ceil(arrivals_qps * warmup_s))):
+                interrupts.check()
+                time.sleep(max(0.0, paced_start + n / arrivals_qps - time.monotonic()))
+                submit(next(_KEYS), n)
+            wait(paced_start)
         return rate, per_query
     finally:
         runner.stop()
@@ -245,7 +269,8 @@ def run_token_window(
     started = time.monotonic()
     runner.configure(dict(settings.options))
     encoded = [runner.encode(sample) for sample in prompts.samples]
-    qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s)
+    arrivals = float(settings.options.get("server_target_qps", 0.0)) if scenario == "server" else 0.0
+    qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s, arrivals)
     warmup_s = time.monotonic() - started
     interrupts.check()
     with atomicfile.private_folder("powertune-loadgen-") as private:

@@ -18,11 +18,13 @@ benchmark (on a prefix of a run's trials) reach the same decision from the
 same trials. A strategy that records no headroom never stops early by it.
 
 :func:`decide_settled` is the rule for a stock sampler, which records no
-headroom (an LLM study's constrained TPE): ``settled`` once the best feasible
-trial has not improved by more than the resolution over the last
-``patience`` measured configurations, with at least ``min_measured``
-measured. It bounds nothing an unmeasured configuration could save, so it
-is a plateau, said as one; ``--no-early-stop`` runs to ``--trials``.
+headroom (an LLM study's constrained TPE): ``settled`` once the last
+``patience`` measured configurations that met the bounds bettered the best
+feasible one before them by no more than the resolution, with at least
+``min_measured`` measured (a configuration that misses the bounds says
+nothing about the answer, so it does not count towards the streak). It
+bounds nothing an unmeasured configuration could save, so it is a plateau,
+said as one; ``--no-early-stop`` runs to ``--trials``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import optuna
 from pydantic import BaseModel, ConfigDict
 
-from tuner.records import recommended_of
+from tuner.records import is_feasible, recommended_of
 from tuner.storage import EARLY_STOP_ATTR
 from tuner.strategies.base import COULD_WIN_KEY, HEADROOM_KEY, measured_of
 
@@ -111,19 +113,18 @@ def decide_settled(trials: list[optuna.trial.FrozenTrial], rule: StopRule) -> St
     """The plateau decision the finished ``trials`` support (see the module docstring), or None to go on."""
     done = sorted((t for t in trials if t.state in FINISHED), key=lambda t: t.number)
     measured = measured_of(done)
-    if len(measured) < max(rule.min_measured, rule.patience + 1):
+    feasible = [t for t in measured if is_feasible(t)]
+    if len(measured) < rule.min_measured or len(feasible) < rule.patience + 1:
         return None
     complete = [t for t in done if t.state == optuna.trial.TrialState.COMPLETE]
     best = recommended_of(complete)
-    if best is None:
-        return None
-    since = measured[-rule.patience]
+    since = feasible[-rule.patience]
     before = recommended_of([t for t in complete if t.number < since.number])
-    if before is None or float(best.value) < float(before.value) * (1 - rule.resolution):
+    if best is None or before is None or float(best.value) < float(before.value) * (1 - rule.resolution):
         return None
     line = (
-        f"the best feasible trial ({best.number}) was not bettered by more than {rule.resolution:.1%} in the last "
-        f"{rule.patience} configurations measured (a plateau); {len(measured)} configurations measured"
+        f"the last {rule.patience} configurations that met the bounds bettered the best before them by "
+        f"{rule.resolution:.1%} or less (a plateau; best: trial {best.number}); {len(measured)} configurations measured"
     )
     return StopDecision(
         reason=SETTLED,

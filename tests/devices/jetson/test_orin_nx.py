@@ -14,6 +14,7 @@ from clirun import in_process
 from fakeboard import make_fake_board, quick_measure
 
 from tuner.devices.jetson import JetsonDevice, detect_kind
+from tuner.devices.jetson.clocks import ClockMonitor
 from tuner.errors import UserError
 from tuner.space import Config
 
@@ -62,3 +63,14 @@ def test_a_study_from_maxn_leaves_the_orin_nx_as_it_was(tmp_path: Path, monkeypa
     assert code == 0, stderr
     assert json.loads(stdout)["best"]["config"]["nvpmodel"] in ("MAXN", "25W")
     assert board.snapshot() == before and board.mode_id() == 0
+
+
+def test_each_dla_rate_is_sampled_on_its_own(tmp_path: Path) -> None:
+    """10W caps DLA0 at 153.6 and DLA1 at 115 MHz (BPMP nafll_dla0_core / nafll_dla1_core): two columns, not one."""
+    board = make_fake_board(tmp_path / "b", "orin-nx", "l4t36", seed=5, start="10W")
+    dev = JetsonDevice("orin-nx", sysfs_root=board.root, nvpmodel=str(board.nvpmodel))
+    monitor = ClockMonitor(dev.board.clocks)  # type: ignore[arg-type]
+    monitor.start()
+    extras = monitor.stop().extras()
+    assert extras["dla_mhz_max"] == 153.6 and extras["dla1_mhz_max"] == 115
+    assert extras["dla1_mhz_min"] == extras["dla1_mhz_mean"] == 115

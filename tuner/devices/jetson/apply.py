@@ -11,7 +11,7 @@ from tuner.devices.jetson import sysfs
 from tuner.devices.jetson.errors import ApplyError
 from tuner.devices.jetson.masks import TpcMaskRule
 from tuner.devices.jetson.spaces import board_space
-from tuner.devices.jetson.thermal import ThermalGuard
+from tuner.devices.jetson.thermal import ThermalGuard, thermal_caps
 from tuner.devices.jetson.writes import Write, _floor, _pair, _try_int, _try_read
 from tuner.errors import UserError
 from tuner.space import Config
@@ -185,7 +185,9 @@ class ConfigApplier(TpcMaskRule, ThermalGuard):
                 if _try_int(path) != t["dla_hz"]:
                     wrong.append(f"{path}={_try_read(path)} (wanted {t['dla_hz']})")
         if wrong:
-            raise ApplyError("the board did not take the configuration: " + "; ".join(wrong))
+            capped = thermal_caps(self.root)
+            cause = f" (a thermal cap is in force: {'; '.join(capped)})" if capped else ""
+            raise ApplyError("the board did not take the configuration: " + "; ".join(wrong) + cause)
 
     def _write(self, path: Path, value: str) -> None:
         try:

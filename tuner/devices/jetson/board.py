@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tuner.devices.jetson.clocks import ClockFiles, find_clock_files
 from tuner.devices.jetson.dla import find_caps
-from tuner.devices.jetson.modes import NVPMODEL_CONF, BoardMode, read_modes
+from tuner.devices.jetson.modes import NVPMODEL_CONF, BoardMode, conf_path, read_modes
 from tuner.devices.jetson.sysfs import can_read, denied, inside, ints, is_file, read
 from tuner.errors import UserError
 
@@ -81,6 +81,7 @@ MODULES = {
 MODEL_NAMES = {
     "orin-agx": "AGX Orin",
     "orin-nano": "Orin Nano",
+    "orin-nano-super": "Orin Nano Super",
     "orin-nx": "Orin NX",
     "xavier-agx": "AGX Xavier",
     "tx2": "TX2",
@@ -216,15 +217,40 @@ def read_release(root: Path) -> str:
 
 
 def detect_kind(root: Path) -> str | None:
-    """The search space of the module the device tree names, or None where it says nothing known."""
+    """The search space of the module the device tree names, or None where it says nothing known.
+
+    An Orin Nano is a Super (:func:`is_super`) by its board identity or its nvpmodel conf.
+    """
     path = root / COMPATIBLE
     if not is_file(path):
         return None
     text = path.read_bytes().decode(errors="replace")
     for part, kind in MODULES.items():
         if part in text:
-            return kind
+            return "orin-nano-super" if kind == "orin-nano" and is_super(root, text) else kind
     return None
+
+
+def is_super(root: Path, compatible: str) -> bool:
+    """Whether an Orin Nano runs JetPack 6.2's Super modes (the same module: a firmware and conf unlock).
+
+    Any of three signs: the device tree flashed from the ``-super`` board config names the module
+    ``p3767-000N-super`` first in its compatible string (``nvidia,p3768-0000+p3767-0005-super`` on a
+    devkit moved to the Super identity, a public write-up of NVIDIA forum thread "25w and MAXN SUPER
+    not seen in jetpack 7.2"); /etc/nvpmodel.conf, which the boot re-links from that identity,
+    resolves to ``nvpmodel_p3767_000N_super.conf`` (the conf that carries 25W and MAXN_SUPER;
+    LineageOS android_device_nvidia_concord ships it beside the stock one); or the conf nvpmodel reads
+    has a MAXN_SUPER mode (public setup notes copy the Super conf over /etc/nvpmodel.conf instead).
+    """
+    if re.search(r"p3767-000[345]-super", compatible):
+        return True
+    conf = conf_path(root)
+    if conf is None:
+        return False
+    if re.fullmatch(r"nvpmodel_p3767_000[345]_super\.conf", conf.name):
+        return True
+    modes, _default, _path = read_modes(root)
+    return any(m.name == "MAXN_SUPER" for m in modes)
 
 
 def board_title(root: Path) -> str:

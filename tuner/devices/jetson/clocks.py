@@ -14,6 +14,10 @@ clocks in hardware. So each window samples what ran:
   Xavier), which NVIDIA's MLPerf Orin harness reads with ``sudo cat`` to check
   its clocks (mlcommons inference_results, closed/NVIDIA). debugfs is root-only
   (mode 0700): for another user these are not sampled, and the device says so once.
+  Every DLA is sampled on its own: ``dla_mhz`` is DLA0 (Xavier's one ``nafll_dla``
+  clock drives both cores), ``dla1_mhz`` DLA1. Not their minimum: each core has
+  its own cap (Orin NX 10W: 153.6 and 115 MHz) and idles on its own between its
+  batches, so a minimum would mix an idle core into the one that worked.
 - OC events: ``oc<N>_event_cnt`` of the hwmon named ``soctherm_oc`` (NVIDIA's
   tegra23x-oc-event driver: OC1 under-voltage, OC2 average and OC3
   instantaneous over-current; read-only attributes, mode 0444).
@@ -41,7 +45,8 @@ from tuner.measure.poller import Poller
 TOLERANCE = 0.02
 PERIOD_S = 0.1
 BPMP_CLK = "sys/kernel/debug/bpmp/debug/clk"
-DLA_RATES = ("nafll_dla0_core", "nafll_dla")
+# The trials.csv name of each DLA's clock and the BPMP clocks that may carry it, Orin's first.
+DLA_RATES = {"dla_mhz": ("nafll_dla0_core", "nafll_dla"), "dla1_mhz": ("nafll_dla1_core",)}
 HWMON = "sys/class/hwmon"
 OC_NAME = "soctherm_oc"
 _OC_FILE = re.compile(r"oc(\d+)_event_cnt")
@@ -56,7 +61,7 @@ class ClockFiles:
     online: dict[int, Path]
     gpu_bpmp: Path | None = None
     emc: Path | None = None
-    dla: Path | None = None
+    dla: dict[str, Path] = field(default_factory=dict)
     oc: dict[str, Path] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
     bpmp: Path = Path("/") / BPMP_CLK
@@ -86,8 +91,13 @@ def find_clock_files(root: Path, gpu: Path, cpu_dirs: dict[int, Path], online: d
 
     gpu_bpmp = rate("gpusysclk", "GPU (gpusysclk)")
     emc = rate("emc", "EMC")
-    dla = next((bpmp / name / "rate" for name in DLA_RATES if sysfs.can_read(bpmp / name / "rate")), None)
-    if dla is None and any(sysfs.denied(bpmp / name / "rate") for name in DLA_RATES):
+    dla: dict[str, Path] = {}
+    for column, names in DLA_RATES.items():
+        found = next((bpmp / name / "rate" for name in names if sysfs.can_read(bpmp / name / "rate")), None)
+        if found is not None:
+            dla[column] = found
+    every = [name for names in DLA_RATES.values() for name in names]
+    if not dla and any(sysfs.denied(bpmp / name / "rate") for name in every):
         unreadable.append("DLA")
     cpu_cur = {cpu: folder / "scaling_cur_freq" for cpu, folder in cpu_dirs.items()}
     return ClockFiles(
@@ -149,8 +159,9 @@ class ClockMonitor:
             "gpu_mhz": min(gpu) / 1e6 if gpu else None,
             "cpu_mhz": min(cpu) / 1e3 if cpu else None,
             "emc_mhz": None if (emc := _int(f.emc)) is None else emc / 1e6,
-            "dla_mhz": None if (dla := _int(f.dla)) is None else dla / 1e6,
         }
+        for column, path in f.dla.items():
+            readings[column] = None if (hz := _int(path)) is None else hz / 1e6
         with self._lock:
             for name, value in readings.items():
                 if value is not None:

@@ -44,7 +44,7 @@ from tuner.devices.jetson.nvpmodel import _find_nvpmodel
 from tuner.devices.jetson.persist import unpersist
 from tuner.devices.jetson.restore import plan_restore
 from tuner.devices.jetson.spaces import board_space
-from tuner.devices.jetson.thermal import DEFAULT_THERMAL_LIMIT_C
+from tuner.devices.jetson.thermal import DEFAULT_THERMAL_LIMIT_C, thermal_caps
 from tuner.devices.jetson.writes import Write, _pair, _try_int, _try_read
 from tuner.devices.meters.registry import device_meter
 from tuner.devices.runner_cache import RunnerCache
@@ -74,6 +74,7 @@ DEVICE_KINDS = {
     "orin": "orin-agx",
     "orin-agx": "orin-agx",
     "orin-nano": "orin-nano",
+    "orin-nano-super": "orin-nano-super",
     "orin-nx": "orin-nx",
     "xavier": "xavier-agx",
     "xavier-agx": "xavier-agx",
@@ -210,6 +211,13 @@ class JetsonDevice(ConfigApplier):
         policy whose CPUs are all offline) is left out: nothing of it changes.
         """
         b = self.board
+        capped = thermal_caps(self.root)
+        if capped:
+            raise DeviceError(
+                f"a thermal cap is in force ({'; '.join(capped)}): the clock limits read back lowered by it, not as "
+                "they were set, so the board's state cannot be saved; let the board cool until the cooling device's "
+                "cur_state is 0, then run the command again (nothing was changed)"
+            )
         self.check_readable(
             [
                 b.gpu / "min_freq",
@@ -280,10 +288,11 @@ class JetsonDevice(ConfigApplier):
         b = self.board
         plan = plan_restore(state, b, self._mode_ids(), self.kind, self._dla_hz())
         problems = [f"journal: {p}" for p in plan.problems]
+        capped = bool(thermal_caps(self.root))  # a limit's read-back is the cap's: write every limit (.thermal)
 
-        def put(path: Path, value: str) -> bool:
+        def put(path: Path, value: str, limit: bool = False) -> bool:
             try:
-                if sysfs.read(path) != value:
+                if (limit and capped) or sysfs.read(path) != value:
                     sysfs.write(self.root, path, value)
                 return True
             except sysfs.BoardWriteError as exc:
@@ -320,7 +329,7 @@ class JetsonDevice(ConfigApplier):
             steps: list[Write] = []
             if saved.min_khz is not None and saved.max_khz is not None:
                 cur = (_try_int(policy.min_path), _try_int(policy.max_path))
-                steps = _pair(policy.min_path, policy.max_path, (saved.min_khz, saved.max_khz), cur, False)
+                steps = _pair(policy.min_path, policy.max_path, (saved.min_khz, saved.max_khz), cur, capped)
             governor = policy.folder / "scaling_governor"
             if saved.governor is not None and _try_read(governor) != saved.governor:
                 steps.append(Write(str(governor), saved.governor))
@@ -335,14 +344,14 @@ class JetsonDevice(ConfigApplier):
                     continue
             try:
                 for step in steps:
-                    put(Path(step.path), step.value)
+                    put(Path(step.path), step.value, limit=True)
             finally:
                 if woken is not None:
                     put(woken, "0")
         if plan.gpu_min is not None and plan.gpu_max is not None:
             cur = (_try_int(b.gpu / "min_freq"), _try_int(b.gpu / "max_freq"))
-            for step in _pair(b.gpu / "min_freq", b.gpu / "max_freq", (plan.gpu_min, plan.gpu_max), cur, False):
-                put(Path(step.path), step.value)
+            for step in _pair(b.gpu / "min_freq", b.gpu / "max_freq", (plan.gpu_min, plan.gpu_max), cur, capped):
+                put(Path(step.path), step.value, limit=True)
         if plan.gpu_governor is not None:
             put(b.gpu / "governor", plan.gpu_governor)
         if plan.railgate is not None and b.railgate is not None:
@@ -426,7 +435,8 @@ class JetsonDevice(ConfigApplier):
 
 
 def jetson_device(name: str, **kwargs: Any) -> JetsonDevice:
-    """The device a user named (``orin``, ``orin-nano``, ``orin-nx``, ``xavier``, ``tx2``, or a space's kind)."""
+    """The device a user named (``orin``, ``orin-nano``, ``orin-nano-super``, ``orin-nx``, ``xavier``, ``tx2``, or a
+    space's kind)."""
     if name not in DEVICE_KINDS:
         raise UserError(f"unknown Jetson device {name!r}: choose from {', '.join(DEVICE_KINDS)}")
     return JetsonDevice(DEVICE_KINDS[name], name=name, **kwargs)
