@@ -22,6 +22,7 @@ from tuner import baseline, llm_study
 from tuner.devices.base import Device
 from tuner.devices.hardware_session import hardware_session, hold
 from tuner.devices.registry import check_meter, open_device
+from tuner.devices.runner_cache import releasing_runner
 from tuner.engine import engine_space
 from tuner.errors import NeedsReboot, UserError
 from tuner.explorer import REPEATS_BEFORE_EXPLORING, Explorer
@@ -216,11 +217,10 @@ def tune_study(
     on_trial: TrialCallback | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> StudyResult:
-    """All of ``tune run``: check and open the device, run the study holding it, write its result files.
+    """All of ``tune run``: open the device, run the study holding it, free its model, write the result files.
 
-    ``on_trial`` sees every finished trial (progress); ``on_note`` gets what
-    the device says when it opens and, on Ctrl-C or SIGTERM, where the
-    results of the completed trials were written (the study itself resumes).
+    ``on_trial`` sees every finished trial; ``on_note`` what the device says when it opens and, on a signal,
+    where the completed trials' results were written (the study itself resumes).
     """
     started = time.monotonic()
     device = open_checked(request, on_note)
@@ -235,7 +235,8 @@ def tune_study(
             if on_note is not None:
                 on_note(f"{done} completed trials kept; results: {folder}/; run the same command to resume")
 
-    study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial, on_note=on_note)
+    with releasing_runner(device):
+        study, summary = run_study(device, options, on_trial=on_trial, on_interrupt=partial, on_note=on_note)
     pareto = write_results(study, folder)
     return StudyResult(
         summary=summary,
@@ -440,10 +441,9 @@ def _baseline(
     return record
 
 
-WIDEN = (
-    "to measure more, run it with --no-early-stop (up to --trials more configurations), "
-    "or tune other knobs or batch sizes with another --out or --storage"
-)
+# How a study that stopped by itself is widened.
+WIDEN = "to measure more, run it with --no-early-stop (up to --trials more), or tune other knobs or batch sizes "
+WIDEN += "with another --out or --storage"
 
 
 def _done_line(decision: StopDecision) -> str:

@@ -18,6 +18,8 @@ same prepared configuration skips its warm-up (nothing changed).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tuner.space import Config, SearchSpace
@@ -76,3 +78,18 @@ class RunnerCache:
         if self._runner is not None:
             self._runner.close()
         self._runner, self._model_key, self._prepared, self._measured = None, None, None, None
+
+
+@contextmanager
+def releasing_runner(device: object) -> Iterator[None]:
+    """Free the model a device keeps prepared, if it keeps one, when the block ends, however it ends.
+
+    A library's generation thread still in native code when the interpreter
+    exits aborts the process (an LLM study's SIGTERM on the H200 ended in SIGABRT).
+    """
+    try:
+        yield
+    finally:
+        cache = getattr(device, "runners", None)
+        if isinstance(cache, RunnerCache):
+            cache.close()
