@@ -7,8 +7,10 @@ weights), 256-token prompts, 128 new tokens:
 1. ``generate-eager``: Hugging Face ``generate`` at batch 1, eager (the
    issue's reference: TPOT 10.3 ms, 1.65 J per output token);
 2. ``study``: the default LLM study as a user types it, ``tune run ...
-   --scenario server --target-qps 40 --max-ttft 500ms --max-tpot 30ms
-   --prompts FILE`` (no --trials, no --timeout): it must end by itself
+   --scenario server --target-qps R --max-ttft 500ms --max-tpot 30ms
+   --prompts FILE`` (no --trials, no --timeout), once per rate R of
+   ``--target-qps`` (default 40; a list runs one study each, one after
+   another, results under ``study@R``, files in study-Rqps/): it must end by itself
    within 3 min with a J/token 10x below the reference. Past its cap
    (``STUDY_CAP_S``) it is sent SIGTERM, on which it restores the card and
    writes the completed trials' results, read back from its files
@@ -26,7 +28,7 @@ Energy is NVML's total-energy counter of the GPU (read only). Each section
 runs in a subprocess of this script (its GPU memory freed after), under a
 time cap, so the whole run ends within ``--budget`` seconds (default 480).
 
-    python3 benchmarks/llm_h200.py OUT [--budget 480] [--target-qps 40] [--cpu]
+    python3 benchmarks/llm_h200.py OUT [--budget 480] [--target-qps 40[,20]] [--sections a,b] [--cpu]
 
 writes OUT/llm_h200.json (every section's figures) and OUT/llm_h200.md;
 ``bash benchmarks/h200_llm.sh`` runs it on a lent H200 and brings those back
@@ -216,6 +218,7 @@ def study_command(target: Target, prompts: Path, target_qps: float, out: Path) -
 def study(target: Target, out: Path, prompts: Path, target_qps: float, cap_s: float) -> dict[str, Any]:
     """The default study timed from the command's start to its answer; past ``cap_s`` SIGTERM, its files read."""
     started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "tuner", *study_command(target, prompts, target_qps, out / "studies"), "--json"]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=_env(target.cpu)
@@ -265,6 +268,7 @@ def write_prompts(target: Target, out: Path) -> Path:
 
 
 def section(name: str, target: Target, out: Path, target_qps: float, study_cap_s: float) -> dict[str, Any]:
+    """One section's figures (``study`` at ``target_qps``), run in this script's subprocess."""
     prompts = write_prompts(target, out)
     if name == "generate-eager":
         return generate(target, static=False)
@@ -275,18 +279,22 @@ def section(name: str, target: Target, out: Path, target_qps: float, study_cap_s
         return measure_single(target, prompts, graph, CAPS_S[name])
     if name == "tune-static":
         return measure_single(target, prompts, [*graph, "kv_cache=static"], CAPS_S[name])
-    return study(target, out, prompts, target_qps, study_cap_s)
+    return study(target, out / f"study-{target_qps:g}qps", prompts, target_qps, study_cap_s)
 
 
-def run_all(target: Target, out: Path, budget_s: float, target_qps: float, study_cap_s: float) -> dict[str, Any]:
+def run_all(
+    target: Target, out: Path, budget_s: float, rates: list[float], study_cap_s: float, sections: list[str]
+) -> dict[str, Any]:
     started = time.monotonic()
     smi = "name,driver_version,clocks.sm,clocks.mem,power.limit,persistence_mode,compute_mode"
     results: dict[str, Any] = {"target": target.__dict__, "nvidia_smi_before": _smi(smi, target)}
-    for name in SECTIONS:
+    runs = [(n, r) for n in sections for r in (rates if n == "study" else [rates[0]])]
+    for name, target_qps in runs:
+        key = f"study@{target_qps:g}" if name == "study" else name
         left = budget_s - (time.monotonic() - started)
         cap = min(CAPS_S[name] if name != "study" else study_cap_s + TERM_GRACE_S + 10, left - 5)
         if cap < 20:
-            results[name] = {"skipped": f"{left:.0f} s of the budget left"}
+            results[key] = {"skipped": f"{left:.0f} s of the budget left"}
             continue
         cmd = [sys.executable, __file__, str(out), "--section", name, "--target-qps", f"{target_qps:g}"]
         cmd += ["--study-cap", f"{min(study_cap_s, cap - TERM_GRACE_S - 10):g}", *(["--cpu"] if target.cpu else [])]
@@ -294,11 +302,11 @@ def run_all(target: Target, out: Path, budget_s: float, target_qps: float, study
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, cwd=REPO, env=_env(target.cpu))
             tail = proc.stderr.strip().splitlines()[-8:]
-            results[name] = json.loads(proc.stdout) if proc.returncode == 0 else {"error": tail, "rc": proc.returncode}
+            results[key] = json.loads(proc.stdout) if proc.returncode == 0 else {"error": tail, "rc": proc.returncode}
         except subprocess.TimeoutExpired:
-            results[name] = {"error": f"ran past its cap of {cap:.0f} s"}
-        results[name]["section_s"] = round(time.monotonic() - begun, 1)
-        print(f"{name}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+            results[key] = {"error": f"ran past its cap of {cap:.0f} s"}
+        results[key]["section_s"] = round(time.monotonic() - begun, 1)
+        print(f"{key}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     results["nvidia_smi_after"] = _smi(smi, target)
     results["total_s"] = round(time.monotonic() - started, 1)
     results["summary"] = summary(results)
@@ -306,17 +314,12 @@ def run_all(target: Target, out: Path, budget_s: float, target_qps: float, study
 
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets against what ran: J/token 10x below the reference, batch-1 TPOT, the study's time."""
+    """The issue's targets against what ran: J/token 10x below the reference, batch-1 TPOT, each study's time."""
     eager = results.get("generate-eager", {})
-    study = results.get("study", {}) or {}
-    best = study.get("best") or {}
     reference = eager.get("j_per_token") or REFERENCE["j_per_token"]
     out: dict[str, Any] = {"reference_j_per_token_measured": eager.get("j_per_token"), "reference_issue": REFERENCE}
-    if best.get("j_per_token"):
-        out["tuned"] = {k: best.get(k) for k in ("j_per_token", "ttft_p99_ms", "tpot_p99_ms", "tokens_per_s")}
-        out["tuned"]["config"] = {**best.get("config", {}), "max_seqs": best.get("batch_size")}
-        out["tuned_vs_reference"] = reference / best["j_per_token"]
-        out["target_10x_below"] = out["tuned_vs_reference"] >= 10
+    for key in sorted(k for k in results if k.startswith("study@")):
+        out[key] = _study_summary(results[key] or {}, reference)
     batch1 = {
         "tune-static": results.get("tune-static", {}).get("figures", {}).get("tpot_p90_ms"),
         "cb-graphs": results.get("cb-graphs", {}).get("figures", {}).get("tpot_p90_ms"),
@@ -325,10 +328,23 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     out["batch1_tpot_ms"] = {k: v for k, v in batch1.items() if v}
     if batch1["tune-static"]:
         out["target_tpot_1_2ms"] = batch1["tune-static"] <= 1.2
+    return out
+
+
+def _study_summary(study: dict[str, Any], reference: float) -> dict[str, Any]:
+    """One study against the targets: its answer's J/token over the reference's, its wall time, why it ended."""
+    out: dict[str, Any] = {}
+    best = study.get("best") or {}
+    if best.get("j_per_token"):
+        out["tuned"] = {k: best.get(k) for k in ("j_per_token", "ttft_p99_ms", "tpot_p99_ms", "tokens_per_s")}
+        out["tuned"]["config"] = {**best.get("config", {}), "max_seqs": best.get("batch_size")}
+        out["tuned_vs_reference"] = reference / best["j_per_token"]
+        out["target_10x_below"] = out["tuned_vs_reference"] >= 10
     if "wall_s" in study and "error" not in study:
-        out["study_wall_s"] = study["wall_s"]
-        out["study_trials"] = study.get("trials_completed")
-        out["study_stopped"] = study.get("stopped")
+        out["wall_s"] = study["wall_s"]
+        out["trials"] = study.get("trials_completed")
+        out["stopped"] = study.get("stopped")
+        out["setup_s"] = [t.get("setup_s") for t in study.get("trials", [])]
         out["target_study_3min"] = study["wall_s"] <= STUDY_TARGET_S and not study.get("stopped_by_sigterm")
     return out
 
@@ -371,19 +387,22 @@ def markdown(results: dict[str, Any], command: str) -> str:
             )
         else:
             lines.append(f"| {name} | {r.get('error') or r.get('skipped')} | | | | |")
-    tuned = s.get("tuned")
-    if tuned:
-        what = f"tuned Server ({tuned['config']}) (p99)"
-        lines.append(
-            _row(what, tuned["ttft_p99_ms"], tuned["tpot_p99_ms"], tuned["j_per_token"], None, tuned["tokens_per_s"])
-        )
-    study = results.get("study", {})
-    if study.get("command"):
-        lines += ["", f"Study: `{study['command']}`: {study.get('wall_s')} s, {study.get('stopped') or ''}"]
-        lines += [
-            f"SIGTERM at its cap: {study.get('stopped_by_sigterm')}; trials completed: {study.get('trials_completed')}"
-        ]
-    lines += ["", "Targets: " + json.dumps({k: v for k, v in s.items() if k.startswith("target")}), ""]
+    studies = sorted(k for k in results if k.startswith("study@"))
+    for key in studies:
+        tuned = s[key].get("tuned")
+        if tuned:
+            what = f"tuned Server {key[6:]} q/s ({tuned['config']}) (p99)"
+            figures = (tuned["ttft_p99_ms"], tuned["tpot_p99_ms"], tuned["j_per_token"], None, tuned["tokens_per_s"])
+            lines.append(_row(what, *figures))
+    for key in studies:
+        study = results[key]
+        if study.get("command"):
+            lines += ["", f"Study: `{study['command']}`: {study.get('wall_s')} s, {study.get('stopped') or ''}"]
+            completed = study.get("trials_completed")
+            lines += [f"SIGTERM at its cap: {study.get('stopped_by_sigterm')}; trials completed: {completed}"]
+    targets = {k: v for k, v in s.items() if k.startswith("target")}
+    targets.update({key: {k: v for k, v in s[key].items() if k.startswith("target")} for key in studies})
+    lines += ["", "Targets: " + json.dumps(targets), ""]
     lines += [f"Summary: `{json.dumps(s)}`", ""]
     return "\n".join(lines)
 
@@ -403,17 +422,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run (default 480)")
-    parser.add_argument("--target-qps", type=float, default=40.0, help="the study's Server arrival rate")
+    parser.add_argument("--target-qps", default="40", help="the studies' Server arrival rates, comma-separated")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="which sections run, comma-separated")
     parser.add_argument("--study-cap", type=float, default=STUDY_CAP_S, help="seconds before the study gets SIGTERM")
     parser.add_argument("--cpu", action="store_true", help="the dry run here: tiny-llm on the CPU")
     parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     target = CPU if args.cpu else Target()
+    rates = [float(r) for r in args.target_qps.split(",")]
     if args.section:
-        print(json.dumps(section(args.section, target, args.out, args.target_qps, args.study_cap)))
+        print(json.dumps(section(args.section, target, args.out, rates[0], args.study_cap)))
         return
-    results = run_all(target, args.out, args.budget, args.target_qps, args.study_cap)
+    sections = args.sections.split(",")
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections {unknown}: choose from {', '.join(SECTIONS)}")
+    results = run_all(target, args.out, args.budget, rates, args.study_cap, sections)
     command = " ".join(["python3", "benchmarks/llm_h200.py", *sys.argv[1:]])
     (args.out / "llm_h200.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "llm_h200.md").write_text(markdown(results, command))

@@ -129,3 +129,60 @@ def test_a_server_warm_up_ends_with_queries_arriving_at_the_window_s_rate():
     burst = _InstantRunner()
     warm_up(burst, 4, prompts, encoded, 0.0)
     assert len(burst.submitted) == 4
+
+
+class _SlowRunner:
+    """One sequence at a time, each query taking ``per_query`` s: far slower than a 200 q/s paced round."""
+
+    def __init__(self, per_query: float) -> None:
+        import queue
+        import threading
+
+        self.per_query = per_query
+        self.cancelled: set[int] = set()
+        self.completed: list[int] = []
+        self._queue: queue.Queue = queue.Queue()
+        self._done = None
+        self._worker = threading.Thread(target=self._serve, daemon=True)
+        self._worker.start()
+
+    def _serve(self) -> None:
+        import time
+
+        while True:
+            key = self._queue.get()
+            if key in self.cancelled:
+                continue
+            time.sleep(self.per_query)
+            if self._done is not None and key not in self.cancelled:
+                self.completed.append(key)
+                self._done(key, 4)
+
+    def start(self, on_first, on_done) -> None:
+        self._done = on_done
+
+    def submit(self, key: int, encoded: list[int], max_new_tokens: int) -> None:
+        self._queue.put(key)
+
+    def cancel(self, key: int) -> None:
+        self.cancelled.add(key)
+
+    def stop(self) -> None:
+        self._done = None
+
+
+def test_a_paced_warm_up_drops_the_backlog_of_a_configuration_slower_than_the_rate():
+    """On the H200 one sequence at 40 q/s spent 25 s of its trial draining a 1 s paced round: now it is dropped."""
+    from tuner.measure import tokens
+    from tuner.measure.prompts import load_prompts
+
+    prompts = load_prompts(None)
+    runner = _SlowRunner(per_query=0.02)
+    encoded = [[1, 2, 3]] * len(prompts.samples)
+    # 200 paced queries over 1 s against a runner that serves 50 q/s: a backlog of about 150 at the round's end.
+    tokens.warm_up(runner, 1, prompts, encoded, 1.0, arrivals_qps=200.0)
+    paced = 200
+    assert len(runner.cancelled) > paced // 2
+    # Nothing cancelled ever completed, and what completed is about what the runner served in the round and its grace.
+    assert not set(runner.completed) & runner.cancelled
+    assert len(runner.completed) < paced // 2

@@ -60,6 +60,10 @@ QSL_SIZE = 1024
 RETRY_MARGIN = 2.0
 MAX_ATTEMPTS = 2
 WARMUP_TIMEOUT_S = 600.0
+# The paced warm-up round waits this many of a full round's query latencies (plus the slack) past its last arrival,
+# then drops what still runs: a configuration that keeps up has finished by then.
+PACED_GRACE = 2.0
+PACED_SLACK_S = 0.5
 # How often a Server or SingleStream window looks whether its tail is already proven past a bound.
 WATCH_S = 0.02
 # LoadGen has stopped issuing once it is this long without a query while the hold's count is outstanding.
@@ -184,7 +188,9 @@ def warm_up(
     a last round issues queries at that rate for ``warmup_s``: prompts joining
     a running batch make steps of shapes a full round never does, and a
     library with CUDA graphs captures each new shape when it first meets it,
-    which must not happen inside the window. Every round is a safe point for
+    which must not happen inside the window; what a configuration slower
+    than the rate still runs soon after the round is dropped, not waited for
+    (:data:`PACED_GRACE`). Every round is a safe point for
     a signal.
     """
     done = threading.Event()
@@ -209,11 +215,16 @@ def warm_up(
             key, encoded[index % len(prompts.samples)], prompts.samples[index % len(prompts.samples)].output_tokens
         )
 
-    def wait(round_start: float) -> None:
+    def wait(round_start: float, until: float = math.inf) -> set[int]:
+        """Wait for the round's queries; return (and forget) those still running at ``until``."""
         while True:
             with lock:
                 if not pending:
-                    return
+                    return set()
+                if time.monotonic() > until:
+                    late = set(pending)
+                    pending.clear()
+                    return late
             done.wait(0.05)
             done.clear()
             interrupts.check()
@@ -243,7 +254,10 @@ def warm_up(
                 interrupts.check()
                 time.sleep(max(0.0, paced_start + n / arrivals_qps - time.monotonic()))
                 submit(next(_KEYS), n)
-            wait(paced_start)
+            # A configuration slower than the rate has a backlog here that would take minutes to drain: its shapes
+            # are met by now, and the window's cut says the rest.
+            for key in wait(paced_start, time.monotonic() + PACED_GRACE * per_query + PACED_SLACK_S):
+                runner.cancel(key)
         return rate, per_query
     finally:
         runner.stop()
