@@ -186,3 +186,19 @@ def test_a_paced_warm_up_drops_the_backlog_of_a_configuration_slower_than_the_ra
     # Nothing cancelled ever completed, and what completed is about what the runner served in the round and its grace.
     assert not set(runner.completed) & runner.cancelled
     assert len(runner.completed) < paced // 2
+
+
+def test_a_server_warm_up_is_sized_on_what_a_window_meeting_its_bounds_runs():
+    """512 sequences at 20 q/s under TTFT 500 ms / TPOT 30 ms: about 86 outstanding, each done within 4.31 s."""
+    from tuner.measure.token_settings import server_warm_up
+
+    bounded = WindowSettings(
+        scenario="server", window_s=10.0, options={"server_target_qps": 20.0}, max_ttft_ms=500.0, max_tpot_ms=30.0
+    )
+    first, within = server_warm_up(bounded, 512, 128)
+    assert first == 87 and within == pytest.approx(0.5 + 127 * 0.03)
+    assert server_warm_up(bounded, 16, 128)[0] == 16
+    query_bound = WindowSettings(scenario="server", window_s=10.0, options={"server_target_qps": 20.0}, bound_ms=2000.0)
+    assert server_warm_up(query_bound, 512, 128) == (40, pytest.approx(2.0))
+    free = WindowSettings(scenario="server", window_s=10.0, options={"server_target_qps": 20.0})
+    assert server_warm_up(free, 512, 128) == (512, None)

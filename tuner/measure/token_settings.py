@@ -90,7 +90,7 @@ def tail_rule(scenario: str, settings: WindowSettings, ts: Any, max_seqs: int, o
         target = ts.server_target_qps
         expected = target * settings.window_s
         tail.total = max(ts.min_query_count, math.ceil(expected + 6 * math.sqrt(expected))) + 1
-        healthy = _healthy_outstanding(tail, target, settings.bound_ms, max_seqs, output_tokens)
+        healthy = _healthy_outstanding(tail.ttft_s, tail.tpot_s, target, settings.bound_ms, max_seqs, output_tokens)
         if healthy is not None:
             tail.hold_queries = math.ceil(healthy + 6 * math.sqrt(healthy)) + 2 * tail.needed + HOLD_SPARE
             tail.hold_max_s = HOLD_WAIT * tail.hold_queries / target + HOLD_S
@@ -100,8 +100,29 @@ def tail_rule(scenario: str, settings: WindowSettings, ts: Any, max_seqs: int, o
     return tail
 
 
+def server_warm_up(settings: WindowSettings, max_seqs: int, output_tokens: int) -> tuple[int, float | None]:
+    """A Server warm-up's full round (queries at once) and the seconds a query meeting the bounds runs (None: no bound).
+
+    A window meeting its bounds never runs more than it has outstanding
+    (:func:`_healthy_outstanding`), so a round larger only costs time (a round
+    of 512 at once took most of a 44 s trial on the H200); a query meeting the
+    token bounds, or the query bound, is done within them.
+    """
+    ttft_s = None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0
+    tpot_s = None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0
+    target = float(settings.options.get("server_target_qps", 0.0))
+    healthy = _healthy_outstanding(ttft_s, tpot_s, target, settings.bound_ms, max_seqs, output_tokens)
+    first_round = max_seqs if healthy is None else max(1, min(max_seqs, math.ceil(healthy)))
+    within: list[float] = []
+    if ttft_s is not None and tpot_s is not None:
+        within.append(ttft_s + max(output_tokens - 1, 0) * tpot_s)
+    if settings.bound_ms is not None and math.isfinite(settings.bound_ms):
+        within.append(settings.bound_ms / 1000.0)
+    return first_round, min(within) if within else None
+
+
 def _healthy_outstanding(
-    tail: TokenTail, target: float, bound_ms: float | None, max_seqs: int, output_tokens: int
+    ttft_s: float | None, tpot_s: float | None, target: float, bound_ms: float | None, max_seqs: int, output_tokens: int
 ) -> float | None:
     """The most queries a Server window meeting its bounds has outstanding, on average (None: unbounded).
 
@@ -112,10 +133,10 @@ def _healthy_outstanding(
     that time.
     """
     most: list[float] = []
-    if tail.ttft_s is not None:
-        most.append(max_seqs + target * tail.ttft_s)
-        if tail.tpot_s is not None:
-            most.append(target * (tail.ttft_s + max(output_tokens - 1, 0) * tail.tpot_s))
+    if ttft_s is not None:
+        most.append(max_seqs + target * ttft_s)
+        if tpot_s is not None:
+            most.append(target * (ttft_s + max(output_tokens - 1, 0) * tpot_s))
     if bound_ms is not None and math.isfinite(bound_ms):
         most.append(target * bound_ms / 1000.0)
     return min(most) if most else None

@@ -48,7 +48,7 @@ from tuner.measure.loadgen_run import loadgen, run_interruptibly
 from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
 from tuner.measure.token_results import Query, TokenWindow, parse_token_latencies
-from tuner.measure.token_settings import tail_rule, token_test_settings
+from tuner.measure.token_settings import server_warm_up, tail_rule, token_test_settings
 from tuner.measure.token_tail import Times, TokenTail
 from tuner.plumbing import atomicfile, interrupts
 
@@ -60,8 +60,8 @@ QSL_SIZE = 1024
 RETRY_MARGIN = 2.0
 MAX_ATTEMPTS = 2
 WARMUP_TIMEOUT_S = 600.0
-# The paced warm-up round waits this many of a full round's query latencies (plus the slack) past its last arrival,
-# then drops what still runs: a configuration that keeps up has finished by then.
+# Where no bound says how long a query meeting it runs, the paced warm-up round waits this many of a full round's
+# query latencies (plus the slack) past its last arrival, then drops what still runs.
 PACED_GRACE = 2.0
 PACED_SLACK_S = 0.5
 # How often a Server or SingleStream window looks whether its tail is already proven past a bound.
@@ -178,7 +178,13 @@ def _scenario(name: str) -> str:
 
 
 def warm_up(
-    runner: Any, max_seqs: int, prompts: PromptSet, encoded: list[Any], warmup_s: float, arrivals_qps: float = 0.0
+    runner: Any,
+    max_seqs: int,
+    prompts: PromptSet,
+    encoded: list[Any],
+    warmup_s: float,
+    arrivals_qps: float = 0.0,
+    paced: tuple[int, float | None] | None = None,
 ) -> tuple[float, float]:
     """Run rounds of ``max_seqs`` queries back to back for about ``warmup_s``; return (queries/s, s per query).
 
@@ -188,9 +194,12 @@ def warm_up(
     a last round issues queries at that rate for ``warmup_s``: prompts joining
     a running batch make steps of shapes a full round never does, and a
     library with CUDA graphs captures each new shape when it first meets it,
-    which must not happen inside the window; what a configuration slower
-    than the rate still runs soon after the round is dropped, not waited for
-    (:data:`PACED_GRACE`). Every round is a safe point for
+    which must not happen inside the window. ``paced`` (tuner.measure
+    .token_settings.server_warm_up) sizes it: the first round's queries, and
+    the seconds a query meeting the bounds runs; what still runs that long
+    past the paced round (or :data:`PACED_GRACE` full rounds' query latencies
+    where nothing bounds it) is dropped, not waited for: a configuration
+    slower than the rate has a backlog there. Every round is a safe point for
     a signal.
     """
     done = threading.Event()
@@ -232,6 +241,7 @@ def warm_up(
             if failed or time.monotonic() - round_start > WARMUP_TIMEOUT_S:
                 raise UserError(f"the LLM runner did not finish its warm-up: {failed or 'timed out'}")
 
+    first, within_s = paced or (max_seqs, None)
     runner.start(lambda key: None, on_done)
     try:
         started = time.monotonic()
@@ -240,7 +250,7 @@ def warm_up(
             interrupts.check()
             seconds.clear()
             round_start = time.monotonic()
-            count = min(max_seqs, max(len(prompts.samples), 1)) if rounds else max_seqs
+            count = min(first, max(len(prompts.samples), 1)) if rounds else first
             for n in range(count):
                 submit(next(_KEYS), rounds * count + n)
             wait(round_start)
@@ -254,9 +264,8 @@ def warm_up(
                 interrupts.check()
                 time.sleep(max(0.0, paced_start + n / arrivals_qps - time.monotonic()))
                 submit(next(_KEYS), n)
-            # A configuration slower than the rate has a backlog here that would take minutes to drain: its shapes
-            # are met by now, and the window's cut says the rest.
-            for key in wait(paced_start, time.monotonic() + PACED_GRACE * per_query + PACED_SLACK_S):
+            grace = PACED_GRACE * per_query if within_s is None else within_s
+            for key in wait(paced_start, time.monotonic() + grace + PACED_SLACK_S):
                 runner.cancel(key)
         return rate, per_query
     finally:
@@ -284,7 +293,9 @@ def run_token_window(
     runner.configure(dict(settings.options))
     encoded = [runner.encode(sample) for sample in prompts.samples]
     arrivals = float(settings.options.get("server_target_qps", 0.0)) if scenario == "server" else 0.0
-    qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s, arrivals)
+    longest = max(s.output_tokens for s in prompts.samples)
+    paced = server_warm_up(settings, max_seqs, longest) if arrivals > 0 else None
+    qps, per_query = warm_up(runner, max_seqs, prompts, encoded, settings.warmup_s, arrivals, paced)
     warmup_s = time.monotonic() - started
     interrupts.check()
     with atomicfile.private_folder("powertune-loadgen-") as private:
@@ -346,7 +357,7 @@ def _run_once(
     sut = lg.ConstructSUT(sut_state.issue, sut_state.flush)
     qsl = lg.ConstructQSL(QSL_SIZE, QSL_SIZE, _noop, _noop)
     bracket = _Bracket(meter, monitors)
-    tail = tail_rule(scenario, settings, ts, max_seqs, max(s.output_tokens for s in prompts.samples))
+    tail = tail_rule(scenario, settings, ts, max_seqs, max(q.output_tokens for q in prompts.samples))
     if tail is not None and tail.hold_queries:
         ts.server_max_async_queries = tail.hold_queries
     ended = threading.Event()
