@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 from clirun import run_cli, wait_while_running
-from fakeboard import make_fake_board, tiny_run
+from fakeboard import every_mode, make_fake_board, tiny_run
 from journals import pending_journals
 from locations import FAKES, REPO, SUPPORT
 
@@ -351,7 +351,10 @@ def test_ctrl_c_while_optuna_starts_a_heartbeat_neither_hangs_nor_leaves_the_tri
 
 def test_an_interrupted_apply_puts_back_what_was_there(board):
     original = board.snapshot()
-    dev = jetson(board)
+    # 7W gates other TPCs than 15W: named, as --modes names it, and entered before any GPU context exists,
+    # so nvpmodel switches back to 15W without a reboot (the golden-context rule of tests/fakes/fakeboard.py)
+    dev = every_mode(jetson(board))
+    assert not board.has_gpu_context()
     default = dev.space().default_config(8)
     config = Config(knobs={**default.knobs, "nvpmodel": "7W", "gpu_mhz": 318.75}, batch_size=8)
 

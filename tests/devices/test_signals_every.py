@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import in_process, wait_while_running
-from fakeboard import board_export, make_fake_board, tiny_run
+from fakeboard import board_export, every_mode, make_fake_board, tiny_run
 from journals import pending_journals
 from locations import REPO, SUPPORT
 
@@ -40,15 +40,22 @@ def jetson(board) -> JetsonDevice:
     return JetsonDevice("orin-nano", name="orin-nano", sysfs_root=board.root, nvpmodel=str(board.nvpmodel))
 
 
-def other_config(dev: JetsonDevice) -> Config:
+def other_config(dev: JetsonDevice, mode: str = "7W") -> Config:
     default = dev.space().default_config(8)
-    return Config(knobs={**default.knobs, "nvpmodel": "7W", "gpu_mhz": 318.75}, batch_size=8)
+    return Config(knobs={**default.knobs, "nvpmodel": mode, "gpu_mhz": 318.75}, batch_size=8)
+
+
+def switching(board) -> JetsonDevice:
+    """A device that may enter 7W, whose TPC mask is not 15W's: named (as --modes names it) before any GPU
+    context exists, so nvpmodel switches back without a reboot (tests/fakes/fakeboard.py, golden context)."""
+    assert not board.has_gpu_context()
+    return every_mode(jetson(board))
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_each_signal_mid_session_restores_the_board_byte_identical(board, sig):
     original = board.snapshot()
-    dev = jetson(board)
+    dev = switching(board)
     with pytest.raises(Terminated) as caught:
         with hardware_session(dev):
             dev.apply(other_config(dev))
@@ -62,7 +69,7 @@ def test_each_signal_mid_session_restores_the_board_byte_identical(board, sig):
 @pytest.mark.parametrize("sig", SIGNALS, ids=[s.name for s in SIGNALS])
 def test_each_signal_during_an_apply_puts_back_what_was_there(board, sig):
     original = board.snapshot()
-    dev = jetson(board)
+    dev = switching(board)
     with pytest.raises(Terminated):
         with deployment(dev):
             dev.apply(other_config(dev))
@@ -71,7 +78,7 @@ def test_each_signal_during_an_apply_puts_back_what_was_there(board, sig):
 
 
 def _export(path: Path, dev: JetsonDevice) -> Path:
-    config = other_config(dev)
+    config = other_config(dev, "15W")  # tune apply refuses a mode of another TPC mask (7W) before any write
     data = board_export(
         config.knobs, model="tiny-cnn", batch_size=config.batch_size, device="orin-nano", device_kind="orin-nano"
     )

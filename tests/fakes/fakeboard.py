@@ -42,8 +42,8 @@ What it lays out:
   header reads ``<PARAM TYPE=CLOCK NAME=EMC >``, without the space. A mode's
   block lists only the clusters it keeps online,
   as NVIDIA's confs do (MODE_10W of the Xavier conf lists CPU_DENVER_0 alone).
-  The Orin Nano's two modes come from the Jetson Linux guide's table
-  (15W, 7W), not from a conf file: none was found to check them against.
+  The Orin Nano's two modes are those of NVIDIA's nvpmodel_p3767_0003.conf
+  (the copy in the same LineageOS repository; 15W and 7W, see BOARDS).
 - The fake ``nvpmodel`` reads that conf and, for ``-m ID``, writes the mode's
   lines in order through the same kernel rules (cores, TPC mask, CPU and GPU
   clocks, EMC cap; -1 means the table's maximum, a GPU minimum of 0 the
@@ -238,9 +238,13 @@ BOARDS: dict[str, dict[str, Any]] = {
         "cpu_khz": [f for f in _A78AE_KHZ if f <= 1497600] + [1510400],
         "cpu_min_khz": 729600,
         "emc_khz": [204000, 665600, 2133000],
+        # NVIDIA's nvpmodel_p3767_0003.conf (github.com/LineageOS/android_device_nvidia_concord
+        # nvpmodel/nvpmodel_p3767_0003.conf, default 0): 15W with 6 cores, CPU, GPU -1 and EMC 0 (no caps),
+        # TPC_PG_MASK 240 (all 4 TPCs); 7W with 4 cores, CPU 960000 kHz, GPU 408000000 Hz, EMC 2133000000 Hz,
+        # TPC_PG_MASK 252 (2 TPCs), so 15W <-> 7W needs a reboot once a GPU context exists.
         "modes": [
-            (0, "15W", 6, 1510400, 624750000, 2133000000, 0),
-            (1, "7W", 4, 1113600, 420750000, 2133000000, 0),
+            (0, "15W", 6, -1, -1, 0, 240),
+            (1, "7W", 4, 960000, 408000000, 2133000000, 252),
         ],
         "default_mode": 0,
         "ina": {"1-0040": {1: "VDD_IN", 2: "VDD_CPU_GPU_CV", 3: "VDD_SOC"}},
