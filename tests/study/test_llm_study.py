@@ -192,7 +192,7 @@ def test_the_h200_benchmark_reads_a_study_it_stopped_with_sigterm(tmp_path):
     assert payload["stopped_by_sigterm"] and payload["rc"] != 0
     assert payload["trials_completed"] >= 1 and payload["best"] is not None
     assert payload["trials"][0]["state"] == "COMPLETE" and payload["trials"][0]["j_per_token"]
-    assert (tmp_path / "study-stderr.txt").read_text()
+    assert (tmp_path / "study-40qps" / "study-stderr.txt").read_text()
 
 
 def test_an_engine_study_has_no_kv_cache_knob():
