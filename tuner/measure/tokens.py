@@ -186,7 +186,7 @@ def warm_up(
     arrivals_qps: float = 0.0,
     paced: tuple[int, float | None] | None = None,
 ) -> tuple[float, float]:
-    """Run rounds of ``max_seqs`` queries back to back for about ``warmup_s``; return (queries/s, s per query).
+    """Run rounds of up to ``max_seqs`` queries back to back for about ``warmup_s``; return (queries/s, s per query).
 
     At least one round runs, whatever ``warmup_s``: the first of a
     configuration carries one-off costs and says little, so a second round
