@@ -4,9 +4,11 @@ An LLM study (tuner.llm) is searched by a stock constrained sampler, which
 records no headroom, so it stops on a plateau (tuner.strategies.stopping
 .decide_settled); it starts from the configuration likeliest to keep up with
 the rate (tuner.llm.first_config), so it holds an answer from its first
-trial; and when its answer's baseline (the default at the answer's batch
-size) is a configuration it measured whole, that trial is the baseline: a
-Server window is hundreds of generated answers, not run twice.
+trial, then the same with the smallest prefill chunk (tuner.llm
+.chunked_config), so its first two trials bracket TTFT against TPOT; and
+when its answer's baseline (the default at the answer's batch size) is a
+configuration it measured whole, that trial is the baseline: a Server
+window is hundreds of generated answers, not run twice.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import optuna
 
 from tuner import baseline
 from tuner.devices.base import Device
-from tuner.llm import STOP_MIN_MEASURED, STOP_PATIENCE, STOP_RESOLUTION, first_config
+from tuner.llm import STOP_MIN_MEASURED, STOP_PATIENCE, STOP_RESOLUTION, chunked_config, first_config
 from tuner.space import SearchSpace
 from tuner.strategies.stopping import StopRule
 
 FIRST_WHY = "the default configuration at the most sequences, decode captured: the answer to beat, from the first trial"
+CHUNKED_WHY = "the first trial with the smallest prefill chunk: decode stalls less, prompts prefill slower (TPOT/TTFT)"
 
 
 def stop_rule(ci: float) -> StopRule:
@@ -30,8 +33,12 @@ def stop_rule(ci: float) -> StopRule:
 
 
 def enqueue_first(study: optuna.Study, space: SearchSpace) -> None:
-    """Queue a fresh study's first trial (tuner.llm.first_config)."""
-    study.enqueue_trial(space.params_for(first_config(space)), user_attrs={"proposed_by": "design", "why": FIRST_WHY})
+    """Queue a fresh study's first trial (tuner.llm.first_config) and, where it applies, its chunked twin."""
+    first = first_config(space)
+    study.enqueue_trial(space.params_for(first), user_attrs={"proposed_by": "design", "why": FIRST_WHY})
+    chunked = chunked_config(space, first)
+    if chunked is not None:
+        study.enqueue_trial(space.params_for(chunked), user_attrs={"proposed_by": "design", "why": CHUNKED_WHY})
 
 
 def measured_baseline(
