@@ -23,11 +23,12 @@ needs_llm = pytest.mark.skipif(
 
 
 class _Ts:
-    """The two TestSettings fields tail_rule reads of a Server window."""
+    """The TestSettings fields tail_rule reads of a Server window."""
 
-    def __init__(self, qps: float, min_queries: int) -> None:
+    def __init__(self, qps: float, min_queries: int, min_duration_ms: int = 10_000) -> None:
         self.server_target_qps = qps
         self.min_query_count = min_queries
+        self.min_duration_ms = min_duration_ms
 
 
 def _server(**bounds: float) -> WindowSettings:
@@ -202,3 +203,77 @@ def test_a_server_warm_up_is_sized_on_what_a_window_meeting_its_bounds_runs():
     assert server_warm_up(query_bound, 512, 128) == (40, pytest.approx(2.0))
     free = WindowSettings(scenario="server", window_s=10.0, options={"server_target_qps": 20.0})
     assert server_warm_up(free, 512, 128) == (512, None)
+
+
+class _HeldSut:
+    """What the hold's release reads of a window's SUT."""
+
+    def __init__(self, issued: int, outstanding: int, last_issue: float) -> None:
+        self.queries = dict.fromkeys(range(issued))
+        self._outstanding = outstanding
+        self.last_issue = last_issue
+
+    def outstanding(self) -> int:
+        return self._outstanding
+
+
+def test_a_hold_that_never_fills_is_released_once_loadgen_s_schedule_is_issued():
+    """A TPOT cut at 20 q/s on the H200 left 80 outstanding of a 226-query hold: the window waited 34 s for it."""
+    from tuner.measure.token_tail import HOLD_QUIET_S, TokenTail, stopped_issuing
+
+    tail = TokenTail(0.5, 0.03, 0.99, 500, hold_queries=226, hold_max_s=34.4, schedule_queries=500, schedule_s=10.0)
+    quiet = 100.0 + HOLD_QUIET_S
+    # LoadGen issued its minimum count past its minimum duration and has been quiet: it is done.
+    assert stopped_issuing(_HeldSut(500, 80, 100.0), tail, quiet, started=80.0)
+    # Short of its count, or of its duration, or not quiet: it may still issue; at the hold it cannot.
+    assert not stopped_issuing(_HeldSut(499, 80, 100.0), tail, quiet, started=80.0)
+    assert not stopped_issuing(_HeldSut(500, 80, 100.0), tail, quiet, started=quiet - 9.0)
+    assert not stopped_issuing(_HeldSut(500, 80, 100.0), tail, 100.0, started=80.0)
+    assert stopped_issuing(_HeldSut(300, 226, 100.0), tail, quiet, started=95.0)
+
+
+def test_a_server_tail_carries_loadgen_s_minimum_schedule():
+    tail = tail_rule("server", _server(max_ttft_ms=500.0, max_tpot_ms=30.0), _Ts(20.0, 500, 10_000), 512, 128)
+    assert tail is not None and (tail.schedule_queries, tail.schedule_s) == (500, 10.0)
+
+
+_TPOT_CUT = """
+import json, sys
+from pathlib import Path
+from fakemeter import ConstantMeter
+from runners import make_runner
+from tuner.measure.settings import WindowSettings
+from tuner.measure.tokens import run_token_window
+out = Path(sys.argv[1])
+prompts = out / "prompts.jsonl"
+prompts.write_text("".join(json.dumps({"input_tokens": 16, "output_tokens": 16}) + "\\n" for _ in range(8)))
+settings = WindowSettings(scenario="server", window_s=5.0, warmup_s=0.5, prompts=str(prompts),
+                          options={"server_target_qps": 100}, max_ttft_ms=5000.0, max_tpot_ms=1.0)
+runner = make_runner("tiny-llm", "cpu")
+runner.prepare(16, "fp32", {})
+for n in range(2):
+    window = run_token_window(runner, 16, settings, out / f"logs{n}", ConstantMeter(watts=10.0))
+    print(window.cut_bound, len(window.queries))
+runner.close()
+"""
+
+
+@needs_llm
+@pytest.mark.slow
+def test_a_window_cut_on_tpot_past_its_schedule_ends_without_crashing_loadgen(tmp_path: Path):
+    """The cut's thread outlives the test: exiting after completing queries crashed LoadGen's logger (SIGSEGV).
+
+    100 q/s under a 5 s TTFT bound holds more than LoadGen's 500-query schedule, so the schedule ends first;
+    on the code before, 4 of 5 such windows died in TlsLogger::SwapBuffers.
+    """
+    import subprocess
+    import sys
+
+    fakes = Path(__file__).resolve().parents[1] / "fakes"
+    env = {**__import__("os").environ, "PYTHONPATH": str(fakes), "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _TPOT_CUT, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cuts = proc.stdout.split()
+    assert cuts[0::2] == ["tpot", "tpot"] and all(int(n) >= 500 for n in cuts[1::2])

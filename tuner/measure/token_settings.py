@@ -94,6 +94,7 @@ def tail_rule(scenario: str, settings: WindowSettings, ts: Any, max_seqs: int, o
         if healthy is not None:
             tail.hold_queries = math.ceil(healthy + 6 * math.sqrt(healthy)) + 2 * tail.needed + HOLD_SPARE
             tail.hold_max_s = HOLD_WAIT * tail.hold_queries / target + HOLD_S
+            tail.schedule_queries, tail.schedule_s = int(ts.min_query_count), ts.min_duration_ms / 1000.0
     else:
         per_query = max(ts.single_stream_expected_latency_ns / 1e9, 1e-6)
         tail.total = max(ts.min_query_count, math.ceil(1.5 * settings.window_s / per_query))

@@ -20,11 +20,18 @@ bounds never has that many outstanding.
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.measure.stopping import over_needed
 
+# LoadGen has stopped issuing once it is this long without a query (and at the hold, or past its schedule).
+HOLD_QUIET_S = 0.25
+# How often a Server or SingleStream window looks whether its tail is already proven past a bound.
+WATCH_S = 0.02
 # One query's times on the SUT's clock (nan while unknown) and its tokens: issued, first token, done, tokens.
 Times = tuple[float, float, float, int]
 
@@ -33,7 +40,9 @@ Times = tuple[float, float, float, int]
 class TokenTail:
     """The bounds (seconds) a window may be cut on, the percentile's quantile and the most queries it holds.
 
-    ``hold_queries`` (0: no hold) and ``hold_max_s``, its longest wait, size a Server cut's hold.
+    ``hold_queries`` (0: no hold) and ``hold_max_s``, its longest wait, size a Server cut's hold;
+    ``schedule_queries`` and ``schedule_s`` are LoadGen's minimum count and duration, past both of which
+    it issues no more (a hold that never fills ends there).
     """
 
     ttft_s: float | None
@@ -42,6 +51,8 @@ class TokenTail:
     total: int
     hold_queries: int = 0
     hold_max_s: float = 0.0
+    schedule_queries: int = 0
+    schedule_s: float = 0.0
 
     @property
     def needed(self) -> int:
@@ -61,3 +72,23 @@ class TokenTail:
         if late_token >= self.needed:
             return "tpot", late_token
         return None
+
+
+def release_when_stopped(sut: Any, tail: TokenTail, ended: threading.Event, started: float) -> None:
+    """Return once LoadGen issues no more (see tuner.measure.tokens._watch), or the hold ran its longest wait."""
+    deadline = time.monotonic() + tail.hold_max_s
+    while not ended.wait(WATCH_S) and not sut.aborted:
+        now = time.monotonic()
+        if stopped_issuing(sut, tail, now, started) or now >= deadline:
+            return
+
+
+def stopped_issuing(sut: Any, tail: TokenTail, now: float, started: float) -> bool:
+    """Whether LoadGen has stopped issuing a held window's queries: quiet, and at the hold or past its schedule.
+
+    A release too early costs only time: later arrivals are completed at once.
+    """
+    if now - sut.last_issue < HOLD_QUIET_S:
+        return False
+    scheduled = len(sut.queries) >= tail.schedule_queries and now - started >= tail.schedule_s
+    return scheduled or sut.outstanding() >= tail.hold_queries

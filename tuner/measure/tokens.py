@@ -49,7 +49,7 @@ from tuner.measure.logparse import parse_logs
 from tuner.measure.prompts import PromptSet, load_prompts
 from tuner.measure.token_results import Query, TokenWindow, parse_token_latencies
 from tuner.measure.token_settings import server_warm_up, tail_rule, token_test_settings
-from tuner.measure.token_tail import Times, TokenTail
+from tuner.measure.token_tail import WATCH_S, Times, TokenTail, release_when_stopped
 from tuner.plumbing import atomicfile, interrupts
 
 if TYPE_CHECKING:
@@ -64,10 +64,6 @@ WARMUP_TIMEOUT_S = 600.0
 # query latencies (plus the slack) past its last arrival, then drops what still runs.
 PACED_GRACE = 2.0
 PACED_SLACK_S = 0.5
-# How often a Server or SingleStream window looks whether its tail is already proven past a bound.
-WATCH_S = 0.02
-# LoadGen has stopped issuing once it is this long without a query while the hold's count is outstanding.
-HOLD_QUIET_S = 0.25
 _KEYS = itertools.count()
 
 
@@ -89,6 +85,10 @@ class _TokenSUT:
         self.cut: tuple[str, int] | None = None
         self.cut_at = math.nan
         self._token = array.array("i", [0])
+        # LoadGen must hear a query's first token before its completion, never after (it has freed the query by
+        # then: a native crash). A completion that arrives while its first token is being reported waits here.
+        self._announcing: set[int] = set()
+        self._deferred: dict[int, int] = {}
 
     def times(self) -> list[Times]:
         with self.lock:
@@ -115,12 +115,19 @@ class _TokenSUT:
         """Nothing is held back: the runner's library schedules every query as it arrives."""
 
     def first(self, key: int) -> None:
-        query = self.queries.get(key)
-        if query is None or not math.isnan(query.first) or key in self.stopped:
-            return
-        query.first = time.monotonic()
+        with self.lock:
+            query = self.queries.get(key)
+            if query is None or not math.isnan(query.first) or not math.isnan(query.done) or key in self.stopped:
+                return
+            query.first = time.monotonic()
+            self._announcing.add(key)
         address, _ = self._token.buffer_info()
         self.lg.FirstTokenComplete([self.lg.QuerySampleResponse(query.sample_id, address, self._token.itemsize)])
+        with self.lock:
+            self._announcing.discard(key)
+            tokens = self._deferred.pop(key, None)
+        if tokens is not None:
+            self._complete(key, tokens)
 
     def done(self, key: int, tokens: int) -> None:
         if key not in self.stopped:
@@ -155,6 +162,9 @@ class _TokenSUT:
         with self.lock:
             query = self.queries.get(key)
             if query is None or not math.isnan(query.done):
+                return
+            if key in self._announcing:
+                self._deferred[key] = tokens
                 return
             query.done = time.monotonic()
             query.tokens = max(int(tokens), 0)
@@ -444,8 +454,13 @@ def _watch(sut: _TokenSUT, tail: TokenTail, bracket: _Bracket, ended: threading.
     """Cut the window once its tail is proven past a bound: the bracket closes there and the queries end.
 
     Without a hold they end at once; with one (a Server window) once LoadGen
-    has stopped issuing at ``hold_queries`` outstanding, or the hold ran its
-    longest wait.
+    has stopped issuing: at ``hold_queries`` outstanding, or past its
+    schedule's minimum count and duration (a cut on TPOT leaves the queue
+    short of the hold: on the H200 such windows waited out the hold's longest
+    wait, 34 s), or when the hold ran that longest wait. The thread then
+    outlives the test: one that completed queries and exited while LoadGen
+    ran crashed LoadGen's logging thread (SIGSEGV in TlsLogger::SwapBuffers,
+    as in mlcommons/inference#236), on the CPU and, likeliest, on the H200.
     """
     while not ended.wait(WATCH_S):
         found = tail.over(sut.times(), time.monotonic())
@@ -454,17 +469,9 @@ def _watch(sut: _TokenSUT, tail: TokenTail, bracket: _Bracket, ended: threading.
             bracket.close()
             if tail.hold_queries:
                 sut.hold()
-                _release_when_stopped(sut, tail, ended)
+                release_when_stopped(sut, tail, ended, bracket.start)
             sut.abort()
-            return
-
-
-def _release_when_stopped(sut: _TokenSUT, tail: TokenTail, ended: threading.Event) -> None:
-    deadline = time.monotonic() + tail.hold_max_s
-    while not ended.wait(WATCH_S) and not sut.aborted:
-        now = time.monotonic()
-        quiet = now - sut.last_issue >= HOLD_QUIET_S
-        if (quiet and sut.outstanding() >= tail.hold_queries) or now >= deadline:
+            ended.wait()
             return
 
 
