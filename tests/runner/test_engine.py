@@ -309,4 +309,9 @@ def test_cancel_and_stop_cut_the_requests_in_flight_and_drop_the_queued(port, ti
         assert firsts == [1, 3], runner.error
     finally:
         runner.stop()
-    assert done == ([1] if answered_before_cut else []) and runner.error == "" and runner._workers == []
+    # 3 is cut by the stop unless the random model ended it first (EOS); nothing is delivered after the stop.
+    delivered = list(done)
+    assert delivered in (([1] if answered_before_cut else []), ([1, 3] if answered_before_cut else [3]))
+    assert runner.error == "" and runner._workers == []
+    time.sleep(0.5)
+    assert done == delivered
