@@ -14,7 +14,9 @@ A Server window's cut then holds the queries still arriving, uncompleted,
 until LoadGen has ``hold_queries`` outstanding: LoadGen then ends the test
 (``server_max_async_queries``) instead of issuing the rest of its schedule,
 at least 500 queries however early the cut came. A window meeting its
-bounds never has that many outstanding.
+bounds never has that many outstanding. A cut that leaves the queue short
+of the hold (on TPOT, at a rate the configuration keeps up with) is
+released once LoadGen has issued its schedule (:func:`stopped_issuing`).
 """
 
 from __future__ import annotations

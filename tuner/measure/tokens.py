@@ -85,8 +85,8 @@ class _TokenSUT:
         self.cut: tuple[str, int] | None = None
         self.cut_at = math.nan
         self._token = array.array("i", [0])
-        # LoadGen must hear a query's first token before its completion, never after (it has freed the query by
-        # then: a native crash). A completion that arrives while its first token is being reported waits here.
+        # LoadGen must hear a query's first token before its completion, never after (it times TTFT from the
+        # one and ends the query at the other). A completion arriving while the first token is reported waits.
         self._announcing: set[int] = set()
         self._deferred: dict[int, int] = {}
 
