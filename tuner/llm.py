@@ -138,9 +138,8 @@ def chunked_config(space: SearchSpace, first: Config) -> Config | None:
     A step's ``max_batch_tokens`` trades TTFT against TPOT: a running
     sequence's next token waits for every prompt chunk in its step, so a
     smaller chunk stalls decode less and prefills slower (Sarathi-Serve's
-    chunked prefill). On the H200 the default chunk (2048) missed TPOT p99
-    30 ms by 2% at 20 q/s while meeting TTFT with room: the first two trials
-    bracket it. None where the knob is not searched or the first has it smallest.
+    chunked prefill), so the first two trials bracket TTFT against TPOT.
+    None where the knob is not searched or the first has it smallest.
     """
     knob = space.knobs.get(BATCH_TOKENS_KNOB)
     if knob is None or BATCH_TOKENS_KNOB not in space.tuned_knobs:

@@ -266,11 +266,12 @@ def test_a_window_cut_on_tpot_past_its_schedule_ends_without_crashing_loadgen(tm
     100 q/s under a 5 s TTFT bound holds more than LoadGen's 500-query schedule, so the schedule ends first;
     on the code before, 4 of 5 such windows died in TlsLogger::SwapBuffers.
     """
+    import os
     import subprocess
     import sys
 
     fakes = Path(__file__).resolve().parents[1] / "fakes"
-    env = {**__import__("os").environ, "PYTHONPATH": str(fakes), "PYTHONFAULTHANDLER": "1"}
+    env = {**os.environ, "PYTHONPATH": str(fakes), "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", _TPOT_CUT, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
     )

@@ -80,12 +80,8 @@ def tail_rule(scenario: str, settings: WindowSettings, ts: Any, max_seqs: int, o
     """
     if scenario == "offline" or (settings.max_ttft_ms is None and settings.max_tpot_ms is None):
         return None
-    tail = TokenTail(
-        ttft_s=None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0,
-        tpot_s=None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0,
-        quantile=QUANTILES.get(settings.percentile, 0.99),
-        total=0,
-    )
+    ttft_s, tpot_s = _token_bounds_s(settings)
+    tail = TokenTail(ttft_s=ttft_s, tpot_s=tpot_s, quantile=QUANTILES.get(settings.percentile, 0.99), total=0)
     if scenario == "server":
         target = ts.server_target_qps
         expected = target * settings.window_s
@@ -105,12 +101,10 @@ def server_warm_up(settings: WindowSettings, max_seqs: int, output_tokens: int) 
     """A Server warm-up's full round (queries at once) and the seconds a query meeting the bounds runs (None: no bound).
 
     A window meeting its bounds never runs more than it has outstanding
-    (:func:`_healthy_outstanding`), so a round larger only costs time (a round
-    of 512 at once took most of a 44 s trial on the H200); a query meeting the
-    token bounds, or the query bound, is done within them.
+    (:func:`_healthy_outstanding`), so a larger round only costs time; a
+    query meeting the token bounds, or the query bound, is done within them.
     """
-    ttft_s = None if settings.max_ttft_ms is None else settings.max_ttft_ms / 1000.0
-    tpot_s = None if settings.max_tpot_ms is None else settings.max_tpot_ms / 1000.0
+    ttft_s, tpot_s = _token_bounds_s(settings)
     target = float(settings.options.get("server_target_qps", 0.0))
     healthy = _healthy_outstanding(ttft_s, tpot_s, target, settings.bound_ms, max_seqs, output_tokens)
     first_round = max_seqs if healthy is None else max(1, min(max_seqs, math.ceil(healthy)))
@@ -120,6 +114,12 @@ def server_warm_up(settings: WindowSettings, max_seqs: int, output_tokens: int) 
     if settings.bound_ms is not None and math.isfinite(settings.bound_ms):
         within.append(settings.bound_ms / 1000.0)
     return first_round, min(within) if within else None
+
+
+def _token_bounds_s(settings: WindowSettings) -> tuple[float | None, float | None]:
+    """The TTFT and TPOT bounds in seconds (None: not bounded)."""
+    ttft, tpot = settings.max_ttft_ms, settings.max_tpot_ms
+    return (None if ttft is None else ttft / 1000.0), (None if tpot is None else tpot / 1000.0)
 
 
 def _healthy_outstanding(

@@ -198,18 +198,17 @@ def warm_up(
 ) -> tuple[float, float]:
     """Run rounds of up to ``max_seqs`` queries back to back for about ``warmup_s``; return (queries/s, s per query).
 
-    At least one round runs, whatever ``warmup_s``: the first of a
-    configuration carries one-off costs and says little, so a second round
-    is timed where the time allows. With ``arrivals_qps`` (a Server window)
-    a last round issues queries at that rate for ``warmup_s``: prompts joining
-    a running batch make steps of shapes a full round never does, and a
-    library with CUDA graphs captures each new shape when it first meets it,
-    which must not happen inside the window. ``paced`` (tuner.measure
-    .token_settings.server_warm_up) sizes it: the first round's queries, and
-    the seconds a query meeting the bounds runs; what still runs that long
-    past the paced round (or :data:`PACED_GRACE` full rounds' query latencies
-    where nothing bounds it) is dropped, not waited for: a configuration
-    slower than the rate has a backlog there. Every round is a safe point for
+    At least one round runs, whatever ``warmup_s``; a configuration's
+    one-off costs fall in it, so the rate is timed on a later round where
+    the time allows. With ``arrivals_qps`` (a Server window) a paced round
+    issues queries at that rate for ``warmup_s``: prompts joining a running
+    batch make step shapes a full round never does, and a library with CUDA
+    graphs captures each shape when it meets it, which must not happen inside
+    the window. ``paced`` (tuner.measure.token_settings.server_warm_up) gives
+    the full round's size and how long a query meeting the bounds runs; what
+    still runs that long after the paced round (or :data:`PACED_GRACE` full
+    rounds' query latencies where nothing bounds it) is a backlog the rate
+    outruns, dropped rather than waited for. Every round is a safe point for
     a signal.
     """
     done = threading.Event()
@@ -454,13 +453,10 @@ def _watch(sut: _TokenSUT, tail: TokenTail, bracket: _Bracket, ended: threading.
     """Cut the window once its tail is proven past a bound: the bracket closes there and the queries end.
 
     Without a hold they end at once; with one (a Server window) once LoadGen
-    has stopped issuing: at ``hold_queries`` outstanding, or past its
-    schedule's minimum count and duration (a cut on TPOT leaves the queue
-    short of the hold: on the H200 such windows waited out the hold's longest
-    wait, 34 s), or when the hold ran that longest wait. The thread then
-    outlives the test: one that completed queries and exited while LoadGen
-    ran crashed LoadGen's logging thread (SIGSEGV in TlsLogger::SwapBuffers,
-    as in mlcommons/inference#236), on the CPU and, likeliest, on the H200.
+    has stopped issuing (tuner.measure.token_tail.stopped_issuing), or when
+    the hold ran its longest wait. The thread then outlives the test: a
+    thread that completed queries must not exit while LoadGen runs, or
+    LoadGen's logging thread may crash (mlcommons/inference#236).
     """
     while not ended.wait(WATCH_S):
         found = tail.over(sut.times(), time.monotonic())
