@@ -88,6 +88,9 @@ class Several:
         self.winners = next(iter(self.bounds.values())).winners
         return next(iter(self.last.values()))
 
+    def plausible(self, *args) -> list[int]:
+        return next(iter(self.bounds.values())).plausible(*args)
+
 
 class Judged(LearnedSampler):
     """The default strategy, recording each judged bound beside its own (``headroom:<name>``, ``could_win:<name>``)."""
@@ -100,7 +103,8 @@ class Judged(LearnedSampler):
     def sample_relative(self, study, trial, search_space):
         self.several.clear()
         params = super().sample_relative(study, trial, search_space)
-        for name, (headroom, could) in self.several.last.items():
+        for name, judged in self.several.last.items():
+            headroom, could = self.widened(judged)
             study._storage.set_trial_user_attr(trial._trial_id, f"{HEADROOM_KEY}:{name}", round(headroom, 6))
             study._storage.set_trial_user_attr(trial._trial_id, f"{COULD_WIN_KEY}:{name}", could)
         return params

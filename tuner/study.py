@@ -322,7 +322,7 @@ def _run_study(
         if fresh and options.warm_start and storage != MEMORY_STORAGE and not llm:
             warm_start(study, storage, space, options, device)
         if fresh and llm:
-            llm_study.enqueue_first(study, space)
+            llm_study.enqueue_first(study, space, options.window)
     if options.study_trials is not None:
         study = QuotaStudy(
             study,

@@ -241,3 +241,38 @@ def test_the_second_trial_is_the_first_with_the_smallest_chunk_that_holds_every_
     assert chunked_config(few, first_config(few)).knobs[BATCH_TOKENS_KNOB] == 256
     assert chunked_config(llm_space(load_space("cpu")), first_config(llm_space(load_space("cpu")))) is None
     assert chunked_config(space.narrow(knobs=["precision"]), first) is None
+
+
+def _server(rate: float | None, ttft: float | None = 500.0, tpot: float | None = 30.0, bound: float | None = None):
+    options = {} if rate is None else {"server_target_qps": rate}
+    return WindowSettings(scenario="server", options=options, max_ttft_ms=ttft, max_tpot_ms=tpot, bound_ms=bound)
+
+
+def test_a_server_study_sizes_its_sequences_on_what_the_rate_keeps_in_flight_within_the_bounds():
+    """At 20 q/s a query within TTFT 500 ms and TPOT 30 ms over 128 tokens runs 4.31 s: 86 in flight, 114 with peaks."""
+    from tuner.llm import sized_config
+
+    space = llm_space(load_space("h200"))
+    first = first_config(space)
+    sized = sized_config(space, first, _server(20.0), 128.0)
+    assert sized is not None and sized.batch_size == 128 and sized.knobs == first.knobs
+    assert sized_config(space, first, _server(40.0), 128.0).batch_size == 256
+    assert sized_config(space, first, _server(20.0, None, None, bound=2000.0), 128.0).batch_size == 64  # 40 + 19
+    assert sized_config(space, first, _server(200.0), 128.0) is None  # 862 in flight: no fewer than 512 would do
+    assert sized_config(space, first, _server(None), 128.0) is None  # no rate
+    assert sized_config(space, first, _server(20.0, tpot=None), 128.0) is None  # no time a query is done within
+    offline = WindowSettings(scenario="offline", max_ttft_ms=500.0, max_tpot_ms=30.0)
+    assert sized_config(space, first, offline, 128.0) is None
+
+
+def test_a_server_study_s_design_is_the_first_then_the_sized_then_the_chunked(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"input_tokens": 256, "output_tokens": 128}\n' * 4)
+    args = ["run", "--model", "llama3.2-1b-random", "--device", "sim:h200", "--scenario", "server"]
+    args += ["--target-qps", "20", "--max-ttft", "500ms", "--max-tpot", "30ms", "--seed", "1", "--trials", "3"]
+    code, _, err = in_process(*args, "--prompts", str(prompts), "--out", str(tmp_path / "studies"))
+    assert code == 0, err
+    storage = f"sqlite:///{tmp_path / 'studies' / 'tune.db'}"
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+    design = [(t.params["batch_size"], t.params["max_batch_tokens"], t.user_attrs["proposed_by"]) for t in study.trials]
+    assert design == [(512, 2048, "design"), (128, 2048, "design"), (512, 512, "design")]

@@ -120,6 +120,20 @@ class Candidates:
                 out.append(i)
         return out
 
+    def batch_neighbours(self, table: Table, row: int) -> list[int]:
+        """Grid rows one batch size either way of ``row``, every knob kept (the batch ladder's neighbours)."""
+        batches = self.space.batch_sizes
+        base = table.grid[row]
+        at = batches.index(base.batch_size) if base.batch_size in batches else 0
+        out: list[int] = []
+        for j in (at - 1, at + 1):
+            if 0 <= j < len(batches):
+                moved = base.model_copy(update={"batch_size": batches[j]})
+                i = table.row(json.dumps(self.space.effective(moved).key()))
+                if i is not None and i != row:
+                    out.append(i)
+        return out
+
     def mode_of(self, table: Table, trial: optuna.trial.FrozenTrial) -> int | None:
         """The power mode (index into table.mode_names) a trial ran in: the board's mode after it."""
         if table.mode_names is None or self.space.mode_knob is None:

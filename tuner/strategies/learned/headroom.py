@@ -71,6 +71,14 @@ class Headroom:
         self.winners = sorted(best, key=lambda r: (-best[r], r))
         return gain, could
 
+    def plausible(self, rows: list[int], predict: Predictor, bound_ms: float) -> list[int]:
+        """The rows at least ``stop_feasible`` likely to meet the bound by ``predict``, in their order."""
+        if not rows:
+            return []
+        _, _, mu_l, sd_l = predict(np.array(rows, dtype=int), latent=self.latent)
+        p = normal_cdf((math.log(bound_ms) - mu_l) / sd_l)
+        return [r for r, ok in zip(rows, p >= self.stop_feasible, strict=True) if ok]
+
     def gain(
         self,
         rows: np.ndarray,

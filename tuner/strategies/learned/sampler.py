@@ -21,8 +21,8 @@ from tuner.strategies.learned.acquisition import Acquisition
 from tuner.strategies.learned.candidates import Candidates
 from tuner.strategies.learned.design import design
 from tuner.strategies.learned.headroom import Headroom
-from tuner.strategies.learned.models import Models
-from tuner.strategies.learned.table import space_table
+from tuner.strategies.learned.models import Models, Predictor
+from tuner.strategies.learned.table import Table, space_table
 
 
 class LearnedSampler(GuidedSampler):
@@ -64,7 +64,11 @@ class LearnedSampler(GuidedSampler):
     by more windows only when it is within this share of the best or its
     latency is near the bound (a close call; tuner.objective); a clear win
     stays one window, its latency judged with one window's noise margin;
-    None: every such window is confirmed.
+    None: every such window is confirmed. ``ladder``: before the study may
+    end, where two or more batch sizes measured with the best's knobs are
+    within this share of it, their unmeasured batch-size neighbours are
+    measured (the bound counts them as saving this much; 0: never): where
+    energy is flat across batch sizes the models miss a dip between them.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class LearnedSampler(GuidedSampler):
         stop_latent: bool = False,
         settle: int = 3,
         confirm_within: float | None = 0.05,
+        ladder: float = 0.01,
     ) -> None:
         super().__init__(seed)
         self.local_around = local_around
@@ -113,6 +118,8 @@ class LearnedSampler(GuidedSampler):
         self.stop_latent = stop_latent
         self.settle = settle
         self.confirm_within = confirm_within
+        self.ladder = ladder
+        self.beside: list[tuple[int, float]] = []
         self.inner = model_sampler(seed, startup=4)
         self.profile: ModelProfile | None = None
         self.profile_note = ""
@@ -147,6 +154,7 @@ class LearnedSampler(GuidedSampler):
     def propose(self, study: optuna.Study) -> Config | None:
         if self.acquisition.steps == 0 and self.space is not None:
             self._note(study)
+        self.beside = []
         trials = study.get_trials(deepcopy=False)
         done = [t for t in measured_of(trials) if f"{self.percentile}_ms" in t.user_attrs]
         keys = {t.user_attrs.get("effective_key") for t in trials}
@@ -181,10 +189,20 @@ class LearnedSampler(GuidedSampler):
         why_model = models.choose_trust(roof is not None, self.profile_note)
         best = recommended_of([t for t in trials if t.state == optuna.trial.TrialState.COMPLETE])
         if best is not None and best.value is not None and float(best.value) > 0:
-            self.headroom = self.bounding.bound(
+            gain, could = self.bounding.bound(
                 table, cand, seen - {None}, fitted, models.trust, float(best.value), self.bound_ms
             )
-            gain, could = self.headroom
+            best_row = table.row(best.user_attrs.get("effective_key"))
+            self.beside = self._beside(table, seen, feasible, best_row, fitted[models.trust], float(best.value))
+            self.headroom = self.widened((gain, could))
+            if self.beside and could <= self.settle:
+                row, near = self.beside[0]
+                self.reason = (
+                    "ladder",
+                    f"batch {table.grid[row].batch_size} beside a measured configuration within {near:.1%} of the "
+                    f"best: where energy is flat across batch sizes the models cannot rule it out",
+                )
+                return table.grid[row]
             if 0 < could <= self.settle and self.bounding.winners:
                 self.reason = (
                     f"settle({models.trust})",
@@ -205,6 +223,45 @@ class LearnedSampler(GuidedSampler):
             why_model,
         )
         return config
+
+    def widened(self, bound: tuple[float, int]) -> tuple[float, int]:
+        """A bound (saving, could win) with the last proposal's batch neighbours still to measure (``ladder``)."""
+        gain, could = bound
+        return (max(gain, self.ladder), could + len(self.beside)) if self.beside else bound
+
+    def _beside(
+        self,
+        table: Table,
+        seen: set[int | None],
+        feasible: list[tuple[float, int]],
+        best_row: int | None,
+        predict: Predictor,
+        best_j: float,
+    ) -> list[tuple[int, float]]:
+        """Unmeasured batch neighbours on the best's batch curve where it is flat: within ``ladder`` of the best.
+
+        The curve: the feasible measured configurations with the best's knobs
+        at any batch size; flat: two or more of its batch sizes within
+        ``ladder`` (one alone says nothing of its shape). Each neighbour comes
+        with its measured neighbour's share over the best; only those the
+        trusted model gives at least ``stop_feasible`` P(meets the bound).
+        """
+        if self.ladder <= 0 or best_row is None:
+            return []
+        knobs = table.grid[best_row].knobs
+        near: dict[int, float] = {}
+        for j, row in feasible:
+            if j <= best_j * (1 + self.ladder) and table.grid[row].knobs == knobs:
+                near.setdefault(row, max(j / best_j - 1, 0.0))
+        if len({table.grid[row].batch_size for row in near}) < 2:
+            return []
+        out: dict[int, float] = {}
+        for row, share in near.items():
+            for n in self.candidates.batch_neighbours(table, row):
+                if n not in seen:
+                    out.setdefault(n, share)
+        keep = self.bounding.plausible(list(out), predict, self.bound_ms)
+        return [(r, out[r]) for r in keep]
 
     def _note(self, study: optuna.Study) -> None:
         notes = list(study.user_attrs.get("strategy_notes", []))
