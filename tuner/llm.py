@@ -22,6 +22,7 @@ from runners.llm_spec import is_llm
 from tuner.errors import ConfigurationError
 from tuner.knobs import Config
 from tuner.measure.settings import WindowSettings
+from tuner.measure.token_settings import within_bounds_s
 from tuner.plumbing.units import format_ms
 from tuner.space import Knob, SearchSpace
 
@@ -157,7 +158,7 @@ def sized_config(space: SearchSpace, first: Config, settings: WindowSettings, me
     """The first trial with the fewest sequences that hold what a Server window meeting its bounds has in flight.
 
     By Little's law a window at the rate whose queries end within the bounds
-    (TTFT + (tokens - 1) x TPOT, or the query bound) has rate x that time in
+    (tuner.measure.token_settings.within_bounds_s) has rate x that time in
     flight on average; :data:`SIZED_SD` Poisson deviations above it hold the
     peaks. More sequences never run, yet the manager's KV cache, buffers and
     captured graphs are sized for all of them (the H200 at 20 q/s: 512
@@ -167,12 +168,10 @@ def sized_config(space: SearchSpace, first: Config, settings: WindowSettings, me
     sequences would do.
     """
     rate = float(settings.options.get("server_target_qps", 0.0))
-    times = [settings.bound_ms / 1000.0] if settings.bound_ms is not None and math.isfinite(settings.bound_ms) else []
-    if settings.max_ttft_ms is not None and settings.max_tpot_ms is not None:
-        times.append((settings.max_ttft_ms + max(mean_output - 1.0, 0.0) * settings.max_tpot_ms) / 1000.0)
-    if settings.scenario != "server" or rate <= 0 or not times:
+    within = within_bounds_s(settings, mean_output)
+    if settings.scenario != "server" or rate <= 0 or within is None:
         return None
-    in_flight = rate * min(times)
+    in_flight = rate * within
     need = in_flight + SIZED_SD * math.sqrt(in_flight)
     fewer = [b for b in space.batch_sizes if need <= b < first.batch_size]
     if not fewer:

@@ -108,12 +108,22 @@ def server_warm_up(settings: WindowSettings, max_seqs: int, output_tokens: int) 
     target = float(settings.options.get("server_target_qps", 0.0))
     healthy = _healthy_outstanding(ttft_s, tpot_s, target, settings.bound_ms, max_seqs, output_tokens)
     first_round = max_seqs if healthy is None else max(1, min(max_seqs, math.ceil(healthy)))
+    return first_round, within_bounds_s(settings, output_tokens)
+
+
+def within_bounds_s(settings: WindowSettings, output_tokens: float) -> float | None:
+    """The seconds a query of ``output_tokens`` meeting the bounds runs at most (None: no bound says).
+
+    TTFT plus a TPOT per later token where both are bounded, or the query
+    bound, whichever is shorter.
+    """
+    ttft_s, tpot_s = _token_bounds_s(settings)
     within: list[float] = []
     if ttft_s is not None and tpot_s is not None:
         within.append(ttft_s + max(output_tokens - 1, 0) * tpot_s)
     if settings.bound_ms is not None and math.isfinite(settings.bound_ms):
         within.append(settings.bound_ms / 1000.0)
-    return first_round, min(within) if within else None
+    return min(within) if within else None
 
 
 def _token_bounds_s(settings: WindowSettings) -> tuple[float | None, float | None]:

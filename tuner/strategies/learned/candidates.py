@@ -99,7 +99,6 @@ class Candidates:
     def _neighbours_of(self, table: Table, row: int) -> list[int]:
         """:meth:`neighbours` of one row, in the order of the knobs and then the batch size."""
         out: list[int] = []
-        batches = self.space.batch_sizes
         base = table.grid[row]
         moves: list[Config] = []
         for name in self.space.tuned_knobs:
@@ -110,15 +109,11 @@ class Candidates:
             for j in steps:
                 if 0 <= j < len(values) and j != at:
                     moves.append(Config(knobs={**base.knobs, name: values[j]}, batch_size=base.batch_size))
-        at_b = batches.index(base.batch_size) if base.batch_size in batches else 0
-        for j in (at_b - 1, at_b + 1):
-            if 0 <= j < len(batches):
-                moves.append(base.model_copy(update={"batch_size": batches[j]}))
         for move in moves:
             i = table.row(json.dumps(self.space.effective(move).key()))
             if i is not None and i not in out:
                 out.append(i)
-        return out
+        return out + [i for i in self.batch_neighbours(table, row) if i not in out]
 
     def batch_neighbours(self, table: Table, row: int) -> list[int]:
         """Grid rows one batch size either way of ``row``, every knob kept (the batch ladder's neighbours)."""
@@ -130,7 +125,7 @@ class Candidates:
             if 0 <= j < len(batches):
                 moved = base.model_copy(update={"batch_size": batches[j]})
                 i = table.row(json.dumps(self.space.effective(moved).key()))
-                if i is not None and i != row:
+                if i is not None and i not in out:
                     out.append(i)
         return out
 

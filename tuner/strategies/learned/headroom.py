@@ -76,8 +76,11 @@ class Headroom:
         if not rows:
             return []
         _, _, mu_l, sd_l = predict(np.array(rows, dtype=int), latent=self.latent)
-        p = normal_cdf((math.log(bound_ms) - mu_l) / sd_l)
-        return [r for r, ok in zip(rows, p >= self.stop_feasible, strict=True) if ok]
+        return [r for r, ok in zip(rows, self._plausible(mu_l, sd_l, bound_ms), strict=True) if ok]
+
+    def _plausible(self, mu_l: np.ndarray, sd_l: np.ndarray, bound_ms: float) -> np.ndarray:
+        """Which predicted log latencies are at least ``stop_feasible`` likely to meet the bound (no margin)."""
+        return normal_cdf((math.log(bound_ms) - mu_l) / sd_l) >= self.stop_feasible
 
     def gain(
         self,
@@ -98,7 +101,7 @@ class Headroom:
         any_gain = np.zeros(len(rows), dtype=bool)
         for predict in models.values():
             mu_e, sd_e, mu_l, sd_l = predict(rows, latent=self.latent)
-            plausible = normal_cdf((math.log(bound_ms) - mu_l) / sd_l) >= self.stop_feasible
+            plausible = self._plausible(mu_l, sd_l, bound_ms)
             saving = best - (mu_e - self.stop_z * sd_e)
             wins = plausible & (saving > 0)
             any_gain |= wins
